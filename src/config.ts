@@ -1,0 +1,175 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { z } from 'zod';
+
+const MiB = 1024 * 1024;
+
+/** The whole configuration: one schema, parsed once at start-up and frozen. */
+export const ConfigSchema = z.strictObject({
+  data_dir: z.string().min(1).default('./data'),
+  database_url: z
+    .string()
+    .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
+    .optional(),
+  log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** Seed the multilingual demo and a demo agent the first time the database is empty. */
+  demo: z.boolean().default(true),
+  http: z
+    .strictObject({
+      host: z.string().min(1).default('127.0.0.1'),
+      port: z.number().int().min(0).max(65535).default(8787),
+      /** Host names accepted in the Host and Origin headers (DNS-rebinding protection). */
+      allowed_hosts: z.array(z.string().min(1)).default(['localhost', '127.0.0.1', '[::1]']),
+      /** Base URL shown to people (review links); defaults to http://host:port. */
+      public_url: z.url().optional(),
+      max_body_bytes: z
+        .number()
+        .int()
+        .positive()
+        .default(1 * MiB),
+    })
+    .prefault({}),
+  tools: z
+    .strictObject({
+      prefix: z
+        .string()
+        .regex(/^[a-z][a-z0-9_]*$/, 'lowercase letters, digits and underscores')
+        .default('isphere_'),
+    })
+    .prefault({}),
+  files: z
+    .strictObject({
+      download_dir: z.string().min(1).optional(),
+      outbound_dir: z.string().min(1).optional(),
+      max_file_bytes: z
+        .number()
+        .int()
+        .positive()
+        .default(25 * MiB),
+    })
+    .prefault({}),
+});
+
+type ParsedConfig = z.infer<typeof ConfigSchema>;
+
+/** The parsed config with every directory made absolute. */
+export type Config = Readonly<
+  Omit<ParsedConfig, 'files'> & {
+    files: Readonly<{ download_dir: string; outbound_dir: string; max_file_bytes: number }>;
+    pglite_dir: string;
+  }
+>;
+
+type EnvKind = 'string' | 'int' | 'bool' | 'list';
+
+/** Every config key's environment form. Environment wins over the file. */
+export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
+  COUNTERSIGN_DATA_DIR: { path: ['data_dir'], kind: 'string' },
+  DATABASE_URL: { path: ['database_url'], kind: 'string' },
+  LOG_LEVEL: { path: ['log_level'], kind: 'string' },
+  COUNTERSIGN_DEMO: { path: ['demo'], kind: 'bool' },
+  COUNTERSIGN_HOST: { path: ['http', 'host'], kind: 'string' },
+  COUNTERSIGN_PORT: { path: ['http', 'port'], kind: 'int' },
+  COUNTERSIGN_ALLOWED_HOSTS: { path: ['http', 'allowed_hosts'], kind: 'list' },
+  COUNTERSIGN_PUBLIC_URL: { path: ['http', 'public_url'], kind: 'string' },
+  COUNTERSIGN_MAX_BODY_BYTES: { path: ['http', 'max_body_bytes'], kind: 'int' },
+  COUNTERSIGN_TOOLS_PREFIX: { path: ['tools', 'prefix'], kind: 'string' },
+  COUNTERSIGN_DOWNLOAD_DIR: { path: ['files', 'download_dir'], kind: 'string' },
+  COUNTERSIGN_OUTBOUND_DIR: { path: ['files', 'outbound_dir'], kind: 'string' },
+  COUNTERSIGN_MAX_FILE_BYTES: { path: ['files', 'max_file_bytes'], kind: 'int' },
+};
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+function envValue(name: string, raw: string, kind: EnvKind): unknown {
+  switch (kind) {
+    case 'string':
+      return raw;
+    case 'list':
+      return raw
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean);
+    case 'int':
+      if (!/^-?\d+$/.test(raw.trim())) throw new ConfigError(`${name}: expected an integer, got "${raw}"`);
+      return Number(raw);
+    case 'bool':
+      if (/^(1|true|yes|on)$/i.test(raw)) return true;
+      if (/^(0|false|no|off)$/i.test(raw)) return false;
+      throw new ConfigError(`${name}: expected true or false, got "${raw}"`);
+  }
+}
+
+function setPath(target: Record<string, unknown>, keys: string[], value: unknown): void {
+  let node = target;
+  for (const key of keys.slice(0, -1)) {
+    const next = node[key];
+    if (typeof next !== 'object' || next === null || Array.isArray(next)) node[key] = {};
+    node = node[key] as Record<string, unknown>;
+  }
+  node[keys.at(-1)!] = value;
+}
+
+function readFile(file: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`cannot read config file ${file}: ${(err as Error).message}`);
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    throw new ConfigError(`config file ${file} is not valid JSON: ${(err as Error).message}`);
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new ConfigError(`config file ${file} must hold a JSON object`);
+  }
+  return parsed as Record<string, unknown>;
+}
+
+function envNameFor(keyPath: PropertyKey[]): string | undefined {
+  const dotted = keyPath.join('.');
+  return Object.entries(ENV_KEYS).find(([, spec]) => spec.path.join('.') === dotted)?.[0];
+}
+
+/**
+ * Builds the frozen config from an optional JSON file and the environment.
+ * `env` and `cwd` are parameters so that only the CLI touches process globals.
+ */
+export function loadConfig(env: Record<string, string | undefined>, cwd: string): Config {
+  const explicit = env.COUNTERSIGN_CONFIG;
+  const file = explicit ? path.resolve(cwd, explicit) : path.join(cwd, 'countersign.config.json');
+  const input: Record<string, unknown> = explicit || fs.existsSync(file) ? readFile(file) : {};
+
+  for (const [name, spec] of Object.entries(ENV_KEYS)) {
+    const raw = env[name];
+    if (raw !== undefined && raw !== '') setPath(input, spec.path, envValue(name, raw, spec.kind));
+  }
+
+  const result = ConfigSchema.safeParse(input);
+  if (!result.success) {
+    const issue = result.error.issues[0]!;
+    const key = issue.path.join('.') || '(root)';
+    const envName = envNameFor(issue.path);
+    throw new ConfigError(`config key "${key}"${envName ? ` (env ${envName})` : ''}: ${issue.message}`);
+  }
+
+  const parsed = result.data;
+  const dataDir = path.resolve(cwd, parsed.data_dir);
+  return Object.freeze({
+    ...parsed,
+    data_dir: dataDir,
+    pglite_dir: path.join(dataDir, 'pglite'),
+    http: Object.freeze({ ...parsed.http, allowed_hosts: Object.freeze([...parsed.http.allowed_hosts]) }),
+    tools: Object.freeze(parsed.tools),
+    files: Object.freeze({
+      download_dir: path.resolve(cwd, parsed.files.download_dir ?? path.join(dataDir, 'downloads')),
+      outbound_dir: path.resolve(cwd, parsed.files.outbound_dir ?? path.join(dataDir, 'outbound')),
+      max_file_bytes: parsed.files.max_file_bytes,
+    }),
+  }) as Config;
+}
