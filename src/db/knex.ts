@@ -1,0 +1,71 @@
+import fs from 'node:fs';
+import knexFactory, { type Knex } from 'knex';
+import ClientPgLite from 'knex-pglite';
+import pg from 'pg';
+import { lockDataDir, type DirLock } from './lock.ts';
+
+// bigint (seq) and numeric as JS numbers: every value we store fits in 2^53.
+pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
+
+export type Dialect = 'pglite' | 'postgres';
+
+export interface Database {
+  knex: Knex;
+  dialect: Dialect;
+  close(): Promise<void>;
+}
+
+export interface DatabaseOptions {
+  /** postgres:// URL; without it the embedded PGlite in `pgliteDir` is used. */
+  url?: string;
+  pgliteDir: string;
+  /** What this process is doing, written into the lock so a refused process can say who holds it. */
+  command: string;
+  poolMax?: number;
+}
+
+/** Opens PostgreSQL when a URL is given, else the embedded PGlite database (locked to this process). */
+export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
+  if (opts.url) {
+    const knex = knexFactory({
+      client: 'pg',
+      connection: opts.url,
+      pool: { min: 0, max: opts.poolMax ?? 10 },
+      acquireConnectionTimeout: 10_000,
+    });
+    await knex.raw('select 1');
+    return { knex, dialect: 'postgres', close: () => knex.destroy() };
+  }
+
+  const lock: DirLock = lockDataDir(opts.pgliteDir, opts.command);
+  try {
+    fs.mkdirSync(opts.pgliteDir, { recursive: true });
+    const knex = knexFactory({
+      client: ClientPgLite,
+      dialect: 'postgres',
+      connection: { filename: opts.pgliteDir },
+      // PGlite has one connection: anything waiting longer than this is a bug (a query outside `trx`).
+      acquireConnectionTimeout: 20_000,
+    });
+    await knex.raw('select 1');
+    return {
+      knex,
+      dialect: 'pglite',
+      async close() {
+        try {
+          await knex.destroy();
+        } finally {
+          lock.release();
+        }
+      },
+    };
+  } catch (err) {
+    lock.release();
+    throw err;
+  }
+}
+
+/** `count(*)` is a number on PGlite and a string on pg. */
+export function toCount(value: unknown): number {
+  return typeof value === 'number' ? value : Number(value ?? 0);
+}

@@ -1,0 +1,90 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+/** Who holds a data directory: written into the lock file so a refused process can name the holder. */
+export interface LockHolder {
+  pid: number;
+  hostname: string;
+  command: string;
+  started_at: string;
+}
+
+export class DataDirLockedError extends Error {
+  override name = 'DataDirLockedError';
+  constructor(
+    readonly dir: string,
+    readonly holder: LockHolder,
+  ) {
+    super(
+      `the database in ${dir} is held by another countersign process ` +
+        `(pid ${holder.pid} on ${holder.hostname}, "${holder.command}", since ${holder.started_at})`,
+    );
+  }
+}
+
+export interface DirLock {
+  release(): void;
+}
+
+function readHolder(file: string): LockHolder | undefined {
+  try {
+    return JSON.parse(fs.readFileSync(file, 'utf8')) as LockHolder;
+  } catch {
+    return undefined;
+  }
+}
+
+function isAlive(holder: LockHolder): boolean {
+  if (holder.hostname !== os.hostname()) return true; // cannot tell: assume it is alive
+  try {
+    process.kill(holder.pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Reads the current holder of `dir`'s lock, if a live process holds it. */
+export function lockHolder(dir: string): LockHolder | undefined {
+  const holder = readHolder(path.join(dir, 'countersign.lock'));
+  return holder && isAlive(holder) ? holder : undefined;
+}
+
+/**
+ * Takes an exclusive lock on `dir` (PGlite does not lock its own data directory).
+ * The lock file is created atomically by hard-linking a fully written temp file, so a reader never sees
+ * a half-written holder. A lock left by a dead process on this host is taken over.
+ */
+export function lockDataDir(dir: string, command: string): DirLock {
+  fs.mkdirSync(dir, { recursive: true });
+  const file = path.join(dir, 'countersign.lock');
+  const me: LockHolder = {
+    pid: process.pid,
+    hostname: os.hostname(),
+    command,
+    started_at: new Date().toISOString(),
+  };
+  const tmp = `${file}.${process.pid}.tmp`;
+  fs.writeFileSync(tmp, JSON.stringify(me));
+  try {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      try {
+        fs.linkSync(tmp, file);
+        return {
+          release() {
+            if (readHolder(file)?.pid === process.pid) fs.rmSync(file, { force: true });
+          },
+        };
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+        const holder = readHolder(file);
+        if (holder && isAlive(holder)) throw new DataDirLockedError(dir, holder);
+        fs.rmSync(file, { force: true }); // stale: its process is gone
+      }
+    }
+    throw new Error(`could not take the lock on ${dir}`);
+  } finally {
+    fs.rmSync(tmp, { force: true });
+  }
+}

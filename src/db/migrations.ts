@@ -1,0 +1,37 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import type { Knex } from 'knex';
+
+const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations', import.meta.url));
+
+/**
+ * Lists `migrations/` by name without extension, so the names recorded in knex_migrations are the same
+ * whether the sources run through tsx (.ts) or compiled (.js).
+ */
+export class MigrationSource implements Knex.MigrationSource<string> {
+  constructor(private readonly dir = MIGRATIONS_DIR) {}
+
+  async getMigrations(): Promise<string[]> {
+    return fs
+      .readdirSync(this.dir)
+      .filter((f) => /\.(ts|js)$/.test(f) && !f.endsWith('.d.ts'))
+      .sort();
+  }
+
+  getMigrationName(file: string): string {
+    return file.replace(/\.(ts|js)$/, '');
+  }
+
+  async getMigration(file: string): Promise<Knex.Migration> {
+    return (await import(pathToFileURL(path.join(this.dir, file)).href)) as Knex.Migration;
+  }
+}
+
+export async function migrateLatest(knex: Knex): Promise<string[]> {
+  const [, applied] = (await knex.migrate.latest({ migrationSource: new MigrationSource() })) as [
+    number,
+    string[],
+  ];
+  return applied;
+}
