@@ -1,0 +1,20 @@
+import { z } from 'zod';
+
+/** Every kind of audit row (SPEC §7). */
+export const AuditKind = z.enum([
+  'tool.call',
+  'auth.denied',
+  'approval.requested',
+  'approval.approved',
+  'approval.rejected',
+  'approval.expired',
+  'write.started',
+  'write.succeeded',
+  'write.failed',
+  'write.unknown',
+  'user.login',
+  'user.login_failed',
+  'export.created',
+  'checkpoint',
+]);
+export type AuditKind = z.infer<typeof AuditKind>;
