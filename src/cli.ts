@@ -1,0 +1,223 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { Command } from 'commander';
+import { z } from 'zod';
+import { AdminCommandError, runAdminCommand, type AdminCommand } from './admin/commands.ts';
+import { sendAdminCommand } from './admin/endpoint.ts';
+import { ConfigError, loadConfig, type Config } from './config.ts';
+import { createBlobStore } from './connectors/local/blobs.ts';
+import { openDatabase } from './db/knex.ts';
+import { DataDirLockedError, lockHolder } from './db/lock.ts';
+import { migrateLatest } from './db/migrations.ts';
+import { createLogger } from './log.ts';
+import { startHttpServer } from './server/app.ts';
+import { serveStdio, StdioAuthError } from './server/stdio.ts';
+import { VERSION } from './server/version.ts';
+
+/** The only module that reads process.env, argv and writes to the terminal. */
+
+const out = (line: string) => process.stdout.write(`${line}\n`);
+const err = (line: string) => process.stderr.write(`${line}\n`);
+
+class CliError extends Error {
+  override name = 'CliError';
+}
+
+function config(): Config {
+  return loadConfig(process.env, process.cwd());
+}
+
+/**
+ * Runs a data-changing command: in this process when the database can be opened, else (the embedded
+ * database is held by a running server) through that server's loopback admin endpoint.
+ */
+async function runData(cfg: Config, command: AdminCommand): Promise<Record<string, unknown>> {
+  const viaServer = async (holderPid: number) => {
+    err(
+      `countersign: the running server (pid ${holderPid}) holds the embedded database; sending the command to it`,
+    );
+    try {
+      return await sendAdminCommand(cfg.data_dir, command);
+    } catch (e) {
+      if (e instanceof AdminCommandError && !/^its /.test(e.message)) throw e;
+      throw new CliError(
+        `the server (pid ${holderPid}) holds the database in ${cfg.pglite_dir}, and ${(e as Error).message}`,
+      );
+    }
+  };
+
+  if (!cfg.database_url) {
+    const holder = lockHolder(cfg.pglite_dir);
+    if (holder) return viaServer(holder.pid);
+  }
+  let db;
+  try {
+    db = await openDatabase({
+      url: cfg.database_url,
+      pgliteDir: cfg.pglite_dir,
+      command: `countersign ${command.command}`,
+    });
+  } catch (e) {
+    if (e instanceof DataDirLockedError) return viaServer(e.holder.pid);
+    throw e;
+  }
+  try {
+    if (command.command !== 'migrate') await migrateLatest(db.knex);
+    return await runAdminCommand(
+      { knex: db.knex, blobs: createBlobStore(path.join(cfg.data_dir, 'blobs')) },
+      command,
+    );
+  } finally {
+    await db.close();
+  }
+}
+
+function summary(imported: unknown): string {
+  return Object.entries(imported as Record<string, number>)
+    .map(([k, v]) => `${v} ${k}`)
+    .join(', ');
+}
+
+async function serve(opts: { stdio?: boolean }): Promise<void> {
+  const cfg = config();
+  const log = createLogger(cfg.log_level);
+  if (opts.stdio) {
+    await serveStdio(cfg, log, process.env.COUNTERSIGN_AGENT_TOKEN);
+    return;
+  }
+  const server = await startHttpServer(cfg, log);
+  if (server.services.firstRunToken) {
+    err('');
+    err('countersign: first run — demo data loaded and an agent named "demo" created.');
+    err(`  MCP endpoint: ${server.url}/mcp`);
+    err(`  demo agent token (shown once): ${server.services.firstRunToken}`);
+    err('');
+  }
+  await new Promise<void>((resolve) => {
+    const stop = () => resolve();
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+  await server.close();
+}
+
+function program(): Command {
+  const cli = new Command('countersign')
+    .description('MCP server: reads run freely, writes need a human approval bound to the exact content')
+    .version(VERSION)
+    .showHelpAfterError();
+
+  cli
+    .command('serve', { isDefault: true })
+    .description('serve MCP over Streamable HTTP (default) or stdio')
+    .option('--stdio', 'serve one agent over stdin/stdout (token from COUNTERSIGN_AGENT_TOKEN)')
+    .action(serve);
+
+  cli
+    .command('migrate')
+    .description('apply database migrations')
+    .action(async () => {
+      const { applied } = (await runData(config(), { command: 'migrate' })) as { applied?: string[] };
+      out(applied && applied.length > 0 ? `applied: ${applied.join(', ')}` : 'database is up to date');
+    });
+
+  cli
+    .command('demo')
+    .description('load the multilingual demo directory into the local store')
+    .action(async () => {
+      const { imported } = await runData(config(), { command: 'demo' });
+      out(`imported ${summary(imported)}`);
+    });
+
+  cli
+    .command('import')
+    .argument('<file>', 'JSON (contacts, groups, conversations, messages, files) or CSV (contacts)')
+    .description('load contacts, groups and messages into the local store')
+    .action(async (file: string) => {
+      let text: string;
+      try {
+        text = fs.readFileSync(file, 'utf8');
+      } catch (e) {
+        throw new CliError(`cannot read ${file}: ${(e as Error).message}`);
+      }
+      const { imported } = await runData(config(), {
+        command: 'import',
+        file_name: path.basename(file),
+        text,
+      });
+      out(`imported ${summary(imported)}`);
+    });
+
+  const agent = cli.command('agent').description('manage agents (MCP clients)');
+  agent
+    .command('add')
+    .argument('<name>')
+    .option('--profile <profile>', 'tool profile', 'all')
+    .option('--owner <user>', 'the user who owns this agent (may not approve its requests)')
+    .description('create an agent; its token is printed once, alone on the last line')
+    .action(async (name: string, opts: { profile: string; owner?: string }) => {
+      const result = (await runData(config(), {
+        command: 'agent.add',
+        name,
+        profile: opts.profile,
+        owner: opts.owner,
+      })) as {
+        agent: { id: string; name: string };
+        token: string;
+      };
+      err(
+        `agent "${result.agent.name}" created (id ${result.agent.id}); keep this token, it is not shown again:`,
+      );
+      out(result.token);
+    });
+  agent
+    .command('list')
+    .description('list agents')
+    .action(async () => {
+      const { agents } = (await runData(config(), { command: 'agent.list' })) as {
+        agents: {
+          name: string;
+          id: string;
+          profile: string;
+          created_at: string;
+          revoked_at: string | null;
+        }[];
+      };
+      if (agents.length === 0) out('no agents');
+      for (const a of agents) {
+        out(
+          `${a.name}\t${a.id}\tprofile=${a.profile}\t${a.revoked_at ? `revoked ${a.revoked_at}` : 'active'}`,
+        );
+      }
+    });
+  agent
+    .command('revoke')
+    .argument('<name>')
+    .description('revoke an agent: its token stops working at once')
+    .action(async (name: string) => {
+      await runData(config(), { command: 'agent.revoke', name });
+      out(`agent "${name}" revoked`);
+    });
+
+  return cli;
+}
+
+function explain(e: unknown): string {
+  if (e instanceof ConfigError) return `configuration error: ${e.message}`;
+  if (e instanceof z.ZodError)
+    return e.issues.map((i) => `${i.path.join('.') || 'input'}: ${i.message}`).join('; ');
+  if (e instanceof CliError || e instanceof AdminCommandError || e instanceof DataDirLockedError)
+    return e.message;
+  if (e instanceof StdioAuthError) return e.message;
+  if (e instanceof Error && e.name === 'AgentExistsError') return e.message;
+  if (e instanceof Error && 'code' in e && e.code === 'EADDRINUSE') return `cannot listen: ${e.message}`;
+  return e instanceof Error ? (e.stack ?? e.message) : String(e);
+}
+
+try {
+  await program().parseAsync(process.argv);
+  process.exitCode ??= 0;
+} catch (e) {
+  err(`countersign: ${explain(e)}`);
+  process.exitCode = 1;
+}

@@ -1,0 +1,33 @@
+import { createHash, randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+
+/** Content-addressed file bytes under `<data dir>/blobs/ab/abcdef…`. */
+export interface BlobStore {
+  put(bytes: Buffer): Promise<{ sha256: string; size: number }>;
+  pathOf(sha256: string): string;
+  has(sha256: string): boolean;
+}
+
+export function createBlobStore(dir: string): BlobStore {
+  const pathOf = (sha256: string) => {
+    if (!/^[0-9a-f]{64}$/.test(sha256)) throw new Error(`not a sha256: ${sha256}`);
+    return path.join(dir, sha256.slice(0, 2), sha256);
+  };
+  return {
+    pathOf,
+    has: (sha256) => fs.existsSync(pathOf(sha256)),
+    async put(bytes) {
+      const sha256 = createHash('sha256').update(bytes).digest('hex');
+      const target = pathOf(sha256);
+      if (!fs.existsSync(target)) {
+        await fs.promises.mkdir(path.dirname(target), { recursive: true });
+        // Write aside, then rename: a reader never sees a partial blob.
+        const tmp = `${target}.${randomUUID()}.tmp`;
+        await fs.promises.writeFile(tmp, bytes, { flag: 'wx' });
+        await fs.promises.rename(tmp, target);
+      }
+      return { sha256, size: bytes.length };
+    },
+  };
+}

@@ -1,0 +1,97 @@
+/** What a connector returns; tools shape these into the contract's output fields. */
+
+export interface ContactRecord {
+  contact_id: string;
+  display_name: string;
+  account: string | null;
+  department: string | null;
+  title: string | null;
+  active: boolean;
+  confidence: number;
+  raw_ref: string;
+}
+
+export interface GroupRecord {
+  group_id: string;
+  display_name: string;
+  member_count: number | null;
+  owner_ref: string | null;
+  archived: boolean;
+  confidence: number;
+  raw_ref: string;
+}
+
+export type ConversationType = 'direct' | 'group' | 'system';
+
+export interface ConversationRecord {
+  conversation_id: string;
+  conversation_type: ConversationType;
+  display_name: string;
+}
+
+export interface AttachmentRecord {
+  file_id: string;
+  file_name: string;
+  size_bytes: number | null;
+  download_ref: string | null;
+}
+
+export interface MessageRecord {
+  message_id: string;
+  conversation_id: string;
+  sender_id: string | null;
+  sender_name: string | null;
+  content_type: 'text' | 'image' | 'file' | 'rich' | 'notify' | 'unknown';
+  content_text: string;
+  attachments: AttachmentRecord[];
+  created_at: string | null;
+  received_at: string | null;
+  raw_ref: string;
+}
+
+export interface FileRecord {
+  file_id: string;
+  message_id: string | null;
+  conversation_id: string | null;
+  file_name: string;
+  size_bytes: number | null;
+  mime_type: string | null;
+  created_at: string | null;
+  download_ref: string | null;
+  sha256: string | null;
+}
+
+/** A page of results and the position after its last item (JSON, wrapped into a signed cursor by the tool). */
+export interface Page<T> {
+  items: T[];
+  next: unknown;
+}
+
+export interface PageRequest {
+  limit: number;
+  after?: unknown;
+}
+
+export interface Connector {
+  /** Reported as `source` in outputs and the audit log: `local`, `bridge`, `mcp:<name>`. */
+  readonly source: string;
+  searchContacts(q: { query: string; includeInactive: boolean } & PageRequest): Promise<Page<ContactRecord>>;
+  searchGroups(q: { query: string; includeArchived: boolean } & PageRequest): Promise<Page<GroupRecord>>;
+  getConversation(id: string): Promise<ConversationRecord | undefined>;
+  /** Conversations whose display name equals `name` (case- and normalisation-insensitive). */
+  findConversationsByName(name: string, type?: ConversationType): Promise<ConversationRecord[]>;
+  listMessages(
+    q: {
+      conversationId?: string;
+      conversationType?: ConversationType;
+      keyword?: string;
+      since?: string;
+      includeAttachments: boolean;
+    } & PageRequest,
+  ): Promise<Page<MessageRecord>>;
+  listFiles(
+    q: { conversationId?: string; messageId?: string; fileId?: string } & PageRequest,
+  ): Promise<Page<FileRecord>>;
+  /** The bytes of a file, as a readable stream, with its record. */
+  openFile(fileId: string): Promise<{ record: FileRecord; stream: NodeJS.ReadableStream } | undefined>;
+}

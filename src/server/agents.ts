@@ -1,0 +1,79 @@
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
+import { z } from 'zod';
+
+export interface Agent {
+  id: string;
+  name: string;
+  profile: string;
+  owner: string | null;
+}
+
+export const AgentName = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'letters, digits, dot, dash and underscore, at most 64');
+
+/** Tokens carry 256 random bits; only their SHA-256 is stored, so a plain hash is enough. */
+export const hashToken = (token: string) => createHash('sha256').update(token).digest('hex');
+
+export type AuthFailure = 'missing_token' | 'unknown_token' | 'revoked_token';
+
+export async function createAgent(
+  knex: Knex,
+  opts: { name: string; profile?: string; owner?: string | null },
+): Promise<{ agent: Agent; token: string }> {
+  const name = AgentName.parse(opts.name);
+  const token = `cs_${randomBytes(32).toString('base64url')}`;
+  const agent: Agent = { id: randomUUID(), name, profile: opts.profile ?? 'all', owner: opts.owner ?? null };
+  const inserted = await knex('agents')
+    .insert({ ...agent, token_hash: hashToken(token) })
+    .onConflict('name')
+    .ignore()
+    .returning('id');
+  if (inserted.length === 0) throw new AgentExistsError(name);
+  return { agent, token };
+}
+
+export class AgentExistsError extends Error {
+  override name = 'AgentExistsError';
+  constructor(agentName: string) {
+    super(`an agent named "${agentName}" already exists`);
+  }
+}
+
+export async function listAgents(knex: Knex) {
+  const rows = await knex('agents')
+    .select('id', 'name', 'profile', 'owner', 'created_at', 'revoked_at')
+    .orderBy('name');
+  return rows.map((r: Record<string, unknown>) => ({
+    id: String(r.id),
+    name: String(r.name),
+    profile: String(r.profile),
+    owner: (r.owner as string | null) ?? null,
+    created_at: new Date(r.created_at as string).toISOString(),
+    revoked_at: r.revoked_at ? new Date(r.revoked_at as string).toISOString() : null,
+  }));
+}
+
+/** Revokes by name; returns false when no active agent has that name. */
+export async function revokeAgent(knex: Knex, name: string): Promise<boolean> {
+  const n = await knex('agents')
+    .where({ name })
+    .whereNull('revoked_at')
+    .update({ revoked_at: knex.fn.now() });
+  return n > 0;
+}
+
+export async function authenticate(
+  knex: Knex,
+  token: string | undefined,
+): Promise<{ agent: Agent } | { failure: AuthFailure; agent?: Agent }> {
+  if (!token) return { failure: 'missing_token' };
+  const row = (await knex('agents')
+    .select('id', 'name', 'profile', 'owner', 'revoked_at')
+    .where('token_hash', hashToken(token))
+    .first()) as (Agent & { revoked_at: unknown }) | undefined;
+  if (!row) return { failure: 'unknown_token' };
+  const agent: Agent = { id: String(row.id), name: row.name, profile: row.profile, owner: row.owner ?? null };
+  return row.revoked_at ? { failure: 'revoked_token', agent } : { agent };
+}

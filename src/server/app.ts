@@ -1,0 +1,61 @@
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express from 'express';
+import type { Config } from '../config.ts';
+import type { Logger } from '../log.ts';
+import { createMcpRouter, sendProblem } from './http.ts';
+import { openServices, type Services } from './services.ts';
+import { VERSION } from './version.ts';
+
+export interface RunningServer {
+  url: string;
+  services: Services;
+  close(): Promise<void>;
+}
+
+/** Builds the express app (MCP at /mcp; the web UI mounts here too) around already-open services. */
+export function createApp(services: Services) {
+  const mcp = createMcpRouter({
+    knex: services.knex,
+    pipeline: services.pipeline,
+    audit: services.audit,
+    config: services.config,
+    log: services.log,
+    version: VERSION,
+  });
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('trust proxy', false);
+  app.use('/mcp', mcp.router);
+  app.use((_req, res) => sendProblem(res, 404, 'not_found', 'Not found'));
+  return { app, close: () => mcp.close() };
+}
+
+/** Opens the database, applies migrations and serves HTTP on the configured host and port. */
+export async function startHttpServer(config: Config, log: Logger): Promise<RunningServer> {
+  const services = await openServices(config, log, 'countersign serve');
+  try {
+    const { app, close: closeApp } = createApp(services);
+    const server: Server = await new Promise((resolve, reject) => {
+      const s = app.listen(config.http.port, config.http.host, () => resolve(s));
+      s.once('error', reject);
+    });
+    const { port } = server.address() as AddressInfo;
+    const host = config.http.host.includes(':') ? `[${config.http.host}]` : config.http.host;
+    const url = `http://${host}:${port}`;
+    log.info({ url: `${url}/mcp`, database: services.db.dialect }, 'countersign listening');
+    return {
+      url,
+      services,
+      async close() {
+        await closeApp();
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+        await services.close();
+      },
+    };
+  } catch (err) {
+    await services.close();
+    throw err;
+  }
+}

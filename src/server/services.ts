@@ -1,0 +1,70 @@
+import { randomBytes } from 'node:crypto';
+import path from 'node:path';
+import type { Knex } from 'knex';
+import { startAdminEndpoint } from '../admin/endpoint.ts';
+import { firstRun } from '../admin/first-run.ts';
+import { createAuditLog, type AuditLog } from '../audit/log.ts';
+import type { Config } from '../config.ts';
+import { createConnectorSet } from '../connectors/index.ts';
+import { createBlobStore, type BlobStore } from '../connectors/local/blobs.ts';
+import { createLocalConnector } from '../connectors/local/store.ts';
+import { openDatabase, type Database } from '../db/knex.ts';
+import { migrateLatest } from '../db/migrations.ts';
+import type { Logger } from '../log.ts';
+import { createCursorCodec } from '../tools/cursor.ts';
+import { builtinTools } from '../tools/index.ts';
+import { createCallPipeline, type CallPipeline } from './pipeline.ts';
+
+/** Everything a transport needs, built once per process. */
+export interface Services {
+  config: Config;
+  log: Logger;
+  db: Database;
+  knex: Knex;
+  audit: AuditLog;
+  blobs: BlobStore;
+  pipeline: CallPipeline;
+  /** Set on the first start of an empty database: the demo agent's token, to be shown once. */
+  firstRunToken?: string;
+  close(): Promise<void>;
+}
+
+/** Reads a shared secret, creating it on first use; every instance on one database agrees on it. */
+async function sharedSecret(knex: Knex, name: string): Promise<string> {
+  await knex('server_secrets')
+    .insert({ name, value: randomBytes(32).toString('base64url') })
+    .onConflict('name')
+    .ignore();
+  const row = (await knex('server_secrets').where({ name }).first()) as { value: string };
+  return row.value;
+}
+
+export async function openServices(config: Config, log: Logger, command: string): Promise<Services> {
+  const db = await openDatabase({ url: config.database_url, pgliteDir: config.pglite_dir, command });
+  const closers: (() => Promise<void>)[] = [() => db.close()];
+  const closeAll = async () => {
+    for (const close of closers.reverse()) await close().catch((err) => log.error({ err }, 'close failed'));
+  };
+  try {
+    const applied = await migrateLatest(db.knex);
+    if (applied.length > 0) log.info({ applied }, 'migrations applied');
+
+    const blobs = createBlobStore(path.join(config.data_dir, 'blobs'));
+    const audit = createAuditLog(db.knex);
+    closers.push(() => audit.drain());
+    const connectors = createConnectorSet({ local: createLocalConnector(db.knex, blobs) }, 'local');
+    const cursors = createCursorCodec(await sharedSecret(db.knex, 'cursor_hmac'));
+    const pipeline = createCallPipeline({ tools: builtinTools, audit, connectors, cursors, config, log });
+    const firstRunToken = config.demo ? await firstRun(db.knex, blobs) : undefined;
+
+    if (db.dialect === 'pglite') {
+      const admin = await startAdminEndpoint({ knex: db.knex, blobs, dataDir: config.data_dir, log });
+      closers.push(() => admin.close());
+    }
+
+    return { config, log, db, knex: db.knex, audit, blobs, pipeline, firstRunToken, close: closeAll };
+  } catch (err) {
+    await closeAll();
+    throw err;
+  }
+}

@@ -1,0 +1,64 @@
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
+import type { Config } from '../config.ts';
+import type { Logger } from '../log.ts';
+import { authenticate } from './agents.ts';
+import { createMcpServer } from './mcp.ts';
+import { openServices } from './services.ts';
+import { VERSION } from './version.ts';
+
+export class StdioAuthError extends Error {
+  override name = 'StdioAuthError';
+}
+
+/**
+ * Serves one agent over stdin/stdout. The agent is the holder of COUNTERSIGN_AGENT_TOKEN; the token is
+ * checked again on every request, so revoking the agent takes effect at once.
+ */
+export async function serveStdio(config: Config, log: Logger, token: string | undefined) {
+  const services = await openServices(config, log, 'countersign serve --stdio');
+  const first = await authenticate(services.knex, token);
+  if ('failure' in first) {
+    await services.audit.append({
+      kind: 'auth.denied',
+      agent_id: first.agent?.id ?? null,
+      result: 'error',
+      error_code: 'UNAUTHENTICATED',
+      details: { reason: first.failure, transport: 'stdio' },
+    });
+    await services.close();
+    throw new StdioAuthError(`COUNTERSIGN_AGENT_TOKEN refused: ${first.failure.replace(/_/g, ' ')}`);
+  }
+
+  const server = createMcpServer({
+    version: VERSION,
+    pipeline: services.pipeline,
+    async authorize() {
+      const now = await authenticate(services.knex, token);
+      if ('failure' in now) {
+        await services.audit.append({
+          kind: 'auth.denied',
+          agent_id: now.agent?.id ?? null,
+          result: 'error',
+          error_code: 'UNAUTHENTICATED',
+          details: { reason: now.failure, transport: 'stdio' },
+        });
+        throw new McpError(ErrorCode.InvalidRequest, `agent token refused: ${now.failure}`);
+      }
+      return now.agent;
+    },
+  });
+  const transport = new StdioServerTransport();
+  await server.connect(transport);
+  log.info({ agent: first.agent.name, database: services.db.dialect }, 'countersign serving on stdio');
+
+  return new Promise<void>((resolve) => {
+    const stop = async () => {
+      await server.close().catch(() => undefined);
+      await services.close();
+      resolve();
+    };
+    transport.onclose = () => void stop();
+    process.stdin.once('end', () => void stop());
+  });
+}

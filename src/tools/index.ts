@@ -1,0 +1,13 @@
+import { receiveFiles } from './read/receive-files.ts';
+import { receiveMessages } from './read/receive-messages.ts';
+import { searchContacts } from './read/search-contacts.ts';
+import { searchGroups } from './read/search-groups.ts';
+import type { AnyToolDef } from './types.ts';
+
+/** Every built-in tool, in the order tools/list shows them. */
+export const builtinTools: readonly AnyToolDef[] = [
+  searchContacts,
+  searchGroups,
+  receiveMessages,
+  receiveFiles,
+];
