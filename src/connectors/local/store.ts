@@ -48,13 +48,10 @@ function pageRanked<T>(
   after: RankedPosition | undefined,
   toRecord: (row: Row, confidence: number) => T,
 ): Promise<Page<T>> {
+  // rank is computed one level down so that the keyset condition can refer to it.
+  const withRank = knex.from(base.as('b')).select('b.*', knex.raw('(?) as rank', [rankSql(knex, key)]));
   const ranked = knex
-    .from(
-      base
-        .clone()
-        .select('*', knex.raw('(?) as rank', [rankSql(knex, key)]))
-        .as('m'),
-    )
+    .from(withRank.as('m'))
     .select('*')
     .orderByRaw('rank, display_name collate "C", id collate "C"')
     .limit(limit + 1);

@@ -1,0 +1,87 @@
+import { createHash, randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import { openDatabase } from '../../src/db/knex.ts';
+import { migrateLatest } from '../../src/db/migrations.ts';
+
+export type DbKind = 'pglite' | 'postgres';
+
+/**
+ * The databases every integration suite runs on: PGlite always; PostgreSQL when TEST_DATABASE_URL is set.
+ * Under CI=true a missing TEST_DATABASE_URL is a failure, not a skip.
+ */
+export function databaseKinds(): DbKind[] {
+  if (process.env.TEST_DATABASE_URL) return ['pglite', 'postgres'];
+  if (process.env.CI === 'true')
+    throw new Error('CI=true but TEST_DATABASE_URL is not set: PostgreSQL must be tested');
+  return ['pglite'];
+}
+
+const MIGRATIONS = new URL('../../migrations/', import.meta.url);
+
+function migrationsDigest(): string {
+  const hash = createHash('sha256');
+  for (const f of fs.readdirSync(MIGRATIONS).sort()) {
+    hash.update(f).update(fs.readFileSync(new URL(f, MIGRATIONS)));
+  }
+  return hash.digest('hex').slice(0, 16);
+}
+
+/**
+ * A migrated PGlite data dir shared by all test files (creating one takes seconds; copying one, a moment).
+ * Built aside and renamed into place, so parallel test files never see a half-built template.
+ */
+async function pgliteTemplate(): Promise<string> {
+  const dir = path.join(os.tmpdir(), `countersign-pglite-template-${migrationsDigest()}`);
+  if (fs.existsSync(path.join(dir, 'PG_VERSION'))) return dir;
+  const building = `${dir}.${process.pid}.${randomBytes(4).toString('hex')}`;
+  const db = await openDatabase({ pgliteDir: building, command: 'test template' });
+  await migrateLatest(db.knex);
+  await db.close();
+  try {
+    fs.renameSync(building, dir);
+  } catch {
+    fs.rmSync(building, { recursive: true, force: true }); // another file built it first
+  }
+  return dir;
+}
+
+export interface TestDatabase {
+  kind: DbKind;
+  /** Data dir for this test (holds pglite/ for the embedded database, blobs, downloads). */
+  dataDir: string;
+  /** Set for PostgreSQL. */
+  url?: string;
+  drop(): Promise<void>;
+}
+
+/** A fresh database for one test suite: a copy of the PGlite template, or a new PostgreSQL database. */
+export async function createTestDatabase(kind: DbKind): Promise<TestDatabase> {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'countersign-test-'));
+  if (kind === 'pglite') {
+    fs.cpSync(await pgliteTemplate(), path.join(dataDir, 'pglite'), { recursive: true });
+    return { kind, dataDir, drop: async () => fs.rmSync(dataDir, { recursive: true, force: true }) };
+  }
+  const admin = new URL(process.env.TEST_DATABASE_URL!);
+  const name = `countersign_test_${randomBytes(6).toString('hex')}`;
+  const client = new pg.Client({ connectionString: admin.href });
+  await client.connect();
+  await client.query(`create database ${name}`);
+  await client.end();
+  const url = new URL(admin.href);
+  url.pathname = `/${name}`;
+  return {
+    kind,
+    dataDir,
+    url: url.href,
+    async drop() {
+      const c = new pg.Client({ connectionString: admin.href });
+      await c.connect();
+      await c.query(`drop database if exists ${name} with (force)`);
+      await c.end();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,97 @@
+import path from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { loadConfig } from '../../src/config.ts';
+import { createLogger } from '../../src/log.ts';
+import { createAgent } from '../../src/server/agents.ts';
+import { startHttpServer, type RunningServer } from '../../src/server/app.ts';
+import { createTestDatabase, type DbKind, type TestDatabase } from './db.ts';
+
+export const ROOT = path.resolve(import.meta.dirname, '../..');
+
+export interface TestServer extends RunningServer {
+  db: TestDatabase;
+  /** Environment that points a child countersign process at this server's database. */
+  env: Record<string, string>;
+  /** The demo agent's token (created on first start). */
+  demoToken: string;
+  addAgent(name: string): Promise<string>;
+  stop(): Promise<void>;
+}
+
+export function testEnv(db: TestDatabase, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    COUNTERSIGN_DATA_DIR: db.dataDir,
+    COUNTERSIGN_PORT: '0',
+    LOG_LEVEL: 'silent',
+    ...(db.url ? { DATABASE_URL: db.url } : {}),
+    ...extra,
+  };
+}
+
+/** The real server, in this process, on a fresh database with the demo data. */
+export async function startTestServer(
+  kind: DbKind,
+  extraEnv: Record<string, string> = {},
+): Promise<TestServer> {
+  const db = await createTestDatabase(kind);
+  const env = testEnv(db, extraEnv);
+  const config = loadConfig(env, db.dataDir);
+  const server = await startHttpServer(config, createLogger(config.log_level));
+  return {
+    ...server,
+    db,
+    env,
+    demoToken: server.services.firstRunToken!,
+    addAgent: async (name) => (await createAgent(server.services.knex, { name })).token,
+    async stop() {
+      await server.close();
+      await db.drop();
+    },
+  };
+}
+
+export async function connectHttp(url: string, token: string): Promise<Client> {
+  const client = new Client({ name: 'countersign-test', version: '1.0.0' });
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL('/mcp', url), {
+      requestInit: { headers: { Authorization: `Bearer ${token}` } },
+    }),
+  );
+  return client;
+}
+
+/** countersign serve --stdio as a child process, driven by the SDK's stdio client. */
+export async function connectStdio(
+  env: Record<string, string>,
+): Promise<{ client: Client; stderr: () => string }> {
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: ['--import', 'tsx', path.join(ROOT, 'src/cli.ts'), 'serve', '--stdio'],
+    env: { PATH: process.env.PATH ?? '', ...env },
+    cwd: ROOT,
+    stderr: 'pipe',
+  });
+  let stderr = '';
+  transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const client = new Client({ name: 'countersign-test', version: '1.0.0' });
+  await client.connect(transport);
+  return { client, stderr: () => stderr };
+}
+
+/** The envelope of a tool result (structuredContent), typed loosely for assertions. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests read arbitrary tool fields
+export type Envelope = Record<string, any>;
+
+export async function call(
+  client: Client,
+  name: string,
+  args: Record<string, unknown> = {},
+): Promise<Envelope> {
+  const result = (await client.callTool({ name, arguments: args })) as CallToolResult;
+  const env = result.structuredContent as Envelope;
+  if (Boolean(result.isError) !== (env.ok === false)) throw new Error('isError and ok disagree');
+  return env;
+}
