@@ -1,0 +1,71 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { ROOT } from './server.ts';
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `countersign ARGS` as a real child process. */
+export function runCli(
+  args: string[],
+  env: Record<string, string>,
+  opts: { input?: string; timeoutMs?: number } = {},
+) {
+  return new Promise<CliResult>((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'src/cli.ts'), ...args], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', ...env },
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`countersign ${args.join(' ')} did not finish in time; stderr: ${stderr}`));
+    }, opts.timeoutMs ?? 60_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+    child.stdin.end(opts.input ?? '');
+  });
+}
+
+/** Starts `countersign serve` in a child process and waits until it listens; resolves with its URL. */
+export function spawnServer(
+  env: Record<string, string>,
+): Promise<{ child: ChildProcess; url: string; stderr: () => string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'src/cli.ts'), 'serve'], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', ...env, LOG_LEVEL: 'info' },
+    });
+    let stderr = '';
+    const timer = setTimeout(() => reject(new Error(`server did not start: ${stderr}`)), 60_000);
+    child.stderr.on('data', (c: Buffer) => {
+      stderr += c.toString();
+      const m = /"url":"(http:\/\/[^"]+)\/mcp"/.exec(stderr);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ child, url: m[1]!, stderr: () => stderr });
+      }
+    });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`server exited with ${code}: ${stderr}`));
+    });
+  });
+}
+
+export function stopChild(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null) return resolve();
+    child.once('exit', () => resolve());
+    child.kill('SIGTERM');
+  });
+}
