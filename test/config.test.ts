@@ -1,0 +1,66 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { describe, it } from 'node:test';
+import { ConfigError, loadConfig } from '../src/config.ts';
+import { runCli } from './helpers/cli.ts';
+
+const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'countersign-config-'));
+
+describe('configuration', () => {
+  it('has working defaults: embedded database under ./data, loopback on 8787', () => {
+    const cwd = tmp();
+    const config = loadConfig({}, cwd);
+    assert.equal(config.data_dir, path.join(cwd, 'data'));
+    assert.equal(config.pglite_dir, path.join(cwd, 'data', 'pglite'));
+    assert.equal(config.database_url, undefined);
+    assert.equal(config.http.host, '127.0.0.1');
+    assert.equal(config.http.port, 8787);
+    assert.equal(config.tools.prefix, 'isphere_');
+    assert.equal(config.files.download_dir, path.join(cwd, 'data', 'downloads'));
+    assert.equal(config.files.max_file_bytes, 25 * 1024 * 1024);
+    assert.ok(Object.isFrozen(config) && Object.isFrozen(config.http));
+  });
+
+  it('reads countersign.config.json, and the environment wins over it', () => {
+    const cwd = tmp();
+    fs.writeFileSync(
+      path.join(cwd, 'countersign.config.json'),
+      JSON.stringify({ http: { port: 9000, host: '127.0.0.2' }, tools: { prefix: 'acme_' } }),
+    );
+    const config = loadConfig({ COUNTERSIGN_PORT: '9100', COUNTERSIGN_ALLOWED_HOSTS: 'a.test, b.test' }, cwd);
+    assert.equal(config.http.port, 9100);
+    assert.equal(config.http.host, '127.0.0.2');
+    assert.equal(config.tools.prefix, 'acme_');
+    assert.deepEqual(config.http.allowed_hosts, ['a.test', 'b.test']);
+  });
+
+  it('names the key of a bad value', () => {
+    const cwd = tmp();
+    const cases: [Record<string, string>, RegExp][] = [
+      [{ COUNTERSIGN_PORT: 'eighty' }, /COUNTERSIGN_PORT: expected an integer/],
+      [{ COUNTERSIGN_PORT: '70000' }, /"http\.port" \(env COUNTERSIGN_PORT\)/],
+      [{ DATABASE_URL: 'mysql://x' }, /"database_url" \(env DATABASE_URL\)/],
+      [{ LOG_LEVEL: 'loud' }, /"log_level"/],
+      [{ COUNTERSIGN_DEMO: 'maybe' }, /COUNTERSIGN_DEMO: expected true or false/],
+      [{ COUNTERSIGN_CONFIG: 'missing.json' }, /cannot read config file/],
+    ];
+    for (const [env, message] of cases) {
+      assert.throws(
+        () => loadConfig(env, cwd),
+        (err: unknown) => err instanceof ConfigError && message.test(err.message),
+      );
+    }
+    fs.writeFileSync(path.join(cwd, 'countersign.config.json'), JSON.stringify({ http: { prot: 1 } }));
+    assert.throws(() => loadConfig({}, cwd), /"http"|prot/);
+    fs.writeFileSync(path.join(cwd, 'countersign.config.json'), '{ not json');
+    assert.throws(() => loadConfig({}, cwd), /not valid JSON/);
+  });
+
+  it('stops start-up with exit 1 and names the key', async () => {
+    const res = await runCli(['serve'], { COUNTERSIGN_DATA_DIR: tmp(), COUNTERSIGN_PORT: 'x' });
+    assert.equal(res.code, 1);
+    assert.match(res.stderr, /configuration error: COUNTERSIGN_PORT/);
+  });
+});

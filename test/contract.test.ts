@@ -1,0 +1,44 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { after, before, describe, it } from 'node:test';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
+
+const SNAPSHOT = new URL('./__snapshots__/tools-list.json', import.meta.url);
+
+/**
+ * The public contract — tool names, schemas and annotations — is snapshotted: any change shows up as a
+ * reviewed diff. Regenerate with UPDATE_SNAPSHOTS=1 after a deliberate change.
+ */
+describe('the tools/list contract', () => {
+  let server: TestServer;
+  let client: Client;
+  before(async () => {
+    server = await startTestServer('pglite');
+    client = await connectHttp(server.url, server.demoToken);
+  });
+  after(async () => {
+    await client?.close();
+    await server?.stop();
+  });
+
+  it('matches the reviewed snapshot', async () => {
+    const { tools } = await client.listTools();
+    const actual = JSON.stringify(tools, null, 2) + '\n';
+    if (process.env.UPDATE_SNAPSHOTS === '1') fs.writeFileSync(SNAPSHOT, actual);
+    assert.ok(fs.existsSync(SNAPSHOT), 'no snapshot yet: run with UPDATE_SNAPSHOTS=1');
+    assert.deepEqual(JSON.parse(actual), JSON.parse(fs.readFileSync(SNAPSHOT, 'utf8')));
+  });
+
+  it('marks read tools read-only and gives every tool an output schema with the envelope', async () => {
+    const { tools } = await client.listTools();
+    for (const tool of tools) {
+      assert.equal(tool.annotations?.readOnlyHint, true, tool.name);
+      assert.equal(tool.inputSchema.type, 'object');
+      const out = tool.outputSchema as { properties: Record<string, unknown>; required: string[] };
+      for (const field of ['ok', 'status', 'next_cursor', 'audit'])
+        assert.ok(out.required.includes(field), `${tool.name}.${field}`);
+      assert.ok('error' in out.properties);
+    }
+  });
+});
