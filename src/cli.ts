@@ -64,12 +64,51 @@ async function runData(cfg: Config, command: AdminCommand): Promise<Record<strin
   try {
     if (command.command !== 'migrate') await migrateLatest(db.knex);
     return await runAdminCommand(
-      { knex: db.knex, blobs: createBlobStore(path.join(cfg.data_dir, 'blobs')) },
+      { knex: db.knex, blobs: createBlobStore(path.join(cfg.data_dir, 'blobs')), config: cfg },
       command,
     );
   } finally {
     await db.close();
   }
+}
+
+/** The first line of stdin (prompting on stderr when it is a terminal). */
+async function readSecretLine(prompt: string): Promise<string> {
+  if (process.stdin.isTTY) process.stderr.write(prompt);
+  let data = '';
+  for await (const chunk of process.stdin) {
+    data += String(chunk);
+    if (data.includes('\n')) break;
+  }
+  const line = data.split(/\r?\n/)[0] ?? '';
+  if (!line) throw new CliError('no password given (stdin was empty)');
+  return line;
+}
+
+const chairPassword = async () => process.env.COUNTERSIGN_PASSWORD || readSecretLine('password: ');
+
+interface ApprovalLine {
+  approval_request_id: string;
+  status: string;
+  tool: string;
+  agent_name: string;
+  target: { target_type: string; target_id: string; display_name: string | null };
+  created_at: string;
+  expires_at: string;
+  approval_id: string | null;
+  approvers: string[];
+  required_approvers: number;
+}
+
+function printApproval(a: ApprovalLine & { review?: Record<string, unknown>; note?: string | null }): void {
+  out(`request     ${a.approval_request_id}`);
+  out(`status      ${a.status}${a.approval_id ? `  (approval_id ${a.approval_id})` : ''}`);
+  out(`tool        ${a.tool}   agent ${a.agent_name}`);
+  out(`target      ${a.target.target_type} ${a.target.target_id} (${a.target.display_name ?? '?'})`);
+  out(`approvers   ${a.approvers.join(', ') || '-'} (${a.approvers.length}/${a.required_approvers})`);
+  out(`created     ${a.created_at}   expires ${a.expires_at}`);
+  if (a.note) out(`note        ${a.note}`);
+  if (a.review) out(`content     ${JSON.stringify(a.review, null, 2)}`);
 }
 
 function summary(imported: unknown): string {
@@ -198,6 +237,97 @@ function program(): Command {
       await runData(config(), { command: 'agent.revoke', name });
       out(`agent "${name}" revoked`);
     });
+
+  cli
+    .command('user')
+    .description('manage people: chairs decide, compliance reviews, admins administer')
+    .command('add')
+    .argument('<name>')
+    .requiredOption('--role <roles>', 'chair, compliance or admin (comma-separated for several)')
+    .description('create a user; the password is read from stdin (first line)')
+    .action(async (name: string, opts: { role: string }) => {
+      const roles = opts.role.split(',').map((r) => r.trim());
+      const password = await readSecretLine('password for the new user: ');
+      const { user } = (await runData(config(), {
+        command: 'user.add',
+        name,
+        roles,
+        password,
+      } as AdminCommand)) as {
+        user: { name: string; roles: string[] };
+      };
+      out(`user "${user.name}" created with roles ${user.roles.join(', ')}`);
+    });
+
+  const approvals = cli
+    .command('approvals')
+    .description(
+      'review and decide approval requests as a chair (password from COUNTERSIGN_PASSWORD or stdin)',
+    );
+  approvals
+    .command('list')
+    .requiredOption('--as <user>', 'your user name')
+    .option(
+      '--status <status>',
+      'pending, approved, rejected, expired, executing, succeeded, failed, unknown',
+      'pending',
+    )
+    .action(async (opts: { as: string; status: string }) => {
+      const password = await chairPassword();
+      const { approvals: rows } = (await runData(config(), {
+        command: 'approvals.list',
+        as: opts.as,
+        password,
+        status: opts.status,
+      })) as { approvals: ApprovalLine[] };
+      if (rows.length === 0) out(`no ${opts.status} requests`);
+      for (const a of rows) {
+        out(
+          `${a.approval_request_id}\t${a.status}\t${a.tool}\t${a.agent_name}\t` +
+            `${a.target.target_type}:${a.target.target_id}\t${a.created_at}\texpires ${a.expires_at}`,
+        );
+      }
+    });
+  approvals
+    .command('show')
+    .argument('<id>', 'approval request id')
+    .requiredOption('--as <user>', 'your user name')
+    .action(async (id: string, opts: { as: string }) => {
+      const password = await chairPassword();
+      const { approval } = (await runData(config(), {
+        command: 'approvals.show',
+        as: opts.as,
+        password,
+        id,
+      })) as {
+        approval: ApprovalLine & { review: Record<string, unknown> };
+      };
+      printApproval(approval);
+    });
+  for (const decision of ['approve', 'reject'] as const) {
+    approvals
+      .command(decision)
+      .argument('<id>', 'approval request id')
+      .requiredOption('--as <user>', 'your user name (must hold the chair role)')
+      .option(
+        '--note <text>',
+        decision === 'reject' ? 'why (required)' : 'a note for the agent and the audit log',
+      )
+      .action(async (id: string, opts: { as: string; note?: string }) => {
+        if (decision === 'reject' && !opts.note) throw new CliError('reject needs --note');
+        const password = await chairPassword();
+        const { approval } = (await runData(config(), {
+          command: 'approvals.decide',
+          as: opts.as,
+          password,
+          id,
+          decision,
+          note: opts.note,
+        })) as { approval: ApprovalLine };
+        out(`${approval.approval_request_id} is ${approval.status}`);
+        if (approval.approval_id) out(approval.approval_id);
+      });
+  }
 
   return cli;
 }

@@ -37,6 +37,41 @@ export const ConfigSchema = z.strictObject({
         .default('isphere_'),
     })
     .prefault({}),
+  approval: z
+    .strictObject({
+      /** Pending requests expire after this (default 72 h). */
+      pending_ttl_s: z
+        .number()
+        .int()
+        .positive()
+        .default(72 * 3600),
+      /** An approved request must be executed within this (default 24 h). */
+      execute_ttl_s: z
+        .number()
+        .int()
+        .positive()
+        .default(24 * 3600),
+      /** Distinct chairs needed per tool (unprefixed name, e.g. send_file); default 1. */
+      required_approvers: z.record(z.string(), z.number().int().min(1).max(5)).default({}),
+      /** How often expiry and reconciliation run. */
+      maintenance_interval_s: z.number().int().positive().default(30),
+    })
+    .prefault({}),
+  limits: z
+    .strictObject({
+      /** Deadline of one tool call; an execution left `executing` longer is reconciled. */
+      call_timeout_ms: z.number().int().positive().default(30_000),
+      max_message_bytes: z
+        .number()
+        .int()
+        .positive()
+        .default(64 * 1024),
+    })
+    .prefault({}),
+  /** Fault injection for the crash tests: the process kills itself at this step of an execution. */
+  testing: z
+    .strictObject({ crash_at: z.enum(['after_write_started', 'after_connector_write']).optional() })
+    .prefault({}),
   files: z
     .strictObject({
       download_dir: z.string().min(1).optional(),
@@ -60,7 +95,7 @@ export type Config = Readonly<
   }
 >;
 
-type EnvKind = 'string' | 'int' | 'bool' | 'list';
+type EnvKind = 'string' | 'int' | 'bool' | 'list' | 'map';
 
 /** Every config key's environment form. Environment wins over the file. */
 export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
@@ -77,6 +112,13 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_DOWNLOAD_DIR: { path: ['files', 'download_dir'], kind: 'string' },
   COUNTERSIGN_OUTBOUND_DIR: { path: ['files', 'outbound_dir'], kind: 'string' },
   COUNTERSIGN_MAX_FILE_BYTES: { path: ['files', 'max_file_bytes'], kind: 'int' },
+  COUNTERSIGN_PENDING_TTL_S: { path: ['approval', 'pending_ttl_s'], kind: 'int' },
+  COUNTERSIGN_EXECUTE_TTL_S: { path: ['approval', 'execute_ttl_s'], kind: 'int' },
+  COUNTERSIGN_REQUIRED_APPROVERS: { path: ['approval', 'required_approvers'], kind: 'map' },
+  COUNTERSIGN_MAINTENANCE_INTERVAL_S: { path: ['approval', 'maintenance_interval_s'], kind: 'int' },
+  COUNTERSIGN_CALL_TIMEOUT_MS: { path: ['limits', 'call_timeout_ms'], kind: 'int' },
+  COUNTERSIGN_MAX_MESSAGE_BYTES: { path: ['limits', 'max_message_bytes'], kind: 'int' },
+  COUNTERSIGN_TEST_CRASH_AT: { path: ['testing', 'crash_at'], kind: 'string' },
 };
 
 export class ConfigError extends Error {
@@ -92,6 +134,20 @@ function envValue(name: string, raw: string, kind: EnvKind): unknown {
         .split(',')
         .map((s) => s.trim())
         .filter(Boolean);
+    case 'map': {
+      // tool=n,tool=n
+      const entries = raw
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean)
+        .map((pair) => {
+          const m = /^([a-z0-9_]+)=(\d+)$/.exec(pair);
+          if (!m)
+            throw new ConfigError(`${name}: expected tool=number pairs separated by commas, got "${pair}"`);
+          return [m[1]!, Number(m[2])] as const;
+        });
+      return Object.fromEntries(entries);
+    }
     case 'int':
       if (!/^-?\d+$/.test(raw.trim())) throw new ConfigError(`${name}: expected an integer, got "${raw}"`);
       return Number(raw);
@@ -166,6 +222,12 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
     pglite_dir: path.join(dataDir, 'pglite'),
     http: Object.freeze({ ...parsed.http, allowed_hosts: Object.freeze([...parsed.http.allowed_hosts]) }),
     tools: Object.freeze(parsed.tools),
+    approval: Object.freeze({
+      ...parsed.approval,
+      required_approvers: Object.freeze({ ...parsed.approval.required_approvers }),
+    }),
+    limits: Object.freeze(parsed.limits),
+    testing: Object.freeze(parsed.testing),
     files: Object.freeze({
       download_dir: path.resolve(cwd, parsed.files.download_dir ?? path.join(dataDir, 'downloads')),
       outbound_dir: path.resolve(cwd, parsed.files.outbound_dir ?? path.join(dataDir, 'outbound')),

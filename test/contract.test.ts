@@ -30,14 +30,23 @@ describe('the tools/list contract', () => {
     assert.deepEqual(JSON.parse(actual), JSON.parse(fs.readFileSync(SNAPSHOT, 'utf8')));
   });
 
-  it('marks read tools read-only and gives every tool an output schema with the envelope', async () => {
+  it('derives annotations from the kind: reads are read-only, writes are gated and idempotent', async () => {
     const { tools } = await client.listTools();
+    const writes = ['isphere_send_message', 'isphere_send_file'];
     for (const tool of tools) {
-      assert.equal(tool.annotations?.readOnlyHint, true, tool.name);
+      const isWrite = writes.includes(tool.name);
+      assert.equal(tool.annotations?.readOnlyHint, !isWrite, tool.name);
+      if (isWrite) {
+        assert.equal(tool.annotations?.destructiveHint, false);
+        assert.equal(tool.annotations?.idempotentHint, true);
+        const props = tool.inputSchema.properties as Record<string, { default?: unknown }>;
+        assert.equal(props.dry_run?.default, true, `${tool.name} defaults to dry_run`);
+      }
       assert.equal(tool.inputSchema.type, 'object');
       const out = tool.outputSchema as { properties: Record<string, unknown>; required: string[] };
-      for (const field of ['ok', 'status', 'next_cursor', 'audit'])
+      for (const field of ['ok', 'status', 'next_cursor', 'audit']) {
         assert.ok(out.required.includes(field), `${tool.name}.${field}`);
+      }
       assert.ok('error' in out.properties);
     }
   });

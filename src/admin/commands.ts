@@ -4,7 +4,12 @@ import type { BlobStore } from '../connectors/local/blobs.ts';
 import { demoData } from '../connectors/local/demo.ts';
 import { importData, parseImportFile } from '../connectors/local/import.ts';
 import { migrateLatest } from '../db/migrations.ts';
+import { createApprovals } from '../approval/index.ts';
+import { DecisionError } from '../approval/decide.ts';
+import { createAuditLog } from '../audit/log.ts';
+import type { Config } from '../config.ts';
 import { AgentName, createAgent, listAgents, revokeAgent } from '../server/agents.ts';
+import { checkCredentials, createUser, Role, UserName, type User } from '../server/users.ts';
 
 /**
  * The data-changing operator commands. They run in the CLI's own process when it can open the database,
@@ -23,6 +28,32 @@ export const AdminCommand = z.discriminatedUnion('command', [
   }),
   z.strictObject({ command: z.literal('agent.list') }),
   z.strictObject({ command: z.literal('agent.revoke'), name: z.string().min(1) }),
+  z.strictObject({
+    command: z.literal('user.add'),
+    name: UserName,
+    roles: z.array(Role).min(1),
+    password: z.string(),
+  }),
+  z.strictObject({
+    command: z.literal('approvals.list'),
+    as: z.string().min(1),
+    password: z.string(),
+    status: z.string().optional(),
+  }),
+  z.strictObject({
+    command: z.literal('approvals.show'),
+    as: z.string().min(1),
+    password: z.string(),
+    id: z.string(),
+  }),
+  z.strictObject({
+    command: z.literal('approvals.decide'),
+    as: z.string().min(1),
+    password: z.string(),
+    id: z.string(),
+    decision: z.enum(['approve', 'reject']),
+    note: z.string().optional(),
+  }),
 ]);
 export type AdminCommand = z.infer<typeof AdminCommand>;
 
@@ -33,6 +64,24 @@ export class AdminCommandError extends Error {
 export interface AdminDeps {
   knex: Knex;
   blobs: BlobStore;
+  config: Config;
+}
+
+async function signIn(deps: AdminDeps, name: string, password: string): Promise<User> {
+  const user = await checkCredentials(deps.knex, name, password);
+  if (!user) throw new AdminCommandError(`wrong user name or password for "${name}"`);
+  return user;
+}
+
+function approvalsOf(deps: AdminDeps) {
+  const audit = createAuditLog(deps.knex);
+  const base = deps.config.http.public_url ?? `http://${deps.config.http.host}:${deps.config.http.port}`;
+  return createApprovals({
+    knex: deps.knex,
+    audit,
+    config: deps.config,
+    reviewUrl: (id) => new URL(`/approvals/${id}`, base).href,
+  });
 }
 
 export async function runAdminCommand(deps: AdminDeps, input: unknown): Promise<Record<string, unknown>> {
@@ -62,6 +111,34 @@ export async function runAdminCommand(deps: AdminDeps, input: unknown): Promise<
         throw new AdminCommandError(`no active agent named "${cmd.name}"`);
       }
       return { revoked: cmd.name };
+    case 'user.add':
+      return { user: await createUser(deps.knex, cmd) };
+    case 'approvals.list': {
+      await signIn(deps, cmd.as, cmd.password);
+      return { approvals: await approvalsOf(deps).listForReview({ status: cmd.status ?? 'pending' }) };
+    }
+    case 'approvals.show': {
+      await signIn(deps, cmd.as, cmd.password);
+      const shown = await approvalsOf(deps).showForReview(cmd.id);
+      if (!shown) throw new AdminCommandError(`no approval request ${cmd.id}`);
+      return { approval: shown };
+    }
+    case 'approvals.decide': {
+      const user = await signIn(deps, cmd.as, cmd.password);
+      try {
+        return {
+          approval: await approvalsOf(deps).decide({
+            id: cmd.id,
+            user,
+            decision: cmd.decision,
+            note: cmd.note,
+          }),
+        };
+      } catch (err) {
+        if (err instanceof DecisionError) throw new AdminCommandError(`${err.reason}: ${err.message}`);
+        throw err;
+      }
+    }
     default:
       return cmd satisfies never;
   }

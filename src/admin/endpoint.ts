@@ -40,7 +40,7 @@ export async function startAdminEndpoint(
       const known =
         err instanceof AdminCommandError ||
         err instanceof z.ZodError ||
-        (err as Error).name === 'AgentExistsError';
+        ['AgentExistsError', 'UserExistsError'].includes((err as Error).name);
       if (!known) deps.log.error({ err }, 'admin command failed');
       res
         .status(known ? 400 : 500)

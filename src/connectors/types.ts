@@ -72,6 +72,24 @@ export interface PageRequest {
   after?: unknown;
 }
 
+export type TargetType = 'contact' | 'group' | 'conversation';
+
+export interface ResolvedTarget {
+  target_type: TargetType;
+  target_id: string;
+  display_name: string | null;
+}
+
+/** A file to send, already stored by sha256 in countersign's blob store. */
+export interface OutgoingFile {
+  sha256: string;
+  size_bytes: number;
+  file_name: string;
+  mime_type: string | null;
+  /** Where the bytes are on disk (the blob). */
+  path: string;
+}
+
 export interface Connector {
   /** Reported as `source` in outputs and the audit log: `local`, `bridge`, `mcp:<name>`. */
   readonly source: string;
@@ -92,6 +110,21 @@ export interface Connector {
   listFiles(
     q: { conversationId?: string; messageId?: string; fileId?: string } & PageRequest,
   ): Promise<Page<FileRecord>>;
+  /**
+   * Resolves a write target by id, or else by exact name or account; several matches are
+   * AMBIGUOUS_TARGET, none TARGET_NOT_FOUND (both as ToolError).
+   */
+  resolveTarget(type: TargetType, ref: string): Promise<ResolvedTarget>;
+  /** Sends once per `key` (the approval_id): a repeated key returns the first write's reference. */
+  sendMessage(w: { target: ResolvedTarget; text: string; key: string }): Promise<{ ref: string }>;
+  sendFile(w: {
+    target: ResolvedTarget;
+    file: OutgoingFile;
+    caption: string | null;
+    key: string;
+  }): Promise<{ ref: string; file_ref: string }>;
+  /** Whether the write keyed `key` happened: found, definitely not, or undefined when it cannot tell. */
+  findWrite(key: string): Promise<{ found: true; ref: string } | { found: false } | undefined>;
   /** The bytes of a file, as a readable stream, with its record. */
   openFile(fileId: string): Promise<{ record: FileRecord; stream: NodeJS.ReadableStream } | undefined>;
 }

@@ -7,9 +7,12 @@ import {
   type Tool,
 } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
+import type { Approvals } from '../approval/index.ts';
+import { runWrite, type WriteControls } from '../approval/gate.ts';
 import type { AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet } from '../connectors/index.ts';
+import type { BlobStore } from '../connectors/local/blobs.ts';
 import type { Logger } from '../log.ts';
 import type { CursorCodec } from '../tools/cursor.ts';
 import { envelopeSchema, type AuditBlock, type ErrorBlock } from '../tools/envelope.ts';
@@ -22,6 +25,8 @@ export interface PipelineDeps {
   audit: AuditLog;
   connectors: ConnectorSet;
   cursors: CursorCodec;
+  approvals: Approvals;
+  blobs: BlobStore;
   config: Config;
   log: Logger;
 }
@@ -113,15 +118,20 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
         });
       }
       const ctx: ToolContext = {
-        agent: { id: agent.id, name: agent.name },
+        agent,
         request_id,
         trace_id,
         connectors: deps.connectors,
         cursors: deps.cursors,
         config: deps.config,
+        approvals: deps.approvals,
+        blobs: deps.blobs,
         signal,
       };
-      outcome = await tool.handler(parsed.data, ctx);
+      outcome =
+        tool.kind === 'read'
+          ? await tool.handler(parsed.data, ctx)
+          : await runWrite(tool, parsed.data as WriteControls & Record<string, unknown>, ctx);
     } catch (err) {
       if (!(err instanceof ToolError)) {
         deps.log.error({ err, trace_id, tool: name, agent: agent.name }, 'tool handler crashed');

@@ -3,6 +3,7 @@ import path from 'node:path';
 import type { Knex } from 'knex';
 import { startAdminEndpoint } from '../admin/endpoint.ts';
 import { firstRun } from '../admin/first-run.ts';
+import { createApprovals, type Approvals } from '../approval/index.ts';
 import { createAuditLog, type AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import { createConnectorSet } from '../connectors/index.ts';
@@ -23,7 +24,10 @@ export interface Services {
   knex: Knex;
   audit: AuditLog;
   blobs: BlobStore;
+  approvals: Approvals;
   pipeline: CallPipeline;
+  /** Runs expiry and reconciliation once (also done periodically). */
+  maintain(): Promise<void>;
   /** Set on the first start of an empty database: the demo agent's token, to be shown once. */
   firstRunToken?: string;
   close(): Promise<void>;
@@ -52,17 +56,68 @@ export async function openServices(config: Config, log: Logger, command: string)
     const blobs = createBlobStore(path.join(config.data_dir, 'blobs'));
     const audit = createAuditLog(db.knex);
     closers.push(() => audit.drain());
-    const connectors = createConnectorSet({ local: createLocalConnector(db.knex, blobs) }, 'local');
+    const local = createLocalConnector(db.knex, blobs);
+    const connectors = createConnectorSet({ local }, 'local');
     const cursors = createCursorCodec(await sharedSecret(db.knex, 'cursor_hmac'));
-    const pipeline = createCallPipeline({ tools: builtinTools, audit, connectors, cursors, config, log });
+    const baseUrl = config.http.public_url ?? `http://${config.http.host}:${config.http.port}`;
+    const approvals = createApprovals({
+      knex: db.knex,
+      audit,
+      config,
+      reviewUrl: (id) => new URL(`/approvals/${id}`, baseUrl).href,
+    });
+    const pipeline = createCallPipeline({
+      tools: builtinTools,
+      audit,
+      connectors,
+      cursors,
+      approvals,
+      blobs,
+      config,
+      log,
+    });
+
+    // Expiry and reconciliation of interrupted executions: at start-up, then periodically.
+    let maintaining: Promise<void> | undefined;
+    const maintain = () =>
+      (maintaining ??= (async () => {
+        try {
+          const expired = await approvals.expireDue();
+          if (expired > 0) log.info({ expired }, 'approval requests expired');
+          await approvals.reconcile((key) => local.findWrite(key), log);
+        } catch (err) {
+          log.error({ err }, 'approval maintenance failed');
+        } finally {
+          maintaining = undefined;
+        }
+      })());
+    await maintain();
+    const timer = setInterval(() => void maintain(), config.approval.maintenance_interval_s * 1000);
+    timer.unref();
+    closers.push(async () => {
+      clearInterval(timer);
+      await maintaining;
+    });
     const firstRunToken = config.demo ? await firstRun(db.knex, blobs) : undefined;
 
     if (db.dialect === 'pglite') {
-      const admin = await startAdminEndpoint({ knex: db.knex, blobs, dataDir: config.data_dir, log });
+      const admin = await startAdminEndpoint({ knex: db.knex, blobs, config, dataDir: config.data_dir, log });
       closers.push(() => admin.close());
     }
 
-    return { config, log, db, knex: db.knex, audit, blobs, pipeline, firstRunToken, close: closeAll };
+    return {
+      config,
+      log,
+      db,
+      knex: db.knex,
+      audit,
+      blobs,
+      approvals,
+      pipeline,
+      maintain,
+      firstRunToken,
+      close: closeAll,
+    };
   } catch (err) {
     await closeAll();
     throw err;

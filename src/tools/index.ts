@@ -1,8 +1,12 @@
+import { getApproval } from './read/get-approval.ts';
+import { listApprovals } from './read/list-approvals.ts';
 import { receiveFiles } from './read/receive-files.ts';
 import { receiveMessages } from './read/receive-messages.ts';
 import { searchContacts } from './read/search-contacts.ts';
 import { searchGroups } from './read/search-groups.ts';
 import type { AnyToolDef } from './types.ts';
+import { sendFile } from './write/send-file.ts';
+import { sendMessage } from './write/send-message.ts';
 
 /** Every built-in tool, in the order tools/list shows them. */
 export const builtinTools: readonly AnyToolDef[] = [
@@ -10,4 +14,8 @@ export const builtinTools: readonly AnyToolDef[] = [
   searchGroups,
   receiveMessages,
   receiveFiles,
+  sendMessage,
+  sendFile,
+  getApproval,
+  listApprovals,
 ];

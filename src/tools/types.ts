@@ -1,6 +1,11 @@
 import type { z } from 'zod';
+import type { Approvals } from '../approval/index.ts';
+import type { ApprovalSummary } from '../approval/view.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet } from '../connectors/index.ts';
+import type { BlobStore } from '../connectors/local/blobs.ts';
+import type { Connector, ResolvedTarget } from '../connectors/types.ts';
+import type { Agent } from '../server/agents.ts';
 import type { CursorCodec } from './cursor.ts';
 
 /** Every tool belongs to exactly one facet; profiles allow or deny facets. */
@@ -9,12 +14,14 @@ export type ToolKind = 'read' | 'write';
 
 /** What a handler may use. Tools never reach the database or the raw MCP server directly. */
 export interface ToolContext {
-  agent: { id: string; name: string };
+  agent: Agent;
   request_id: string;
   trace_id: string;
   connectors: ConnectorSet;
   cursors: CursorCodec;
   config: Config;
+  approvals: Approvals;
+  blobs: BlobStore;
   signal: AbortSignal;
 }
 
@@ -36,19 +43,61 @@ export interface ToolOutcome<T> {
   };
 }
 
-export interface ToolDef<I extends z.ZodObject = z.ZodObject, O extends z.ZodObject = z.ZodObject> {
+interface ToolBase<I extends z.ZodObject, O extends z.ZodObject> {
   /** Name without the configurable prefix, e.g. `search_contacts`. */
   name: string;
   title: string;
   description: string;
   facet: Facet;
-  kind: ToolKind;
   input: I;
   /** The tool's own output fields; the envelope is added around them. */
   output: O;
+}
+
+export interface ReadToolDef<
+  I extends z.ZodObject = z.ZodObject,
+  O extends z.ZodObject = z.ZodObject,
+> extends ToolBase<I, O> {
+  kind: 'read';
   handler(args: z.output<I>, ctx: ToolContext): Promise<ToolOutcome<z.output<O>>>;
 }
 
+/** What the approval gate passes to a write tool's `present`, to shape the tool's output. */
+export interface WriteResult {
+  dry_run: boolean;
+  send_status: 'planned' | 'sent' | 'rejected';
+  content_sha256: string;
+  /** The connector's references once written (message_ref, file_ref …). */
+  result: Record<string, unknown> | null;
+  approval: z.infer<typeof ApprovalSummary> | null;
+}
+
+/** A write, resolved and checked but not performed: what the gate hashes, shows the chair, and runs. */
+export interface PreparedWrite<T> {
+  connector: Connector;
+  target: ResolvedTarget;
+  /** The exact write; hashed with the tool and target into content_sha256. */
+  content: Record<string, unknown>;
+  /** What the chair reviews. */
+  review: Record<string, unknown>;
+  file_sha256: string | null;
+  /** Performs the write exactly once per key (the approval_id). */
+  perform(key: string): Promise<Record<string, unknown>>;
+  present(r: WriteResult): T;
+}
+
+/** A write tool never writes by itself: the approval gate in src/approval/gate.ts decides. */
+export interface WriteToolDef<
+  I extends z.ZodObject = z.ZodObject,
+  O extends z.ZodObject = z.ZodObject,
+> extends ToolBase<I, O> {
+  kind: 'write';
+  prepare(args: z.output<I>, ctx: ToolContext): Promise<PreparedWrite<z.output<O>>>;
+}
+
+export type ToolDef<I extends z.ZodObject = z.ZodObject, O extends z.ZodObject = z.ZodObject> =
+  ReadToolDef<I, O> | WriteToolDef<I, O>;
+
 /** Erases a definition's parameter types so the registry can hold them all. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- handlers are typed at their definition; the registry only passes validated args through
-export type AnyToolDef = ToolDef<any, any>;
+export type AnyToolDef = ReadToolDef<any, any> | WriteToolDef<any, any>;

@@ -12,6 +12,7 @@ import type {
 } from '../types.ts';
 import type { BlobStore } from './blobs.ts';
 import { likeContains, likePrefix, searchKey } from './keys.ts';
+import { findLocalWrite, resolveLocalTarget, sendLocal } from './send.ts';
 
 type Row = Record<string, unknown>;
 
@@ -247,6 +248,16 @@ export function createLocalConnector(knex: Knex, blobs: BlobStore): Connector {
         next: rows.length > limit && last ? { t: iso(last.created_at), id: String(last.id) } : null,
       };
     },
+
+    resolveTarget: (type, ref) => resolveLocalTarget(knex, type, ref),
+    sendMessage: async ({ target, text, key }) => ({
+      ref: (await sendLocal(knex, { target, text, key })).ref,
+    }),
+    async sendFile({ target, file, caption, key }) {
+      const sent = await sendLocal(knex, { target, text: caption ?? '', key, file });
+      return { ref: sent.ref, file_ref: sent.file_ref! };
+    },
+    findWrite: (key) => findLocalWrite(knex, key),
 
     async openFile(fileId) {
       const row = (await knex('files').where({ id: fileId }).first()) as Row | undefined;

@@ -7,7 +7,7 @@ import type { FileRecord } from '../../connectors/types.ts';
 import { ToolError } from '../errors.ts';
 import { resolveInside, safeFileName } from '../paths.ts';
 import { cursorParam, idParam, limitParam, sourceField, sourcePreferenceParam } from '../params.ts';
-import type { ToolDef } from '../types.ts';
+import type { ReadToolDef } from '../types.ts';
 
 const input = z
   .strictObject({
@@ -144,7 +144,7 @@ export const receiveFiles = {
       },
     };
   },
-} satisfies ToolDef<typeof input, typeof output>;
+} satisfies ReadToolDef<typeof input, typeof output>;
 
 /** Streams one file to `target` (created exclusively: never through a pre-placed symlink), hashing as it goes. */
 async function save(

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { ToolError } from '../errors.ts';
 import { cursorParam, idParam, limitParam, sourceField, sourcePreferenceParam } from '../params.ts';
-import type { ToolDef } from '../types.ts';
+import type { ReadToolDef } from '../types.ts';
 
 const input = z
   .strictObject({
@@ -154,4 +154,4 @@ export const receiveMessages = {
       audit: { ...auditFacts, details: { count: page.items.length } },
     };
   },
-} satisfies ToolDef<typeof input, typeof output>;
+} satisfies ReadToolDef<typeof input, typeof output>;

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { cursorParam, limitParam, queryText, sourceField, sourcePreferenceParam } from '../params.ts';
-import type { ToolDef } from '../types.ts';
+import type { ReadToolDef } from '../types.ts';
 
 const input = z.strictObject({
   query: queryText.describe('Name, account, department or title to look for (any script).'),
@@ -51,4 +51,4 @@ export const searchContacts = {
       audit: { source: connector.source, details: { count: page.items.length } },
     };
   },
-} satisfies ToolDef<typeof input, typeof output>;
+} satisfies ReadToolDef<typeof input, typeof output>;

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { cursorParam, limitParam, queryText, sourceField, sourcePreferenceParam } from '../params.ts';
-import type { ToolDef } from '../types.ts';
+import type { ReadToolDef } from '../types.ts';
 
 const input = z.strictObject({
   query: queryText.describe('Group name to look for (any script).'),
@@ -50,4 +50,4 @@ export const searchGroups = {
       audit: { source: connector.source, details: { count: page.items.length } },
     };
   },
-} satisfies ToolDef<typeof input, typeof output>;
+} satisfies ReadToolDef<typeof input, typeof output>;

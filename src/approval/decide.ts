@@ -1,0 +1,171 @@
+import { randomUUID } from 'node:crypto';
+import type { User } from '../server/users.ts';
+import { approversOf, loadRow, viewOf, type ApprovalDeps } from './deps.ts';
+import { requestFromDb, type ApprovalView } from './view.ts';
+
+export type DecisionRefusal =
+  | 'not_found'
+  | 'not_chair'
+  | 'owner_of_agent'
+  | 'not_pending'
+  | 'expired'
+  | 'already_decided'
+  | 'note_required';
+
+/** A decision that cannot be taken; `reason` is stable for the CLI, the web form and tests. */
+export class DecisionError extends Error {
+  override name = 'DecisionError';
+  constructor(
+    readonly reason: DecisionRefusal,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * A chair approves or rejects a pending request. The row is locked for the whole decision; the same
+ * user submitting the same decision again changes nothing and records nothing. Approval issues an
+ * approval_id once the tool's required number of distinct chairs have approved.
+ */
+export async function decide(
+  deps: ApprovalDeps,
+  opts: { id: string; user: User; decision: 'approve' | 'reject'; note?: string | null },
+): Promise<ApprovalView> {
+  const note = opts.note?.trim() || null;
+  if (!opts.user.roles.includes('chair')) {
+    throw new DecisionError('not_chair', `${opts.user.name} does not hold the chair role`);
+  }
+  if (opts.decision === 'reject' && !note)
+    throw new DecisionError('note_required', 'a rejection needs a note');
+  if (!/^[0-9a-f-]{36}$/i.test(opts.id))
+    throw new DecisionError('not_found', `no approval request ${opts.id}`);
+
+  const outcome = await deps.knex.transaction(async (trx) => {
+    const row = await loadRow(trx, { id: opts.id }, true);
+    if (!row) throw new DecisionError('not_found', `no approval request ${opts.id}`);
+
+    const mine = (await trx('approval_decisions')
+      .where({ approval_request_id: row.id, user_name: opts.user.name })
+      .first()) as { decision: string } | undefined;
+    if (mine) {
+      if (mine.decision === opts.decision) return { row, refusal: undefined };
+      throw new DecisionError('already_decided', `${opts.user.name} already decided: ${mine.decision}`);
+    }
+    if (row.status === 'pending' && new Date(row.expires_at) <= new Date()) {
+      await trx('approval_requests').where({ id: row.id }).update({ status: 'expired' });
+      await deps.audit.appendIn(trx, {
+        kind: 'approval.expired',
+        agent_id: row.agent_id,
+        tool: row.tool,
+        approval_request_id: row.id,
+        content_sha256: row.content_sha256,
+        details: { from: 'pending' },
+      });
+      return { row, refusal: new DecisionError('expired', 'this request has expired') };
+    }
+    if (row.status !== 'pending') throw new DecisionError('not_pending', `this request is ${row.status}`);
+
+    const agent = (await trx('agents').where({ id: row.agent_id }).first()) as {
+      owner: string | null;
+      name: string;
+    };
+    if (agent.owner && agent.owner === opts.user.name) {
+      throw new DecisionError(
+        'owner_of_agent',
+        `${opts.user.name} owns agent ${agent.name} and cannot decide its requests`,
+      );
+    }
+
+    const now = new Date().toISOString();
+    await trx('approval_decisions').insert({
+      id: randomUUID(),
+      approval_request_id: row.id,
+      user_name: opts.user.name,
+      decision: opts.decision,
+      note,
+      created_at: now,
+    });
+    const base = {
+      actor: opts.user.name,
+      agent_id: row.agent_id,
+      tool: row.tool,
+      target_type: row.target_type,
+      target_ref: row.target_id,
+      approval_request_id: row.id,
+      content_sha256: row.content_sha256,
+      file_sha256: row.file_sha256,
+      result: 'ok' as const,
+    };
+
+    if (opts.decision === 'reject') {
+      await trx('approval_requests')
+        .where({ id: row.id })
+        .update({ status: 'rejected', decided_at: now, note });
+      await deps.audit.appendIn(trx, { ...base, kind: 'approval.rejected', approvers: [opts.user.name] });
+      return { row, refusal: undefined };
+    }
+
+    const approvers = await approversOf(trx, row.id);
+    if (approvers.length < row.required_approvers) {
+      await deps.audit.appendIn(trx, {
+        ...base,
+        kind: 'approval.approved',
+        approvers,
+        details: { final: false, approvals: approvers.length, required: row.required_approvers },
+      });
+      return { row, refusal: undefined };
+    }
+    const approvalId = randomUUID();
+    await trx('approval_requests')
+      .where({ id: row.id })
+      .update({
+        status: 'approved',
+        approval_id: approvalId,
+        decided_at: now,
+        note,
+        expires_at: new Date(Date.now() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
+      });
+    await deps.audit.appendIn(trx, {
+      ...base,
+      kind: 'approval.approved',
+      approval_id: approvalId,
+      approvers,
+      details: { final: true, approvals: approvers.length, required: row.required_approvers },
+    });
+    return { row, refusal: undefined };
+  });
+  if (outcome.refusal) throw outcome.refusal;
+  return viewOf(deps, deps.knex, (await loadRow(deps.knex, { id: outcome.row.id }))!);
+}
+
+/** Requests for review (chair and compliance), oldest first. */
+export async function listForReview(deps: ApprovalDeps, opts: { status?: string; limit?: number }) {
+  const q = deps
+    .knex('approval_requests as r')
+    .join('agents as a', 'a.id', 'r.agent_id')
+    .select('r.*', 'a.name as agent_name')
+    .orderBy([{ column: 'r.created_at' }, { column: 'r.id' }])
+    .limit(opts.limit ?? 200);
+  if (opts.status) q.where('r.status', opts.status);
+  const rows = (await q) as Record<string, unknown>[];
+  return Promise.all(
+    rows.map(async (raw) => ({
+      ...(await viewOf(deps, deps.knex, requestFromDb(raw))),
+      agent_name: String(raw.agent_name),
+    })),
+  );
+}
+
+/** One request with what the chair must see: the exact content and the agent. */
+export async function showForReview(deps: ApprovalDeps, id: string) {
+  if (!/^[0-9a-f-]{36}$/i.test(id)) return undefined;
+  const row = await loadRow(deps.knex, { id });
+  if (!row) return undefined;
+  const agent = (await deps.knex('agents').where({ id: row.agent_id }).first()) as { name: string };
+  const decisions = await deps
+    .knex('approval_decisions')
+    .where({ approval_request_id: id })
+    .orderBy('created_at');
+  return { ...(await viewOf(deps, deps.knex, row)), agent_name: agent.name, review: row.review, decisions };
+}

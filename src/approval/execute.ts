@@ -1,0 +1,221 @@
+import type { Knex } from 'knex';
+import type { Agent } from '../server/agents.ts';
+import { ToolError } from '../tools/errors.ts';
+import { approversOf, loadRow, policyVersion, type ApprovalDeps } from './deps.ts';
+import type { RequestRow, Target } from './view.ts';
+
+export type RefusalReason =
+  'missing' | 'unknown' | 'pending' | 'rejected' | 'expired' | 'consumed' | 'mismatch' | 'wrong_agent';
+
+const MESSAGES: Record<RefusalReason, string> = {
+  missing: 'a real write needs an approval_id: run it with dry_run first and have it approved',
+  unknown: 'no approval with this approval_id',
+  pending: 'this request is still waiting for approval',
+  rejected: 'this request was rejected',
+  expired: 'this approval has expired: draft the write again',
+  consumed: 'this approval has already been used',
+  mismatch: 'this approval was issued for another tool, target or content',
+  wrong_agent: 'this approval was issued to another agent',
+};
+
+export const approvalRequired = (reason: RefusalReason, detail?: string) =>
+  new ToolError('APPROVAL_REQUIRED', detail ? `${MESSAGES[reason]} (${detail})` : MESSAGES[reason], reason);
+
+export interface ExecutionRequest {
+  agent: Agent;
+  tool: string;
+  approval_id: string;
+  target: Target;
+  content_sha256: string;
+  file_sha256: string | null;
+  idempotency_key?: string;
+  request_id: string;
+  trace_id: string;
+  source: string;
+}
+
+/** What a replayed idempotency key answers: the stored outcome of the first execution. */
+export type Replay = { row: RequestRow };
+
+const EXECUTED = new Set(['executing', 'succeeded', 'failed', 'unknown']);
+
+async function checkIdempotencyKey(
+  trx: Knex.Transaction,
+  req: ExecutionRequest,
+): Promise<Replay | undefined> {
+  if (!req.idempotency_key) return undefined;
+  const prior = (await trx('idempotency_keys')
+    .where({ agent_id: req.agent.id, key: req.idempotency_key })
+    .forUpdate()
+    .first()) as { tool: string; content_sha256: string; approval_request_id: string } | undefined;
+  if (!prior) return undefined;
+  if (prior.tool !== req.tool || prior.content_sha256 !== req.content_sha256) {
+    throw new ToolError(
+      'IDEMPOTENCY_CONFLICT',
+      'this idempotency_key was already used for a different write',
+      'key_reused_for_other_content',
+    );
+  }
+  return { row: (await loadRow(trx, { id: prior.approval_request_id }))! };
+}
+
+/**
+ * The first transaction of an execution: lock the approval, check every binding, mark it executing
+ * and append write.started — all or nothing. Returns the locked row, or the stored outcome when the
+ * idempotency key was seen before with the same content. Refusals that change state (expiry) commit
+ * before they are thrown.
+ */
+export async function beginExecution(
+  deps: ApprovalDeps,
+  req: ExecutionRequest,
+): Promise<{ row: RequestRow; replay: boolean }> {
+  const result = await deps.knex
+    .transaction(async (trx) => {
+      const replay = await checkIdempotencyKey(trx, req);
+      if (replay) return { row: replay.row, replay: true };
+
+      const row = /^[0-9a-f-]{36}$/i.test(req.approval_id)
+        ? await loadRow(trx, { approval_id: req.approval_id }, true)
+        : undefined;
+      if (!row) {
+        // An approval_request_id passed as approval_id tells the agent where its request stands.
+        const asRequest = /^[0-9a-f-]{36}$/i.test(req.approval_id)
+          ? await loadRow(trx, { id: req.approval_id, agent_id: req.agent.id })
+          : undefined;
+        if (asRequest?.status === 'pending') throw approvalRequired('pending');
+        if (asRequest?.status === 'rejected') throw approvalRequired('rejected', asRequest.note ?? undefined);
+        if (asRequest?.status === 'expired') throw approvalRequired('expired');
+        throw approvalRequired('unknown');
+      }
+      if (row.agent_id !== req.agent.id) throw approvalRequired('wrong_agent');
+      if (row.status === 'rejected') throw approvalRequired('rejected');
+      if (row.status === 'expired') throw approvalRequired('expired');
+      if (EXECUTED.has(row.status)) throw approvalRequired('consumed');
+      if (new Date(row.expires_at) <= new Date()) {
+        await trx('approval_requests').where({ id: row.id }).update({ status: 'expired' });
+        await deps.audit.appendIn(trx, {
+          kind: 'approval.expired',
+          agent_id: row.agent_id,
+          tool: row.tool,
+          approval_request_id: row.id,
+          approval_id: row.approval_id,
+          content_sha256: row.content_sha256,
+          details: { from: 'approved' },
+        });
+        return { refusal: approvalRequired('expired') };
+      }
+      const mismatch =
+        row.tool !== req.tool
+          ? 'tool'
+          : row.target_type !== req.target.target_type || row.target_id !== req.target.target_id
+            ? 'target'
+            : row.content_sha256 !== req.content_sha256
+              ? 'content'
+              : row.policy_version !== policyVersion(deps.config)
+                ? 'policy'
+                : undefined;
+      if (mismatch) throw approvalRequired('mismatch', `${mismatch} differs from what was approved`);
+
+      const now = new Date().toISOString();
+      const updated = await trx('approval_requests')
+        .where({ id: row.id, status: 'approved' })
+        .update({ status: 'executing', execution_started_at: now });
+      if (updated !== 1) throw approvalRequired('consumed');
+      if (req.idempotency_key) {
+        await trx('idempotency_keys').insert({
+          agent_id: req.agent.id,
+          key: req.idempotency_key,
+          tool: req.tool,
+          content_sha256: req.content_sha256,
+          approval_request_id: row.id,
+        });
+      }
+      await deps.audit.appendIn(trx, {
+        kind: 'write.started',
+        request_id: req.request_id,
+        trace_id: req.trace_id,
+        agent_id: req.agent.id,
+        tool: req.tool,
+        source: req.source,
+        target_type: row.target_type,
+        target_ref: row.target_id,
+        approval_request_id: row.id,
+        approval_id: row.approval_id,
+        approvers: await approversOf(trx, row.id),
+        dry_run: false,
+        content_sha256: row.content_sha256,
+        file_sha256: row.file_sha256,
+      });
+      return { row: { ...row, status: 'executing' as const, execution_started_at: now }, replay: false };
+    })
+    .catch((err: unknown) => {
+      // Two calls racing with one new idempotency key: the loser sees the key's primary key taken.
+      if ((err as { code?: string }).code === '23505' && /idempotency_keys/.test(String(err))) {
+        throw new ToolError(
+          'IDEMPOTENCY_CONFLICT',
+          'a write with this idempotency_key is in progress',
+          'in_progress',
+        );
+      }
+      throw err;
+    });
+  if ('refusal' in result) throw result.refusal;
+  return result;
+}
+
+export type ExecutionOutcome =
+  | { status: 'succeeded'; result: Record<string, unknown> }
+  | { status: 'failed'; error_code: string; details?: Record<string, unknown> }
+  | { status: 'unknown'; error_code: string; details?: Record<string, unknown> };
+
+/**
+ * The second transaction: record the connector's answer and append write.succeeded, write.failed or
+ * write.unknown. Only an execution still marked executing is finished (reconciliation may race it).
+ */
+export async function finishExecution(
+  deps: ApprovalDeps,
+  row: RequestRow,
+  outcome: ExecutionOutcome,
+  context: { request_id?: string; trace_id?: string; source?: string; reconciled?: boolean },
+): Promise<boolean> {
+  return deps.knex.transaction(async (trx) => {
+    const updated = await trx('approval_requests')
+      .where({ id: row.id, status: 'executing' })
+      .update({
+        status: outcome.status,
+        execution_finished_at: new Date().toISOString(),
+        execution_result: outcome.status === 'succeeded' ? JSON.stringify(outcome.result) : null,
+        execution_error: outcome.status === 'succeeded' ? null : outcome.error_code,
+      });
+    if (updated !== 1) return false;
+    const kind =
+      outcome.status === 'succeeded'
+        ? 'write.succeeded'
+        : outcome.status === 'failed'
+          ? 'write.failed'
+          : 'write.unknown';
+    await deps.audit.appendIn(trx, {
+      kind,
+      request_id: context.request_id ?? null,
+      trace_id: context.trace_id ?? null,
+      agent_id: row.agent_id,
+      tool: row.tool,
+      source: context.source ?? null,
+      target_type: row.target_type,
+      target_ref: row.target_id,
+      approval_request_id: row.id,
+      approval_id: row.approval_id,
+      approvers: await approversOf(trx, row.id),
+      dry_run: false,
+      content_sha256: row.content_sha256,
+      file_sha256: row.file_sha256,
+      result: outcome.status === 'succeeded' ? 'ok' : 'error',
+      error_code: outcome.status === 'succeeded' ? null : outcome.error_code,
+      details: {
+        ...(outcome.status === 'succeeded' ? outcome.result : (outcome.details ?? {})),
+        ...(context.reconciled ? { reconciled: true } : {}),
+      },
+    });
+    return true;
+  });
+}

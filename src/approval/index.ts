@@ -1,0 +1,36 @@
+import type { Logger } from '../log.ts';
+import type { Agent } from '../server/agents.ts';
+import type { User } from '../server/users.ts';
+import { decide, listForReview, showForReview } from './decide.ts';
+import type { ApprovalDeps } from './deps.ts';
+import { beginExecution, finishExecution, type ExecutionOutcome, type ExecutionRequest } from './execute.ts';
+import { expireDue, reconcileStale, type WriteLookup } from './maintenance.ts';
+import { getOwnApproval, listOwnApprovals, requestApproval, type DraftWrite } from './request.ts';
+import type { ApprovalStatus, RequestRow } from './view.ts';
+
+/** The approval module's one face: request, read, decide, execute, expire, reconcile. */
+export function createApprovals(deps: ApprovalDeps) {
+  return {
+    request: (draft: DraftWrite) => requestApproval(deps, draft),
+    getOwn: (agent: Agent, by: { approval_request_id?: string; approval_id?: string }) =>
+      getOwnApproval(deps, agent.id, by),
+    listOwn: (
+      agent: Agent,
+      opts: { status?: ApprovalStatus; limit: number; after?: { t: string; id: string } },
+    ) => listOwnApprovals(deps, agent.id, opts),
+    decide: (opts: { id: string; user: User; decision: 'approve' | 'reject'; note?: string | null }) =>
+      decide(deps, opts),
+    listForReview: (opts: { status?: string; limit?: number }) => listForReview(deps, opts),
+    showForReview: (id: string) => showForReview(deps, id),
+    beginExecution: (req: ExecutionRequest) => beginExecution(deps, req),
+    finishExecution: (
+      row: RequestRow,
+      outcome: ExecutionOutcome,
+      ctx: { request_id?: string; trace_id?: string; source?: string },
+    ) => finishExecution(deps, row, outcome, ctx),
+    expireDue: () => expireDue(deps),
+    reconcile: (lookup: WriteLookup, log: Logger) => reconcileStale(deps, lookup, log),
+  };
+}
+
+export type Approvals = ReturnType<typeof createApprovals>;

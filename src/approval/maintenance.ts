@@ -1,0 +1,86 @@
+import type { Logger } from '../log.ts';
+import { type ApprovalDeps } from './deps.ts';
+import { finishExecution } from './execute.ts';
+import { requestFromDb } from './view.ts';
+
+/** Expires pending requests and approved-but-unused approvals past their time, each with its audit row. */
+export async function expireDue(deps: ApprovalDeps): Promise<number> {
+  return deps.knex.transaction(async (trx) => {
+    const due = (await trx('approval_requests')
+      .whereIn('status', ['pending', 'approved'])
+      .where('expires_at', '<=', new Date().toISOString())
+      .forUpdate()
+      .skipLocked()
+      .limit(500)) as Record<string, unknown>[];
+    if (due.length === 0) return 0;
+    const rows = due.map(requestFromDb);
+    await trx('approval_requests')
+      .whereIn(
+        'id',
+        rows.map((r) => r.id),
+      )
+      .update({ status: 'expired' });
+    await deps.audit.appendIn(
+      trx,
+      ...rows.map((r) => ({
+        kind: 'approval.expired' as const,
+        agent_id: r.agent_id,
+        tool: r.tool,
+        target_type: r.target_type,
+        target_ref: r.target_id,
+        approval_request_id: r.id,
+        approval_id: r.approval_id,
+        content_sha256: r.content_sha256,
+        details: { from: r.status },
+      })),
+    );
+    return rows.length;
+  });
+}
+
+/** Asks the connector whether the write keyed by an approval_id happened: found, definitely not, or cannot tell. */
+export type WriteLookup = (
+  key: string,
+) => Promise<{ found: true; ref: string } | { found: false } | undefined>;
+
+/**
+ * Executions left `executing` past twice the call deadline (a crash, a lost connection) are settled by
+ * asking the connector: written → succeeded; definitely not written → failed; cannot tell → unknown,
+ * which is shown to people and never retried blindly.
+ */
+export async function reconcileStale(deps: ApprovalDeps, lookup: WriteLookup, log: Logger): Promise<number> {
+  const cutoff = new Date(Date.now() - 2 * deps.config.limits.call_timeout_ms).toISOString();
+  const stale = (
+    (await deps
+      .knex('approval_requests')
+      .where('status', 'executing')
+      .where('execution_started_at', '<=', cutoff)
+      .limit(100)) as Record<string, unknown>[]
+  ).map(requestFromDb);
+  let settled = 0;
+  for (const row of stale) {
+    let answer: Awaited<ReturnType<WriteLookup>>;
+    try {
+      answer = await lookup(row.approval_id!);
+    } catch (err) {
+      log.warn({ err, approval_request_id: row.id }, 'reconciliation lookup failed; will retry');
+      continue;
+    }
+    const outcome = answer?.found
+      ? { status: 'succeeded' as const, result: { ref: answer.ref } }
+      : answer
+        ? {
+            status: 'failed' as const,
+            error_code: 'NOT_WRITTEN',
+            details: { reason: 'connector has no such write' },
+          }
+        : {
+            status: 'unknown' as const,
+            error_code: 'OUTCOME_UNKNOWN',
+            details: { reason: 'connector cannot tell' },
+          };
+    if (await finishExecution(deps, row, outcome, { reconciled: true })) settled++;
+    log.warn({ approval_request_id: row.id, status: outcome.status }, 'reconciled an interrupted execution');
+  }
+  return settled;
+}

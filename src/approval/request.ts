@@ -1,0 +1,136 @@
+import { randomUUID } from 'node:crypto';
+import type { Agent } from '../server/agents.ts';
+import { policyVersion, requiredApprovers, viewOf, loadRow, type ApprovalDeps } from './deps.ts';
+import { requestFromDb, type ApprovalStatus, type ApprovalView, type Target } from './view.ts';
+
+export interface DraftWrite {
+  agent: Agent;
+  /** Unprefixed tool name, e.g. send_message. */
+  tool: string;
+  target: Target;
+  content_sha256: string;
+  file_sha256: string | null;
+  /** The exact content the chair will review. */
+  review: Record<string, unknown>;
+  request_id: string;
+  trace_id: string;
+}
+
+/**
+ * Creates the approval request for a drafted write — or returns the agent's open request (pending or
+ * approved, not yet executed) for the same content. The partial unique index settles races.
+ */
+export async function requestApproval(
+  deps: ApprovalDeps,
+  draft: DraftWrite,
+): Promise<{ view: ApprovalView; created: boolean }> {
+  const open = { agent_id: draft.agent.id, content_sha256: draft.content_sha256 };
+  const existing = async () => {
+    const row = (await deps
+      .knex('approval_requests')
+      .where(open)
+      .whereIn('status', ['pending', 'approved'])
+      .first()) as Record<string, unknown> | undefined;
+    return row ? requestFromDb(row) : undefined;
+  };
+  const found = await existing();
+  if (found && new Date(found.expires_at) > new Date())
+    return { view: await viewOf(deps, deps.knex, found), created: false };
+
+  const now = new Date();
+  const id = randomUUID();
+  try {
+    await deps.knex.transaction(async (trx) => {
+      if (found) {
+        // Past its expiry but not yet swept: expire it so a fresh request can take its place.
+        await trx('approval_requests')
+          .where({ id: found.id })
+          .whereIn('status', ['pending', 'approved'])
+          .update({ status: 'expired' });
+        await deps.audit.appendIn(trx, {
+          kind: 'approval.expired',
+          agent_id: found.agent_id,
+          tool: found.tool,
+          approval_request_id: found.id,
+          approval_id: found.approval_id,
+          content_sha256: found.content_sha256,
+          details: { from: found.status },
+        });
+      }
+      await trx('approval_requests').insert({
+        id,
+        agent_id: draft.agent.id,
+        tool: draft.tool,
+        target_type: draft.target.target_type,
+        target_id: draft.target.target_id,
+        target_display: draft.target.display_name,
+        content_sha256: draft.content_sha256,
+        file_sha256: draft.file_sha256,
+        review: JSON.stringify(draft.review),
+        status: 'pending' satisfies ApprovalStatus,
+        required_approvers: requiredApprovers(deps.config, draft.tool),
+        policy_version: policyVersion(deps.config),
+        created_at: now.toISOString(),
+        expires_at: new Date(now.getTime() + deps.config.approval.pending_ttl_s * 1000).toISOString(),
+      });
+      await deps.audit.appendIn(trx, {
+        kind: 'approval.requested',
+        request_id: draft.request_id,
+        trace_id: draft.trace_id,
+        agent_id: draft.agent.id,
+        tool: draft.tool,
+        target_type: draft.target.target_type,
+        target_ref: draft.target.target_id,
+        approval_request_id: id,
+        dry_run: true,
+        content_sha256: draft.content_sha256,
+        file_sha256: draft.file_sha256,
+        result: 'ok',
+      });
+    });
+  } catch (err) {
+    // Lost a race with the same agent drafting the same content: answer with the winner's request.
+    const winner = await existing();
+    if (winner) return { view: await viewOf(deps, deps.knex, winner), created: false };
+    throw err;
+  }
+  return { view: await viewOf(deps, deps.knex, (await loadRow(deps.knex, { id }))!), created: true };
+}
+
+/** One of the agent's own requests, by request id or approval id; another agent's is not found. */
+export async function getOwnApproval(
+  deps: ApprovalDeps,
+  agentId: string,
+  by: { approval_request_id?: string; approval_id?: string },
+): Promise<ApprovalView | undefined> {
+  const isUuid = (s: string | undefined) => s !== undefined && /^[0-9a-f-]{36}$/i.test(s);
+  if (!isUuid(by.approval_request_id) && !isUuid(by.approval_id)) return undefined;
+  const q = deps.knex('approval_requests').where('agent_id', agentId);
+  if (by.approval_request_id) q.where('id', by.approval_request_id);
+  if (by.approval_id) q.where('approval_id', by.approval_id);
+  const raw = (await q.first()) as Record<string, unknown> | undefined;
+  return raw ? viewOf(deps, deps.knex, requestFromDb(raw)) : undefined;
+}
+
+/** The agent's own requests, newest first, keyset-paged on (created_at, id). */
+export async function listOwnApprovals(
+  deps: ApprovalDeps,
+  agentId: string,
+  opts: { status?: ApprovalStatus; limit: number; after?: { t: string; id: string } },
+): Promise<{ items: ApprovalView[]; next: { t: string; id: string } | null }> {
+  const q = deps
+    .knex('approval_requests')
+    .where('agent_id', agentId)
+    .orderBy([
+      { column: 'created_at', order: 'desc' },
+      { column: 'id', order: 'desc' },
+    ])
+    .limit(opts.limit + 1);
+  if (opts.status) q.where('status', opts.status);
+  if (opts.after) q.whereRaw('(created_at, id) < (?::timestamptz, ?::uuid)', [opts.after.t, opts.after.id]);
+  const rows = ((await q) as Record<string, unknown>[]).map(requestFromDb);
+  const page = rows.slice(0, opts.limit);
+  const items = await Promise.all(page.map((r) => viewOf(deps, deps.knex, r)));
+  const last = page.at(-1);
+  return { items, next: rows.length > opts.limit && last ? { t: last.created_at, id: last.id } : null };
+}

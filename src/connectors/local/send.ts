@@ -1,0 +1,114 @@
+import { randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
+import { ToolError } from '../../tools/errors.ts';
+import type { OutgoingFile, ResolvedTarget, TargetType } from '../types.ts';
+import { searchKey } from './keys.ts';
+
+type Row = Record<string, unknown>;
+
+const TABLE: Record<TargetType, string> = {
+  contact: 'contacts',
+  group: 'groups',
+  conversation: 'conversations',
+};
+
+/** By id first; else by exact (normalised) name, or account for contacts. */
+export async function resolveLocalTarget(knex: Knex, type: TargetType, ref: string): Promise<ResolvedTarget> {
+  const table = TABLE[type];
+  let rows = (await knex(table).where({ id: ref }).limit(1)) as Row[];
+  if (rows.length === 0) {
+    const q = knex(table).where('name_key', searchKey(ref));
+    if (type === 'contact') q.orWhere('account', ref);
+    rows = (await q.orderBy('id').limit(10)) as Row[];
+  }
+  if (rows.length === 0) throw new ToolError('TARGET_NOT_FOUND', `no ${type} "${ref}"`, `${type}_not_found`);
+  if (rows.length > 1) {
+    throw new ToolError(
+      'AMBIGUOUS_TARGET',
+      `${rows.length} ${type}s match "${ref}"; pass the id`,
+      'several_matches',
+      {
+        details: {
+          candidates: rows.map((r) => ({ target_id: String(r.id), display_name: String(r.display_name) })),
+        },
+      },
+    );
+  }
+  const row = rows[0]!;
+  if (type === 'contact' && row.active === false) {
+    throw new ToolError('PERMISSION_DENIED', `contact ${String(row.id)} is inactive`, 'contact_inactive');
+  }
+  if (type === 'group' && row.archived === true) {
+    throw new ToolError('PERMISSION_DENIED', `group ${String(row.id)} is archived`, 'group_archived');
+  }
+  return { target_type: type, target_id: String(row.id), display_name: String(row.display_name) };
+}
+
+/** The conversation a send to `target` lands in; a contact or group without one gets it created. */
+async function conversationFor(trx: Knex.Transaction, target: ResolvedTarget): Promise<string> {
+  if (target.target_type === 'conversation') return target.target_id;
+  const column = target.target_type === 'contact' ? 'contact_id' : 'group_id';
+  const existing = (await trx('conversations').where(column, target.target_id).orderBy('id').first()) as
+    Row | undefined;
+  if (existing) return String(existing.id);
+  const id = `cv_${randomUUID()}`;
+  const name = target.display_name ?? target.target_id;
+  await trx('conversations').insert({
+    id,
+    conversation_type: target.target_type === 'contact' ? 'direct' : 'group',
+    display_name: name,
+    name_key: searchKey(name),
+    [column]: target.target_id,
+  });
+  return id;
+}
+
+/** Inserts the outgoing message unless one with this write key exists; returns its id either way. */
+export async function sendLocal(
+  knex: Knex,
+  w: { target: ResolvedTarget; text: string; key: string; file?: OutgoingFile },
+): Promise<{ ref: string; file_ref: string | null }> {
+  return knex.transaction(async (trx) => {
+    const prior = (await trx('messages').where({ write_key: w.key }).first()) as Row | undefined;
+    if (prior) {
+      const f = (await trx('files').where({ message_id: prior.id }).first()) as Row | undefined;
+      return { ref: String(prior.id), file_ref: f ? String(f.id) : null };
+    }
+    const conversationId = await conversationFor(trx, w.target);
+    const now = new Date().toISOString();
+    const id = `ms_${randomUUID()}`;
+    await trx('messages').insert({
+      id,
+      conversation_id: conversationId,
+      direction: 'outgoing',
+      sender_id: null,
+      sender_name: null,
+      content_type: w.file ? 'file' : 'text',
+      content_text: w.text,
+      text_key: searchKey(w.text),
+      created_at: now,
+      received_at: null,
+      write_key: w.key,
+    });
+    let fileRef: string | null = null;
+    if (w.file) {
+      fileRef = `fl_${randomUUID()}`;
+      await trx('files').insert({
+        id: fileRef,
+        message_id: id,
+        conversation_id: conversationId,
+        file_name: w.file.file_name,
+        mime_type: w.file.mime_type,
+        size_bytes: w.file.size_bytes,
+        sha256: w.file.sha256,
+        created_at: now,
+      });
+    }
+    return { ref: id, file_ref: fileRef };
+  });
+}
+
+export async function findLocalWrite(knex: Knex, key: string) {
+  const row = (await knex('messages').where({ write_key: key }).first()) as Row | undefined;
+  return row ? { found: true as const, ref: String(row.id) } : { found: false as const };
+}

@@ -1,0 +1,35 @@
+import { z } from 'zod';
+import { ApprovalStatus, ApprovalView } from '../../approval/view.ts';
+import { cursorParam, limitParam } from '../params.ts';
+import type { ReadToolDef } from '../types.ts';
+
+const input = z.strictObject({
+  status: ApprovalStatus.optional().describe('Only requests in this state.'),
+  limit: limitParam(20, 100),
+  cursor: cursorParam,
+});
+
+const output = z.object({ approvals: z.array(ApprovalView) });
+
+export const listApprovals = {
+  name: 'list_approvals',
+  title: 'List approvals',
+  description: "This agent's approval requests, newest first, optionally by status.",
+  facet: 'approvals',
+  kind: 'read',
+  input,
+  output,
+  async handler(args, ctx) {
+    const query = { status: args.status ?? null };
+    const after = args.cursor
+      ? ctx.cursors.decode<{ t: string; id: string }>('list_approvals', query, args.cursor)
+      : undefined;
+    const page = await ctx.approvals.listOwn(ctx.agent, { status: args.status, limit: args.limit, after });
+    return {
+      data: { approvals: page.items },
+      empty: page.items.length === 0,
+      next_cursor: page.next ? ctx.cursors.encode('list_approvals', query, page.next) : null,
+      audit: { source: 'local', details: { count: page.items.length } },
+    };
+  },
+} satisfies ReadToolDef<typeof input, typeof output>;

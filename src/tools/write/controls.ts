@@ -1,0 +1,46 @@
+import { z } from 'zod';
+import { ApprovalSummary, Target } from '../../approval/view.ts';
+import { SourcePreference } from '../../connectors/index.ts';
+
+/** The inputs every write tool shares: the target, the gate's controls and the source. */
+export const writeTargetParams = {
+  target_type: z.enum(['contact', 'group', 'conversation']),
+  target_id: z
+    .string()
+    .min(1)
+    .max(256)
+    .describe('The target id; an exact name or account is accepted too if it matches one target.'),
+};
+
+export const writeControlParams = {
+  approval_id: z
+    .string()
+    .min(1)
+    .max(64)
+    .optional()
+    .describe(
+      'Required when dry_run is false: issued when a chair approves the dry run of exactly this write.',
+    ),
+  dry_run: z
+    .boolean()
+    .default(true)
+    .describe('Default true: plan the write and request approval; nothing is sent.'),
+  idempotency_key: z
+    .string()
+    .min(1)
+    .max(200)
+    .optional()
+    .describe('Recommended for real writes: the same key with the same content returns the first result.'),
+  source_preference: SourcePreference.exclude(['local_readonly']).default('auto'),
+};
+
+/** Output fields every write tool shares. */
+export const writeOutputFields = {
+  dry_run: z.boolean(),
+  send_status: z.enum(['planned', 'sent', 'rejected']),
+  target: Target,
+  content_sha256: z
+    .string()
+    .describe('SHA-256 of the canonical JSON of the exact write; the approval is bound to it.'),
+  approval: ApprovalSummary.nullable().describe('On dry run: the approval request to have approved.'),
+};

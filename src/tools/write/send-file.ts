@@ -1,0 +1,122 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { z } from 'zod';
+import { ToolError } from '../errors.ts';
+import { resolveInside } from '../paths.ts';
+import type { WriteToolDef } from '../types.ts';
+import { writeControlParams, writeOutputFields, writeTargetParams } from './controls.ts';
+
+const input = z.strictObject({
+  ...writeTargetParams,
+  file_path: z
+    .string()
+    .min(1)
+    .max(1024)
+    .describe('A file inside the configured outbound directory (relative to it, or absolute).'),
+  caption: z.string().max(4096).optional(),
+  ...writeControlParams,
+});
+
+const output = z.object({
+  ...writeOutputFields,
+  file_ref: z.string().nullable(),
+  message_ref: z.string().nullable(),
+  file_sha256: z.string(),
+  file_size_bytes: z.number().int(),
+});
+
+const MIME: Record<string, string> = {
+  '.txt': 'text/plain',
+  '.md': 'text/markdown',
+  '.csv': 'text/csv',
+  '.json': 'application/json',
+  '.pdf': 'application/pdf',
+  '.png': 'image/png',
+  '.jpg': 'image/jpeg',
+  '.jpeg': 'image/jpeg',
+  '.docx': 'application/vnd.openxmlformats-officedocument.wordprocessingml.document',
+  '.xlsx': 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet',
+};
+
+/** Reads the file (after checking it stays inside the outbound directory) and keeps its bytes by sha256. */
+async function readOutbound(root: string, requested: string, maxBytes: number) {
+  const real = resolveInside(root, requested, 'file_path');
+  let stat: fs.Stats;
+  try {
+    stat = await fs.promises.stat(real);
+  } catch {
+    throw new ToolError(
+      'TARGET_NOT_FOUND',
+      `no file ${requested} in the outbound directory`,
+      'file_not_found',
+    );
+  }
+  if (!stat.isFile())
+    throw new ToolError('INVALID_ARGUMENT', `${requested} is not a regular file`, 'not_a_file');
+  if (stat.size > maxBytes) {
+    throw new ToolError(
+      'INVALID_ARGUMENT',
+      `${requested} is ${stat.size} bytes; the limit is ${maxBytes}`,
+      'file_too_large',
+    );
+  }
+  const bytes = await fs.promises.readFile(real);
+  if (bytes.length > maxBytes)
+    throw new ToolError('INVALID_ARGUMENT', `${requested} grew past the limit`, 'file_too_large');
+  return { bytes, name: path.basename(real) };
+}
+
+export const sendFile = {
+  name: 'send_file',
+  title: 'Send file',
+  description:
+    'Send a file from the outbound directory to a contact, group or conversation. Defaults to dry_run, ' +
+    'which requests approval for exactly these bytes (file_sha256); execute with dry_run=false and the ' +
+    'approval_id once approved. A file changed since approval is refused.',
+  facet: 'send',
+  kind: 'write',
+  input,
+  output,
+  async prepare(args, ctx) {
+    const { bytes, name } = await readOutbound(
+      ctx.config.files.outbound_dir,
+      args.file_path,
+      ctx.config.files.max_file_bytes,
+    );
+    const connector = ctx.connectors.pick(args.source_preference);
+    const target = await connector.resolveTarget(args.target_type, args.target_id);
+    // The bytes the chair reviews are the bytes that get sent: both come from the blob store.
+    const blob = await ctx.blobs.put(bytes);
+    const mime_type = MIME[path.extname(name).toLowerCase()] ?? 'application/octet-stream';
+    const caption = args.caption ?? null;
+    const file = {
+      sha256: blob.sha256,
+      size_bytes: blob.size,
+      file_name: name,
+      mime_type,
+      path: ctx.blobs.pathOf(blob.sha256),
+    };
+    return {
+      connector,
+      target,
+      content: { file_sha256: blob.sha256, file_name: name, caption },
+      review: { file_name: name, file_size_bytes: blob.size, mime_type, file_sha256: blob.sha256, caption },
+      file_sha256: blob.sha256,
+      async perform(key) {
+        const sent = await connector.sendFile({ target, file, caption, key });
+        return { message_ref: sent.ref, file_ref: sent.file_ref };
+      },
+      present: (r) => ({
+        dry_run: r.dry_run,
+        send_status: r.send_status,
+        target,
+        content_sha256: r.content_sha256,
+        approval: r.approval,
+        file_ref: (r.result?.file_ref as string | undefined) ?? null,
+        message_ref: (r.result?.message_ref as string | undefined) ?? null,
+        file_sha256: blob.sha256,
+        file_size_bytes: blob.size,
+      }),
+    };
+  },
+} satisfies WriteToolDef<typeof input, typeof output>;

@@ -1,0 +1,58 @@
+import { z } from 'zod';
+import { ToolError } from '../errors.ts';
+import type { WriteToolDef } from '../types.ts';
+import { writeControlParams, writeOutputFields, writeTargetParams } from './controls.ts';
+
+const input = z.strictObject({
+  ...writeTargetParams,
+  content_text: z.string().min(1).describe('The exact text to send; the approval is bound to it.'),
+  ...writeControlParams,
+});
+
+const output = z.object({
+  ...writeOutputFields,
+  message_ref: z.string().nullable(),
+});
+
+export const sendMessage = {
+  name: 'send_message',
+  title: 'Send message',
+  description:
+    'Send a text message to a contact, group or conversation. Defaults to dry_run, which requests approval ' +
+    'and returns content_sha256 and an approval_request_id; once a chair approves, call again with the same ' +
+    'content, dry_run=false and the approval_id (see get_approval).',
+  facet: 'send',
+  kind: 'write',
+  input,
+  output,
+  async prepare(args, ctx) {
+    const bytes = Buffer.byteLength(args.content_text, 'utf8');
+    if (bytes > ctx.config.limits.max_message_bytes) {
+      throw new ToolError(
+        'INVALID_ARGUMENT',
+        `content_text is ${bytes} bytes; the limit is ${ctx.config.limits.max_message_bytes}`,
+        'content_too_large',
+      );
+    }
+    const connector = ctx.connectors.pick(args.source_preference);
+    const target = await connector.resolveTarget(args.target_type, args.target_id);
+    return {
+      connector,
+      target,
+      content: { content_text: args.content_text },
+      review: { content_text: args.content_text },
+      file_sha256: null,
+      perform: async (key) => ({
+        message_ref: (await connector.sendMessage({ target, text: args.content_text, key })).ref,
+      }),
+      present: (r) => ({
+        dry_run: r.dry_run,
+        send_status: r.send_status,
+        target,
+        content_sha256: r.content_sha256,
+        approval: r.approval,
+        message_ref: (r.result?.message_ref as string | undefined) ?? null,
+      }),
+    };
+  },
+} satisfies WriteToolDef<typeof input, typeof output>;
