@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Command } from 'commander';
 import { z } from 'zod';
-import { AdminCommandError, runAdminCommand, type AdminCommand } from './admin/commands.ts';
+import { AdminCommandError, describeZodError, runAdminCommand, type AdminCommand } from './admin/commands.ts';
 import { sendAdminCommand } from './admin/endpoint.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { createBlobStore } from './connectors/local/blobs.ts';
@@ -334,8 +334,7 @@ function program(): Command {
 
 function explain(e: unknown): string {
   if (e instanceof ConfigError) return `configuration error: ${e.message}`;
-  if (e instanceof z.ZodError)
-    return e.issues.map((i) => `${i.path.join('.') || 'input'}: ${i.message}`).join('; ');
+  if (e instanceof z.ZodError) return describeZodError(e);
   if (e instanceof CliError || e instanceof AdminCommandError || e instanceof DataDirLockedError)
     return e.message;
   if (e instanceof StdioAuthError) return e.message;

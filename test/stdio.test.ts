@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { builtinTools } from '../src/tools/index.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { createTestDatabase, type TestDatabase } from './helpers/db.ts';
 import { runCli } from './helpers/cli.ts';
@@ -31,12 +32,7 @@ for (const kind of databaseKinds()) {
         const tools = await client.listTools();
         assert.deepEqual(
           tools.tools.map((t) => t.name),
-          [
-            'isphere_search_contacts',
-            'isphere_search_groups',
-            'isphere_receive_messages',
-            'isphere_receive_files',
-          ],
+          builtinTools.map((t) => `isphere_${t.name}`),
         );
         const res = await call(client, 'isphere_search_contacts', { query: '张' });
         assert.equal(res.contacts[0].contact_id, 'ct_zhang');

@@ -32,7 +32,7 @@ export const AdminCommand = z.discriminatedUnion('command', [
     command: z.literal('user.add'),
     name: UserName,
     roles: z.array(Role).min(1),
-    password: z.string(),
+    password: z.string().min(8, 'at least 8 characters'),
   }),
   z.strictObject({
     command: z.literal('approvals.list'),
@@ -56,6 +56,11 @@ export const AdminCommand = z.discriminatedUnion('command', [
   }),
 ]);
 export type AdminCommand = z.infer<typeof AdminCommand>;
+
+/** `path: message; …` — the same wording whether a command ran here or inside the server. */
+export function describeZodError(err: z.ZodError): string {
+  return err.issues.map((i) => `${i.path.join('.') || 'input'}: ${i.message}`).join('; ');
+}
 
 export class AdminCommandError extends Error {
   override name = 'AdminCommandError';

@@ -6,7 +6,7 @@ import path from 'node:path';
 import express, { type Request, type Response } from 'express';
 import { z } from 'zod';
 import type { Logger } from '../log.ts';
-import { AdminCommandError, runAdminCommand, type AdminDeps } from './commands.ts';
+import { AdminCommandError, describeZodError, runAdminCommand, type AdminDeps } from './commands.ts';
 
 export const ADMIN_FILE = 'admin.json';
 
@@ -42,9 +42,12 @@ export async function startAdminEndpoint(
         err instanceof z.ZodError ||
         ['AgentExistsError', 'UserExistsError'].includes((err as Error).name);
       if (!known) deps.log.error({ err }, 'admin command failed');
-      res
-        .status(known ? 400 : 500)
-        .json({ ok: false, error: known ? (err as Error).message : 'internal error, see the server log' });
+      const error = !known
+        ? 'internal error, see the server log'
+        : err instanceof z.ZodError
+          ? describeZodError(err)
+          : (err as Error).message;
+      res.status(known ? 400 : 500).json({ ok: false, error });
     }
   });
 

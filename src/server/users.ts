@@ -63,10 +63,7 @@ export async function createUser(
     .array(Role)
     .min(1)
     .parse([...new Set(opts.roles)]);
-  if (opts.password.length < 8)
-    throw new z.ZodError([
-      { code: 'custom', path: ['password'], message: 'at least 8 characters', input: '' },
-    ]);
+  z.object({ password: z.string().min(8, 'at least 8 characters') }).parse({ password: opts.password });
   const user: User = { id: randomUUID(), name, roles };
   const inserted = await knex('users')
     .insert({ ...user, roles: JSON.stringify(roles), password_hash: await hashPassword(opts.password) })

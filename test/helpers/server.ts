@@ -89,8 +89,9 @@ export async function call(
   client: Client,
   name: string,
   args: Record<string, unknown> = {},
+  opts: { timeout?: number } = {},
 ): Promise<Envelope> {
-  const result = (await client.callTool({ name, arguments: args })) as CallToolResult;
+  const result = (await client.callTool({ name, arguments: args }, undefined, opts)) as CallToolResult;
   const env = result.structuredContent as Envelope;
   if (Boolean(result.isError) !== (env.ok === false)) throw new Error('isError and ok disagree');
   return env;
