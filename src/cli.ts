@@ -125,11 +125,16 @@ async function serve(opts: { stdio?: boolean }): Promise<void> {
     return;
   }
   const server = await startHttpServer(cfg, log);
-  if (server.services.firstRunToken) {
+  const first = server.services.firstRun;
+  if (first) {
     err('');
     err('countersign: first run — demo data loaded and an agent named "demo" created.');
     err(`  MCP endpoint: ${server.url}/mcp`);
-    err(`  demo agent token (shown once): ${server.services.firstRunToken}`);
+    err(`  demo agent token (shown once): ${first.token}`);
+    if (first.chair) {
+      err(`  approvals web form: ${server.url}/approvals`);
+      err(`  chair login (shown once): ${first.chair.name} / ${first.chair.password}`);
+    }
     err('');
   }
   await new Promise<void>((resolve) => {

@@ -68,6 +68,36 @@ export const ConfigSchema = z.strictObject({
         .default(64 * 1024),
     })
     .prefault({}),
+  web: z
+    .strictObject({
+      /** A session unused this long ends (default 30 min). */
+      session_idle_s: z
+        .number()
+        .int()
+        .positive()
+        .default(30 * 60),
+      /** A session ends this long after login, used or not (default 12 h). */
+      session_absolute_s: z
+        .number()
+        .int()
+        .positive()
+        .default(12 * 3600),
+      /** Failed logins allowed per user name, and per client address, in 15 minutes. */
+      login_failures_per_user: z.number().int().positive().default(5),
+      login_failures_per_ip: z.number().int().positive().default(20),
+      /** Mark cookies Secure; set when countersign is served behind TLS. */
+      secure_cookies: z.boolean().default(false),
+      /** Optional: POST a signed notice here for each new approval request. */
+      webhook_url: z.url().optional(),
+      webhook_secret: z.string().min(16).optional(),
+      /** Include the message text in notices (off by default: it may be sensitive). */
+      webhook_include_content: z.boolean().default(false),
+    })
+    .refine((w) => !w.webhook_url || w.webhook_secret, {
+      message: 'webhook_secret is required with webhook_url',
+      path: ['webhook_secret'],
+    })
+    .prefault({}),
   /** Fault injection for the crash tests: the process kills itself at this step of an execution. */
   testing: z
     .strictObject({ crash_at: z.enum(['after_write_started', 'after_connector_write']).optional() })
@@ -119,6 +149,14 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_CALL_TIMEOUT_MS: { path: ['limits', 'call_timeout_ms'], kind: 'int' },
   COUNTERSIGN_MAX_MESSAGE_BYTES: { path: ['limits', 'max_message_bytes'], kind: 'int' },
   COUNTERSIGN_TEST_CRASH_AT: { path: ['testing', 'crash_at'], kind: 'string' },
+  COUNTERSIGN_SESSION_IDLE_S: { path: ['web', 'session_idle_s'], kind: 'int' },
+  COUNTERSIGN_SESSION_ABSOLUTE_S: { path: ['web', 'session_absolute_s'], kind: 'int' },
+  COUNTERSIGN_LOGIN_FAILURES_PER_USER: { path: ['web', 'login_failures_per_user'], kind: 'int' },
+  COUNTERSIGN_LOGIN_FAILURES_PER_IP: { path: ['web', 'login_failures_per_ip'], kind: 'int' },
+  COUNTERSIGN_SECURE_COOKIES: { path: ['web', 'secure_cookies'], kind: 'bool' },
+  COUNTERSIGN_WEBHOOK_URL: { path: ['web', 'webhook_url'], kind: 'string' },
+  COUNTERSIGN_WEBHOOK_SECRET: { path: ['web', 'webhook_secret'], kind: 'string' },
+  COUNTERSIGN_WEBHOOK_INCLUDE_CONTENT: { path: ['web', 'webhook_include_content'], kind: 'bool' },
 };
 
 export class ConfigError extends Error {
@@ -228,6 +266,7 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
     }),
     limits: Object.freeze(parsed.limits),
     testing: Object.freeze(parsed.testing),
+    web: Object.freeze(parsed.web),
     files: Object.freeze({
       download_dir: path.resolve(cwd, parsed.files.download_dir ?? path.join(dataDir, 'downloads')),
       outbound_dir: path.resolve(cwd, parsed.files.outbound_dir ?? path.join(dataDir, 'outbound')),

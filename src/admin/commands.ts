@@ -5,6 +5,7 @@ import { demoData } from '../connectors/local/demo.ts';
 import { importData, parseImportFile } from '../connectors/local/import.ts';
 import { migrateLatest } from '../db/migrations.ts';
 import { createApprovals } from '../approval/index.ts';
+import { ApprovalStatus } from '../approval/view.ts';
 import { DecisionError } from '../approval/decide.ts';
 import { createAuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
@@ -120,7 +121,11 @@ export async function runAdminCommand(deps: AdminDeps, input: unknown): Promise<
       return { user: await createUser(deps.knex, cmd) };
     case 'approvals.list': {
       await signIn(deps, cmd.as, cmd.password);
-      return { approvals: await approvalsOf(deps).listForReview({ status: cmd.status ?? 'pending' }) };
+      return {
+        approvals: await approvalsOf(deps).listForReview({
+          status: ApprovalStatus.parse(cmd.status ?? 'pending'),
+        }),
+      };
     }
     case 'approvals.show': {
       await signIn(deps, cmd.as, cmd.password);

@@ -1,22 +1,37 @@
+import { randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
 import { toCount } from '../db/knex.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
 import { demoData } from '../connectors/local/demo.ts';
 import { importData } from '../connectors/local/import.ts';
 import { createAgent } from '../server/agents.ts';
+import { createUser } from '../server/users.ts';
+
+export interface FirstRun {
+  token: string;
+  /** A chair login, created when no user exists yet. */
+  chair?: { name: string; password: string };
+}
 
 /**
  * On the very first start (no agent has ever been created), seeds the demo directory when the store is
- * empty and creates the `demo` agent. Returns its token, to be shown once.
+ * empty, creates the `demo` agent and, when there is no user yet, a `chair` user. Returns the
+ * credentials, to be shown once.
  */
-export async function firstRun(knex: Knex, blobs: BlobStore): Promise<string | undefined> {
+export async function firstRun(knex: Knex, blobs: BlobStore): Promise<FirstRun | undefined> {
   const agents = toCount((await knex('agents').count({ n: '*' }).first())?.n);
   if (agents > 0) return undefined;
   const contacts = toCount((await knex('contacts').count({ n: '*' }).first())?.n);
   if (contacts === 0) await importData(knex, blobs, demoData());
+  let token: string;
   try {
-    return (await createAgent(knex, { name: 'demo' })).token;
+    token = (await createAgent(knex, { name: 'demo' })).token;
   } catch {
     return undefined; // another instance created it first
   }
+  const users = toCount((await knex('users').count({ n: '*' }).first())?.n);
+  if (users > 0) return { token };
+  const password = randomBytes(12).toString('base64url');
+  await createUser(knex, { name: 'chair', roles: ['chair'], password });
+  return { token, chair: { name: 'chair', password } };
 }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { User } from '../server/users.ts';
 import { approversOf, loadRow, viewOf, type ApprovalDeps } from './deps.ts';
-import { requestFromDb, type ApprovalView } from './view.ts';
+import type { ApprovalView } from './view.ts';
 
 export type DecisionRefusal =
   | 'not_found'
@@ -137,35 +137,4 @@ export async function decide(
   });
   if (outcome.refusal) throw outcome.refusal;
   return viewOf(deps, deps.knex, (await loadRow(deps.knex, { id: outcome.row.id }))!);
-}
-
-/** Requests for review (chair and compliance), oldest first. */
-export async function listForReview(deps: ApprovalDeps, opts: { status?: string; limit?: number }) {
-  const q = deps
-    .knex('approval_requests as r')
-    .join('agents as a', 'a.id', 'r.agent_id')
-    .select('r.*', 'a.name as agent_name')
-    .orderBy([{ column: 'r.created_at' }, { column: 'r.id' }])
-    .limit(opts.limit ?? 200);
-  if (opts.status) q.where('r.status', opts.status);
-  const rows = (await q) as Record<string, unknown>[];
-  return Promise.all(
-    rows.map(async (raw) => ({
-      ...(await viewOf(deps, deps.knex, requestFromDb(raw))),
-      agent_name: String(raw.agent_name),
-    })),
-  );
-}
-
-/** One request with what the chair must see: the exact content and the agent. */
-export async function showForReview(deps: ApprovalDeps, id: string) {
-  if (!/^[0-9a-f-]{36}$/i.test(id)) return undefined;
-  const row = await loadRow(deps.knex, { id });
-  if (!row) return undefined;
-  const agent = (await deps.knex('agents').where({ id: row.agent_id }).first()) as { name: string };
-  const decisions = await deps
-    .knex('approval_decisions')
-    .where({ approval_request_id: id })
-    .orderBy('created_at');
-  return { ...(await viewOf(deps, deps.knex, row)), agent_name: agent.name, review: row.review, decisions };
 }

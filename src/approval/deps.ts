@@ -11,6 +11,8 @@ export interface ApprovalDeps {
   config: Config;
   /** The chair's review page for a request. */
   reviewUrl(id: string): string;
+  /** Called after a new request is committed (the notification webhook); must not throw. */
+  onRequested?(view: ApprovalView, review: Record<string, unknown>, agentName: string): void;
 }
 
 /** What approvals are bound to besides content: the approval policy in force when they were issued. */

@@ -1,7 +1,8 @@
 import type { Logger } from '../log.ts';
 import type { Agent } from '../server/agents.ts';
 import type { User } from '../server/users.ts';
-import { decide, listForReview, showForReview } from './decide.ts';
+import { decide } from './decide.ts';
+import { countByStatus, listForReview, showForReview, type QueueFilter } from './review.ts';
 import type { ApprovalDeps } from './deps.ts';
 import { beginExecution, finishExecution, type ExecutionOutcome, type ExecutionRequest } from './execute.ts';
 import { expireDue, reconcileStale, type WriteLookup } from './maintenance.ts';
@@ -20,7 +21,8 @@ export function createApprovals(deps: ApprovalDeps) {
     ) => listOwnApprovals(deps, agent.id, opts),
     decide: (opts: { id: string; user: User; decision: 'approve' | 'reject'; note?: string | null }) =>
       decide(deps, opts),
-    listForReview: (opts: { status?: string; limit?: number }) => listForReview(deps, opts),
+    listForReview: (filter: QueueFilter) => listForReview(deps, filter),
+    countByStatus: (filter: Pick<QueueFilter, 'tool' | 'agent'>) => countByStatus(deps, filter),
     showForReview: (id: string) => showForReview(deps, id),
     beginExecution: (req: ExecutionRequest) => beginExecution(deps, req),
     finishExecution: (

@@ -94,7 +94,9 @@ export async function requestApproval(
     if (winner) return { view: await viewOf(deps, deps.knex, winner), created: false };
     throw err;
   }
-  return { view: await viewOf(deps, deps.knex, (await loadRow(deps.knex, { id }))!), created: true };
+  const view = await viewOf(deps, deps.knex, (await loadRow(deps.knex, { id }))!);
+  deps.onRequested?.(view, draft.review, draft.agent.name);
+  return { view, created: true };
 }
 
 /** One of the agent's own requests, by request id or approval id; another agent's is not found. */

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import express from 'express';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
+import { createWebRouter } from '../web/app.ts';
 import { createMcpRouter, sendProblem } from './http.ts';
 import { openServices, type Services } from './services.ts';
 import { VERSION } from './version.ts';
@@ -27,6 +28,16 @@ export function createApp(services: Services) {
   app.disable('x-powered-by');
   app.set('trust proxy', false);
   app.use('/mcp', mcp.router);
+  app.use(
+    createWebRouter({
+      knex: services.knex,
+      audit: services.audit,
+      approvals: services.approvals,
+      blobs: services.blobs,
+      config: services.config,
+      log: services.log,
+    }),
+  );
   app.use((_req, res) => sendProblem(res, 404, 'not_found', 'Not found'));
   return { app, close: () => mcp.close() };
 }
@@ -43,6 +54,7 @@ export async function startHttpServer(config: Config, log: Logger): Promise<Runn
     const { port } = server.address() as AddressInfo;
     const host = config.http.host.includes(':') ? `[${config.http.host}]` : config.http.host;
     const url = `http://${host}:${port}`;
+    services.listeningAt(url);
     log.info({ url: `${url}/mcp`, database: services.db.dialect }, 'countersign listening');
     return {
       url,

@@ -41,7 +41,7 @@ function bearer(req: Request): string | undefined {
 }
 
 /** Host and Origin must name this server, so a web page cannot reach a loopback countersign by DNS rebinding. */
-function hostGuard(config: Config) {
+export function hostGuard(config: Config) {
   const allowed = new Set(config.http.allowed_hosts.map((h) => h.toLowerCase()));
   const hostOk = (host: string) => {
     const name = host.toLowerCase().replace(/:\d+$/, '');

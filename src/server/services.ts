@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import type { Knex } from 'knex';
 import { startAdminEndpoint } from '../admin/endpoint.ts';
-import { firstRun } from '../admin/first-run.ts';
+import { firstRun as seedFirstRun, type FirstRun } from '../admin/first-run.ts';
 import { createApprovals, type Approvals } from '../approval/index.ts';
 import { createAuditLog, type AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
@@ -14,6 +14,7 @@ import { migrateLatest } from '../db/migrations.ts';
 import type { Logger } from '../log.ts';
 import { createCursorCodec } from '../tools/cursor.ts';
 import { builtinTools } from '../tools/index.ts';
+import { createNotifier } from '../web/webhook.ts';
 import { createCallPipeline, type CallPipeline } from './pipeline.ts';
 
 /** Everything a transport needs, built once per process. */
@@ -26,10 +27,12 @@ export interface Services {
   blobs: BlobStore;
   approvals: Approvals;
   pipeline: CallPipeline;
+  /** Tells the services where the HTTP server listens (used for links unless http.public_url is set). */
+  listeningAt(url: string): void;
   /** Runs expiry and reconciliation once (also done periodically). */
   maintain(): Promise<void>;
-  /** Set on the first start of an empty database: the demo agent's token, to be shown once. */
-  firstRunToken?: string;
+  /** Set on the first start of an empty database: credentials to be shown once. */
+  firstRun?: FirstRun;
   close(): Promise<void>;
 }
 
@@ -59,12 +62,14 @@ export async function openServices(config: Config, log: Logger, command: string)
     const local = createLocalConnector(db.knex, blobs);
     const connectors = createConnectorSet({ local }, 'local');
     const cursors = createCursorCodec(await sharedSecret(db.knex, 'cursor_hmac'));
-    const baseUrl = config.http.public_url ?? `http://${config.http.host}:${config.http.port}`;
+    // Links people follow; without http.public_url, the address the HTTP server actually listens on.
+    const links = { base: config.http.public_url ?? `http://${config.http.host}:${config.http.port}` };
     const approvals = createApprovals({
       knex: db.knex,
       audit,
       config,
-      reviewUrl: (id) => new URL(`/approvals/${id}`, baseUrl).href,
+      reviewUrl: (id) => new URL(`/approvals/${id}`, links.base).href,
+      onRequested: createNotifier(config, log),
     });
     const pipeline = createCallPipeline({
       tools: builtinTools,
@@ -98,7 +103,7 @@ export async function openServices(config: Config, log: Logger, command: string)
       clearInterval(timer);
       await maintaining;
     });
-    const firstRunToken = config.demo ? await firstRun(db.knex, blobs) : undefined;
+    const firstRun = config.demo ? await seedFirstRun(db.knex, blobs) : undefined;
 
     if (db.dialect === 'pglite') {
       const admin = await startAdminEndpoint({ knex: db.knex, blobs, config, dataDir: config.data_dir, log });
@@ -115,7 +120,10 @@ export async function openServices(config: Config, log: Logger, command: string)
       approvals,
       pipeline,
       maintain,
-      firstRunToken,
+      listeningAt(url) {
+        if (!config.http.public_url) links.base = url;
+      },
+      firstRun,
       close: closeAll,
     };
   } catch (err) {

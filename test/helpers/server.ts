@@ -44,7 +44,7 @@ export async function startTestServer(
     ...server,
     db,
     env,
-    demoToken: server.services.firstRunToken!,
+    demoToken: server.services.firstRun!.token,
     addAgent: async (name) => (await createAgent(server.services.knex, { name })).token,
     async stop() {
       await server.close();

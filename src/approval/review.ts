@@ -1,0 +1,75 @@
+import { toCount } from '../db/knex.ts';
+import { loadRow, viewOf, type ApprovalDeps } from './deps.ts';
+import { requestFromDb, type ApprovalStatus } from './view.ts';
+
+export interface QueueFilter {
+  status?: ApprovalStatus;
+  tool?: string;
+  agent?: string;
+  limit?: number;
+  offset?: number;
+}
+
+/** Requests for people to review, oldest first, with the requesting agent's name. */
+export async function listForReview(deps: ApprovalDeps, f: QueueFilter) {
+  const q = deps
+    .knex('approval_requests as r')
+    .join('agents as a', 'a.id', 'r.agent_id')
+    .select('r.*', 'a.name as agent_name')
+    .orderBy([{ column: 'r.created_at' }, { column: 'r.id' }])
+    .limit(f.limit ?? 200)
+    .offset(f.offset ?? 0);
+  if (f.status) q.where('r.status', f.status);
+  if (f.tool) q.where('r.tool', f.tool);
+  if (f.agent) q.where('a.name', f.agent);
+  const rows = (await q) as Record<string, unknown>[];
+  return Promise.all(
+    rows.map(async (raw) => ({
+      ...(await viewOf(deps, deps.knex, requestFromDb(raw))),
+      agent_name: String(raw.agent_name),
+    })),
+  );
+}
+
+/** How many requests are in each status (for the queue's counts), with tool and agent filters applied. */
+export async function countByStatus(deps: ApprovalDeps, f: Pick<QueueFilter, 'tool' | 'agent'>) {
+  const q = deps
+    .knex('approval_requests as r')
+    .join('agents as a', 'a.id', 'r.agent_id')
+    .select('r.status')
+    .count({ n: '*' })
+    .groupBy('r.status');
+  if (f.tool) q.where('r.tool', f.tool);
+  if (f.agent) q.where('a.name', f.agent);
+  const rows = (await q) as { status: ApprovalStatus; n: unknown }[];
+  return Object.fromEntries(rows.map((r) => [r.status, toCount(r.n)])) as Partial<
+    Record<ApprovalStatus, number>
+  >;
+}
+
+/** One request with what the chair must see: the exact content, the agent and earlier decisions. */
+export async function showForReview(deps: ApprovalDeps, id: string) {
+  if (!/^[0-9a-f-]{36}$/i.test(id)) return undefined;
+  const row = await loadRow(deps.knex, { id });
+  if (!row) return undefined;
+  const agent = (await deps.knex('agents').where({ id: row.agent_id }).first()) as {
+    name: string;
+    owner: string | null;
+  };
+  const decisions = (await deps
+    .knex('approval_decisions')
+    .where({ approval_request_id: id })
+    .orderBy('created_at')) as {
+    user_name: string;
+    decision: 'approve' | 'reject';
+    note: string | null;
+    created_at: unknown;
+  }[];
+  return {
+    ...(await viewOf(deps, deps.knex, row)),
+    agent_name: agent.name,
+    agent_owner: agent.owner,
+    review: row.review,
+    decisions: decisions.map((d) => ({ ...d, created_at: new Date(d.created_at as string).toISOString() })),
+  };
+}
