@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { User } from '../server/users.ts';
-import { approversOf, loadRow, viewOf, type ApprovalDeps } from './deps.ts';
+import { approversOf, expireRows, loadRow, viewOf, type ApprovalDeps } from './deps.ts';
 import type { ApprovalView } from './view.ts';
 
 export type DecisionRefusal =
@@ -53,15 +53,7 @@ export async function decide(
       throw new DecisionError('already_decided', `${opts.user.name} already decided: ${mine.decision}`);
     }
     if (row.status === 'pending' && new Date(row.expires_at) <= new Date()) {
-      await trx('approval_requests').where({ id: row.id }).update({ status: 'expired' });
-      await deps.audit.appendIn(trx, {
-        kind: 'approval.expired',
-        agent_id: row.agent_id,
-        tool: row.tool,
-        approval_request_id: row.id,
-        content_sha256: row.content_sha256,
-        details: { from: 'pending' },
-      });
+      await expireRows(deps, trx, [row]);
       return { row, refusal: new DecisionError('expired', 'this request has expired') };
     }
     if (row.status !== 'pending') throw new DecisionError('not_pending', `this request is ${row.status}`);

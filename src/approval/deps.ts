@@ -40,6 +40,44 @@ export async function approversOf(q: Knex | Knex.Transaction, id: string): Promi
   return rows.map((r) => r.user_name);
 }
 
+/** The audit fields every row about one request carries. */
+export function requestFacts(row: RequestRow) {
+  return {
+    agent_id: row.agent_id,
+    tool: row.tool,
+    target_type: row.target_type,
+    target_ref: row.target_id,
+    approval_request_id: row.id,
+    approval_id: row.approval_id,
+    content_sha256: row.content_sha256,
+    file_sha256: row.file_sha256,
+  };
+}
+
+/** Marks open requests expired inside `trx`, each with its approval.expired row. */
+export async function expireRows(
+  deps: ApprovalDeps,
+  trx: Knex.Transaction,
+  rows: RequestRow[],
+): Promise<void> {
+  if (rows.length === 0) return;
+  await trx('approval_requests')
+    .whereIn(
+      'id',
+      rows.map((r) => r.id),
+    )
+    .whereIn('status', ['pending', 'approved'])
+    .update({ status: 'expired' });
+  await deps.audit.appendIn(
+    trx,
+    ...rows.map((r) => ({
+      kind: 'approval.expired' as const,
+      ...requestFacts(r),
+      details: { from: r.status },
+    })),
+  );
+}
+
 export async function viewOf(
   deps: ApprovalDeps,
   q: Knex | Knex.Transaction,

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { Agent } from '../server/agents.ts';
 import { ToolError } from '../tools/errors.ts';
-import { approversOf, loadRow, policyVersion, type ApprovalDeps } from './deps.ts';
+import { approversOf, expireRows, loadRow, policyVersion, requestFacts, type ApprovalDeps } from './deps.ts';
 import type { RequestRow, Target } from './view.ts';
 
 export type RefusalReason =
@@ -92,16 +92,7 @@ export async function beginExecution(
       if (row.status === 'expired') throw approvalRequired('expired');
       if (EXECUTED.has(row.status)) throw approvalRequired('consumed');
       if (new Date(row.expires_at) <= new Date()) {
-        await trx('approval_requests').where({ id: row.id }).update({ status: 'expired' });
-        await deps.audit.appendIn(trx, {
-          kind: 'approval.expired',
-          agent_id: row.agent_id,
-          tool: row.tool,
-          approval_request_id: row.id,
-          approval_id: row.approval_id,
-          content_sha256: row.content_sha256,
-          details: { from: 'approved' },
-        });
+        await expireRows(deps, trx, [row]);
         return { refusal: approvalRequired('expired') };
       }
       const mismatch =
@@ -132,19 +123,12 @@ export async function beginExecution(
       }
       await deps.audit.appendIn(trx, {
         kind: 'write.started',
+        ...requestFacts(row),
         request_id: req.request_id,
         trace_id: req.trace_id,
-        agent_id: req.agent.id,
-        tool: req.tool,
         source: req.source,
-        target_type: row.target_type,
-        target_ref: row.target_id,
-        approval_request_id: row.id,
-        approval_id: row.approval_id,
         approvers: await approversOf(trx, row.id),
         dry_run: false,
-        content_sha256: row.content_sha256,
-        file_sha256: row.file_sha256,
       });
       return { row: { ...row, status: 'executing' as const, execution_started_at: now }, replay: false };
     })
@@ -196,19 +180,12 @@ export async function finishExecution(
           : 'write.unknown';
     await deps.audit.appendIn(trx, {
       kind,
+      ...requestFacts(row),
       request_id: context.request_id ?? null,
       trace_id: context.trace_id ?? null,
-      agent_id: row.agent_id,
-      tool: row.tool,
       source: context.source ?? null,
-      target_type: row.target_type,
-      target_ref: row.target_id,
-      approval_request_id: row.id,
-      approval_id: row.approval_id,
       approvers: await approversOf(trx, row.id),
       dry_run: false,
-      content_sha256: row.content_sha256,
-      file_sha256: row.file_sha256,
       result: outcome.status === 'succeeded' ? 'ok' : 'error',
       error_code: outcome.status === 'succeeded' ? null : outcome.error_code,
       details: {

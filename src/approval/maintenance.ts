@@ -1,5 +1,5 @@
 import type { Logger } from '../log.ts';
-import { type ApprovalDeps } from './deps.ts';
+import { expireRows, type ApprovalDeps } from './deps.ts';
 import { finishExecution } from './execute.ts';
 import { requestFromDb } from './view.ts';
 
@@ -14,26 +14,7 @@ export async function expireDue(deps: ApprovalDeps): Promise<number> {
       .limit(500)) as Record<string, unknown>[];
     if (due.length === 0) return 0;
     const rows = due.map(requestFromDb);
-    await trx('approval_requests')
-      .whereIn(
-        'id',
-        rows.map((r) => r.id),
-      )
-      .update({ status: 'expired' });
-    await deps.audit.appendIn(
-      trx,
-      ...rows.map((r) => ({
-        kind: 'approval.expired' as const,
-        agent_id: r.agent_id,
-        tool: r.tool,
-        target_type: r.target_type,
-        target_ref: r.target_id,
-        approval_request_id: r.id,
-        approval_id: r.approval_id,
-        content_sha256: r.content_sha256,
-        details: { from: r.status },
-      })),
-    );
+    await expireRows(deps, trx, rows);
     return rows.length;
   });
 }

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Agent } from '../server/agents.ts';
-import { policyVersion, requiredApprovers, viewOf, loadRow, type ApprovalDeps } from './deps.ts';
+import { expireRows, loadRow, policyVersion, requiredApprovers, viewOf, type ApprovalDeps } from './deps.ts';
 import { requestFromDb, type ApprovalStatus, type ApprovalView, type Target } from './view.ts';
 
 export interface DraftWrite {
@@ -41,22 +41,8 @@ export async function requestApproval(
   const id = randomUUID();
   try {
     await deps.knex.transaction(async (trx) => {
-      if (found) {
-        // Past its expiry but not yet swept: expire it so a fresh request can take its place.
-        await trx('approval_requests')
-          .where({ id: found.id })
-          .whereIn('status', ['pending', 'approved'])
-          .update({ status: 'expired' });
-        await deps.audit.appendIn(trx, {
-          kind: 'approval.expired',
-          agent_id: found.agent_id,
-          tool: found.tool,
-          approval_request_id: found.id,
-          approval_id: found.approval_id,
-          content_sha256: found.content_sha256,
-          details: { from: found.status },
-        });
-      }
+      // Past its expiry but not yet swept: expire it so a fresh request can take its place.
+      if (found) await expireRows(deps, trx, [found]);
       await trx('approval_requests').insert({
         id,
         agent_id: draft.agent.id,

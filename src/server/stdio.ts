@@ -2,7 +2,7 @@ import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js'
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
-import { authenticate } from './agents.ts';
+import { authenticate, type AuthFailure } from './agents.ts';
 import { createMcpServer } from './mcp.ts';
 import { openServices } from './services.ts';
 import { VERSION } from './version.ts';
@@ -17,15 +17,17 @@ export class StdioAuthError extends Error {
  */
 export async function serveStdio(config: Config, log: Logger, token: string | undefined) {
   const services = await openServices(config, log, 'countersign serve --stdio');
-  const first = await authenticate(services.knex, token);
-  if ('failure' in first) {
-    await services.audit.append({
+  const denied = (refused: { failure: AuthFailure; agent?: { id: string } }) =>
+    services.audit.append({
       kind: 'auth.denied',
-      agent_id: first.agent?.id ?? null,
+      agent_id: refused.agent?.id ?? null,
       result: 'error',
       error_code: 'UNAUTHENTICATED',
-      details: { reason: first.failure, transport: 'stdio' },
+      details: { reason: refused.failure, transport: 'stdio' },
     });
+  const first = await authenticate(services.knex, token);
+  if ('failure' in first) {
+    await denied(first);
     await services.close();
     throw new StdioAuthError(`COUNTERSIGN_AGENT_TOKEN refused: ${first.failure.replace(/_/g, ' ')}`);
   }
@@ -36,13 +38,7 @@ export async function serveStdio(config: Config, log: Logger, token: string | un
     async authorize() {
       const now = await authenticate(services.knex, token);
       if ('failure' in now) {
-        await services.audit.append({
-          kind: 'auth.denied',
-          agent_id: now.agent?.id ?? null,
-          result: 'error',
-          error_code: 'UNAUTHENTICATED',
-          details: { reason: now.failure, transport: 'stdio' },
-        });
+        await denied(now);
         throw new McpError(ErrorCode.InvalidRequest, `agent token refused: ${now.failure}`);
       }
       return now.agent;
