@@ -1,9 +1,12 @@
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { Command } from 'commander';
 import { z } from 'zod';
 import { AdminCommandError, describeZodError, runAdminCommand, type AdminCommand } from './admin/commands.ts';
 import { sendAdminCommand } from './admin/endpoint.ts';
+import type { Manifest } from './audit/export.ts';
+import { describeReport, verifyExport } from './audit/verify-export.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { createBlobStore } from './connectors/local/blobs.ts';
 import { openDatabase } from './db/knex.ts';
@@ -241,6 +244,83 @@ function program(): Command {
     .action(async (name: string) => {
       await runData(config(), { command: 'agent.revoke', name });
       out(`agent "${name}" revoked`);
+    });
+
+  const audit = cli.command('audit').description('export and verify the audit log');
+  audit
+    .command('export')
+    .requiredOption('--format <format>', 'jsonl or csv')
+    .option('--since <time>', 'ISO-8601: rows at or after')
+    .option('--until <time>', 'ISO-8601: rows before')
+    .option('--agent <name>', 'only rows of this agent')
+    .option('--tool <tool>', 'only rows of this tool')
+    .option('--kind <kind>', 'only rows of this kind (tool.call, write.started, …)')
+    .option('--result <result>', 'ok or error')
+    .option(
+      '-o, --output <file>',
+      'where to write (default audit-<time>.<format>); the manifest goes beside it',
+    )
+    .description('export the log with a signed manifest (FILE.manifest.json)')
+    .action(async (opts: Record<string, string | undefined>) => {
+      const format = opts.format;
+      if (format !== 'jsonl' && format !== 'csv') throw new CliError('--format must be jsonl or csv');
+      const file = path.resolve(
+        opts.output ?? `audit-${new Date().toISOString().replace(/[:.]/g, '-')}.${format}`,
+      );
+      const filter = Object.fromEntries(
+        (['since', 'until', 'tool', 'kind', 'result'] as const)
+          .filter((k) => opts[k])
+          .map((k) => [k, opts[k]]),
+      );
+      const result = (await runData(config(), {
+        command: 'audit.export',
+        format,
+        filter,
+        agent: opts.agent,
+        path: file,
+        actor: `cli:${os.userInfo().username}`,
+      } as AdminCommand)) as {
+        path: string;
+        manifest_path: string;
+        row_count: number;
+        checkpoint_seq: number;
+      };
+      out(`exported ${result.row_count} rows to ${result.path}`);
+      out(`manifest: ${result.manifest_path} (checkpoint at seq ${result.checkpoint_seq})`);
+    });
+  audit
+    .command('verify')
+    .argument('[file]', 'an export (JSONL or CSV)')
+    .option('--manifest <file>', 'its manifest (default FILE.manifest.json)')
+    .option('--pubkey <file>', 'the public key (PEM) that must have signed it')
+    .option('--db', 'verify the live table instead of an export')
+    .description('verify an export offline, or the live table; exit 0 only when everything is valid')
+    .action(async (file: string | undefined, opts: { manifest?: string; pubkey?: string; db?: boolean }) => {
+      if (opts.db) {
+        const result = (await runData(config(), { command: 'audit.verify_db' })) as {
+          ok: boolean;
+          summary: string;
+        };
+        out(result.summary);
+        if (!result.ok) process.exitCode = 1;
+        return;
+      }
+      if (!file) throw new CliError('give an export file, or --db');
+      const manifestPath = opts.manifest ?? `${file}.manifest.json`;
+      let manifest: Manifest;
+      let pubkey: string | undefined;
+      try {
+        manifest = JSON.parse(fs.readFileSync(manifestPath, 'utf8')) as Manifest;
+        pubkey = opts.pubkey ? fs.readFileSync(opts.pubkey, 'utf8') : undefined;
+        fs.accessSync(file, fs.constants.R_OK);
+      } catch (e) {
+        throw new CliError(
+          `cannot read ${(e as NodeJS.ErrnoException).path ?? manifestPath}: ${(e as Error).message}`,
+        );
+      }
+      const report = await verifyExport(file, manifest, pubkey);
+      out(describeReport(report));
+      if (!report.ok) process.exitCode = 1;
     });
 
   cli

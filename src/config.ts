@@ -68,6 +68,14 @@ export const ConfigSchema = z.strictObject({
         .default(64 * 1024),
     })
     .prefault({}),
+  audit: z
+    .strictObject({
+      /** Ed25519 private key (PEM) for checkpoints; default `<data dir>/audit-signing-key.pem`, generated. */
+      signing_key_path: z.string().min(1).optional(),
+      /** How often a checkpoint is signed (besides every export). */
+      checkpoint_interval_s: z.number().int().positive().default(3600),
+    })
+    .prefault({}),
   web: z
     .strictObject({
       /** A session unused this long ends (default 30 min). */
@@ -149,6 +157,8 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_CALL_TIMEOUT_MS: { path: ['limits', 'call_timeout_ms'], kind: 'int' },
   COUNTERSIGN_MAX_MESSAGE_BYTES: { path: ['limits', 'max_message_bytes'], kind: 'int' },
   COUNTERSIGN_TEST_CRASH_AT: { path: ['testing', 'crash_at'], kind: 'string' },
+  COUNTERSIGN_AUDIT_SIGNING_KEY: { path: ['audit', 'signing_key_path'], kind: 'string' },
+  COUNTERSIGN_CHECKPOINT_INTERVAL_S: { path: ['audit', 'checkpoint_interval_s'], kind: 'int' },
   COUNTERSIGN_SESSION_IDLE_S: { path: ['web', 'session_idle_s'], kind: 'int' },
   COUNTERSIGN_SESSION_ABSOLUTE_S: { path: ['web', 'session_absolute_s'], kind: 'int' },
   COUNTERSIGN_LOGIN_FAILURES_PER_USER: { path: ['web', 'login_failures_per_user'], kind: 'int' },
@@ -267,6 +277,7 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
     limits: Object.freeze(parsed.limits),
     testing: Object.freeze(parsed.testing),
     web: Object.freeze(parsed.web),
+    audit: Object.freeze(parsed.audit),
     files: Object.freeze({
       download_dir: path.resolve(cwd, parsed.files.download_dir ?? path.join(dataDir, 'downloads')),
       outbound_dir: path.resolve(cwd, parsed.files.outbound_dir ?? path.join(dataDir, 'outbound')),

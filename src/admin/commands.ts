@@ -1,3 +1,5 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { BlobStore } from '../connectors/local/blobs.ts';
@@ -7,6 +9,9 @@ import { migrateLatest } from '../db/migrations.ts';
 import { createApprovals } from '../approval/index.ts';
 import { ApprovalStatus } from '../approval/view.ts';
 import { DecisionError } from '../approval/decide.ts';
+import { checkpointDeps, verifyDatabase } from '../audit/context.ts';
+import { ChainBrokenError } from '../audit/checkpoints.ts';
+import { ExportFilter, exportAudit, NothingToExportError } from '../audit/export.ts';
 import { createAuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import { AgentName, createAgent, listAgents, revokeAgent } from '../server/agents.ts';
@@ -41,6 +46,15 @@ export const AdminCommand = z.discriminatedUnion('command', [
     password: z.string(),
     status: z.string().optional(),
   }),
+  z.strictObject({
+    command: z.literal('audit.export'),
+    format: z.enum(['jsonl', 'csv']),
+    filter: ExportFilter.omit({ agent_id: true }),
+    agent: z.string().min(1).optional(),
+    path: z.string().min(1),
+    actor: z.string().min(1),
+  }),
+  z.strictObject({ command: z.literal('audit.verify_db') }),
   z.strictObject({
     command: z.literal('approvals.show'),
     as: z.string().min(1),
@@ -117,6 +131,12 @@ export async function runAdminCommand(deps: AdminDeps, input: unknown): Promise<
         throw new AdminCommandError(`no active agent named "${cmd.name}"`);
       }
       return { revoked: cmd.name };
+    case 'audit.export':
+      return exportToFile(deps, cmd);
+    case 'audit.verify_db': {
+      const result = await verifyDatabase(deps.knex);
+      return { ok: result.ok, summary: result.summary };
+    }
     case 'user.add':
       return { user: await createUser(deps.knex, cmd) };
     case 'approvals.list': {
@@ -151,5 +171,45 @@ export async function runAdminCommand(deps: AdminDeps, input: unknown): Promise<
     }
     default:
       return cmd satisfies never;
+  }
+}
+
+/** Writes an export and its manifest (FILE.manifest.json) where the operator asked. */
+async function exportToFile(deps: AdminDeps, cmd: Extract<AdminCommand, { command: 'audit.export' }>) {
+  let agentId: string | undefined;
+  if (cmd.agent) {
+    const row = (await deps.knex('agents').where({ name: cmd.agent }).first()) as { id: string } | undefined;
+    if (!row) throw new AdminCommandError(`no agent named "${cmd.agent}"`);
+    agentId = row.id;
+  }
+  const out = fs.createWriteStream(cmd.path, { flags: 'w', mode: 0o600 });
+  try {
+    const manifest = await exportAudit(
+      await checkpointDeps(deps.knex, createAuditLog(deps.knex), deps.config),
+      {
+        format: cmd.format,
+        filter: { ...cmd.filter, ...(agentId ? { agent_id: agentId } : {}) },
+        out,
+        file: path.basename(cmd.path),
+        actor: cmd.actor,
+      },
+    );
+    await new Promise<void>((resolve, reject) =>
+      out.end((err?: Error | null) => (err ? reject(err) : resolve())),
+    );
+    const manifestPath = `${cmd.path}.manifest.json`;
+    fs.writeFileSync(manifestPath, `${JSON.stringify(manifest, null, 2)}\n`, { mode: 0o600 });
+    return {
+      path: cmd.path,
+      manifest_path: manifestPath,
+      row_count: manifest.row_count,
+      checkpoint_seq: manifest.checkpoint.seq,
+    };
+  } catch (err) {
+    out.destroy();
+    fs.rmSync(cmd.path, { force: true });
+    if (err instanceof NothingToExportError || err instanceof ChainBrokenError)
+      throw new AdminCommandError(err.message);
+    throw err;
   }
 }

@@ -10,6 +10,9 @@ import { createConnectorSet } from '../connectors/index.ts';
 import { createBlobStore, type BlobStore } from '../connectors/local/blobs.ts';
 import { createLocalConnector } from '../connectors/local/store.ts';
 import { openDatabase, type Database } from '../db/knex.ts';
+import { sharedValue } from '../db/settings.ts';
+import { checkpointDeps } from '../audit/context.ts';
+import { createCheckpoint, type CheckpointDeps } from '../audit/checkpoints.ts';
 import { migrateLatest } from '../db/migrations.ts';
 import type { Logger } from '../log.ts';
 import { createCursorCodec } from '../tools/cursor.ts';
@@ -26,6 +29,8 @@ export interface Services {
   audit: AuditLog;
   blobs: BlobStore;
   approvals: Approvals;
+  /** Origin and signer for checkpoints and exports. */
+  checkpoints: CheckpointDeps;
   pipeline: CallPipeline;
   /** Tells the services where the HTTP server listens (used for links unless http.public_url is set). */
   listeningAt(url: string): void;
@@ -34,16 +39,6 @@ export interface Services {
   /** Set on the first start of an empty database: credentials to be shown once. */
   firstRun?: FirstRun;
   close(): Promise<void>;
-}
-
-/** Reads a shared secret, creating it on first use; every instance on one database agrees on it. */
-async function sharedSecret(knex: Knex, name: string): Promise<string> {
-  await knex('server_secrets')
-    .insert({ name, value: randomBytes(32).toString('base64url') })
-    .onConflict('name')
-    .ignore();
-  const row = (await knex('server_secrets').where({ name }).first()) as { value: string };
-  return row.value;
 }
 
 export async function openServices(config: Config, log: Logger, command: string): Promise<Services> {
@@ -61,7 +56,9 @@ export async function openServices(config: Config, log: Logger, command: string)
     closers.push(() => audit.drain());
     const local = createLocalConnector(db.knex, blobs);
     const connectors = createConnectorSet({ local }, 'local');
-    const cursors = createCursorCodec(await sharedSecret(db.knex, 'cursor_hmac'));
+    const cursors = createCursorCodec(
+      await sharedValue(db.knex, 'cursor_hmac', () => randomBytes(32).toString('base64url')),
+    );
     // Links people follow; without http.public_url, the address the HTTP server actually listens on.
     const links = { base: config.http.public_url ?? `http://${config.http.host}:${config.http.port}` };
     const approvals = createApprovals({
@@ -103,6 +100,14 @@ export async function openServices(config: Config, log: Logger, command: string)
       clearInterval(timer);
       await maintaining;
     });
+
+    // Signed checkpoints of the audit chain, periodically (and at every export).
+    const checkpoints = await checkpointDeps(db.knex, audit, config);
+    const checkpointTimer = setInterval(() => {
+      createCheckpoint(checkpoints).catch((err: unknown) => log.error({ err }, 'audit checkpoint failed'));
+    }, config.audit.checkpoint_interval_s * 1000);
+    checkpointTimer.unref();
+    closers.push(async () => clearInterval(checkpointTimer));
     const firstRun = config.demo ? await seedFirstRun(db.knex, blobs) : undefined;
 
     if (db.dialect === 'pglite') {
@@ -118,6 +123,7 @@ export async function openServices(config: Config, log: Logger, command: string)
       audit,
       blobs,
       approvals,
+      checkpoints,
       pipeline,
       maintain,
       listeningAt(url) {

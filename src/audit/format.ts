@@ -1,0 +1,49 @@
+import { AUDIT_FIELDS, type AuditRow } from './chain.ts';
+import { AuditKind } from './kinds.ts';
+
+/** Column order of both export formats. */
+export const EXPORT_COLUMNS = [...AUDIT_FIELDS, 'prev_hash', 'hash'] as const;
+
+/** One JSONL line: the row's fields in column order. */
+export function toJsonLine(row: AuditRow): string {
+  const out: Record<string, unknown> = {};
+  for (const c of EXPORT_COLUMNS) out[c] = row[c];
+  return `${JSON.stringify(out)}\n`;
+}
+
+export function fromJsonLine(line: string): AuditRow {
+  return JSON.parse(line) as AuditRow;
+}
+
+/**
+ * A string cell a spreadsheet would run as a formula (= + - @ tab CR) gets a leading apostrophe; a cell
+ * that already starts with an apostrophe gets one more, so the rule reverses exactly: strip one.
+ */
+export const neutralise = (s: string) => (/^[=+\-@\t\r']/.test(s) ? `'${s}` : s);
+export const restore = (s: string) => (s.startsWith("'") ? s.slice(1) : s);
+
+/** CSV cells of a row: strings (quoted when written), numbers, booleans, JSON for arrays and objects, null as an empty unquoted cell. */
+export function toCsvRecord(row: AuditRow): (string | number | boolean | null)[] {
+  return EXPORT_COLUMNS.map((c) => {
+    const v = row[c];
+    if (v === null) return null;
+    if (typeof v === 'number' || typeof v === 'boolean') return v;
+    if (typeof v === 'object') return neutralise(JSON.stringify(v));
+    return neutralise(String(v));
+  });
+}
+
+/** Rebuilds a row from CSV cells; `quoted[i]` tells an empty string ("") from null (empty, unquoted). */
+export function fromCsvRecord(cells: string[], quoted: boolean[]): AuditRow {
+  const row: Record<string, unknown> = {};
+  EXPORT_COLUMNS.forEach((c, i) => {
+    const raw = cells[i] ?? '';
+    if (raw === '' && !quoted[i]) return void (row[c] = null);
+    if (c === 'seq') return void (row[c] = Number(raw));
+    if (c === 'dry_run') return void (row[c] = raw === 'true');
+    const text = restore(raw);
+    row[c] = c === 'approvers' || c === 'details' ? JSON.parse(text) : text;
+  });
+  row.kind = AuditKind.parse(row.kind);
+  return row as AuditRow;
+}

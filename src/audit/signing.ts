@@ -1,0 +1,66 @@
+import {
+  createHash,
+  createPrivateKey,
+  createPublicKey,
+  generateKeyPairSync,
+  sign,
+  verify,
+  type KeyObject,
+} from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import canonicalize from 'canonicalize';
+
+/** An Ed25519 signer; `key_id` is the SHA-256 of the raw public key, hex, first 16 characters. */
+export interface Signer {
+  key_id: string;
+  /** SPKI PEM. */
+  public_key: string;
+  /** Base64 Ed25519 signature of the RFC 8785 canonical JSON of `payload`. */
+  sign(payload: object): string;
+}
+
+export const keyIdOf = (publicKeyPem: string) =>
+  createHash('sha256')
+    .update(createPublicKey(publicKeyPem).export({ format: 'der', type: 'spki' }))
+    .digest('hex')
+    .slice(0, 16);
+
+function signerFrom(privateKey: KeyObject): Signer {
+  const public_key = createPublicKey(privateKey).export({ format: 'pem', type: 'spki' }).toString();
+  return {
+    key_id: keyIdOf(public_key),
+    public_key,
+    sign: (payload) => sign(null, Buffer.from(canonicalize(payload)!), privateKey).toString('base64'),
+  };
+}
+
+/**
+ * The signing key: from `keyPath` when configured, else `<data dir>/audit-signing-key.pem`, generated
+ * (mode 0600) on first use. Several instances on one database should be given the same key by config.
+ */
+export function loadSigner(dataDir: string, keyPath?: string): Signer {
+  const file = keyPath ?? path.join(dataDir, 'audit-signing-key.pem');
+  if (!fs.existsSync(file)) {
+    if (keyPath) throw new Error(`audit signing key ${keyPath} does not exist`);
+    const { privateKey } = generateKeyPairSync('ed25519');
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    fs.writeFileSync(file, privateKey.export({ format: 'pem', type: 'pkcs8' }), { mode: 0o600, flag: 'wx' });
+  }
+  const key = createPrivateKey(fs.readFileSync(file));
+  if (key.asymmetricKeyType !== 'ed25519') throw new Error(`${file} is not an Ed25519 private key`);
+  return signerFrom(key);
+}
+
+export function verifySignature(publicKeyPem: string, payload: object, signature: string): boolean {
+  try {
+    return verify(
+      null,
+      Buffer.from(canonicalize(payload)!),
+      createPublicKey(publicKeyPem),
+      Buffer.from(signature, 'base64'),
+    );
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,169 @@
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import readline from 'node:readline';
+import { parse } from 'csv-parse';
+import { chainHash, GENESIS_HASH, type AuditRow } from './chain.ts';
+import { checkpointSignatureValid } from './checkpoints.ts';
+import type { Manifest } from './export.ts';
+import { EXPORT_COLUMNS, fromCsvRecord, fromJsonLine } from './format.ts';
+import { keyIdOf, verifySignature } from './signing.ts';
+
+export interface ExportReport {
+  ok: boolean;
+  rows: number;
+  valid: number;
+  signature: 'valid' | 'bad signature' | 'unknown key';
+  checkpoint: 'valid' | 'bad signature' | 'does not match the rows';
+  /** The first problem: the row (line and seq where known) and why. */
+  first_bad?: { line: number | null; seq: number | null; reason: string };
+}
+
+/** Rows of an export file with their line numbers (1-based, header counted for CSV). */
+async function* readRows(
+  file: string,
+  format: 'jsonl' | 'csv',
+): AsyncGenerator<{ line: number; row?: AuditRow; error?: string }> {
+  if (format === 'jsonl') {
+    let line = 0;
+    for await (const text of readline.createInterface({
+      input: fs.createReadStream(file),
+      crlfDelay: Infinity,
+    })) {
+      line++;
+      if (text === '') continue;
+      try {
+        yield { line, row: fromJsonLine(text) };
+      } catch (err) {
+        yield { line, error: `not a JSON row (${(err as Error).message})` };
+      }
+    }
+    return;
+  }
+  const parser = fs
+    .createReadStream(file)
+    .pipe(
+      parse({ cast: (value, context) => ({ value, quoted: context.quoting }), relax_column_count: true }),
+    );
+  let line = 0;
+  for await (const cells of parser as AsyncIterable<{ value: string; quoted: boolean }[]>) {
+    line++;
+    if (line === 1) {
+      if (cells.map((c) => c.value).join(',') !== EXPORT_COLUMNS.join(','))
+        yield { line, error: 'unexpected CSV header' };
+      continue;
+    }
+    try {
+      yield {
+        line,
+        row: fromCsvRecord(
+          cells.map((c) => c.value),
+          cells.map((c) => c.quoted),
+        ),
+      };
+    } catch (err) {
+      yield { line, error: `not a valid row (${(err as Error).message})` };
+    }
+  }
+}
+
+/**
+ * Verifies an export against its manifest, offline: the manifest's and the checkpoint's signatures,
+ * each row's hash, the links between rows (for an unfiltered export), the count and the digest of all
+ * row hashes (which catches deletions, insertions, reordering and truncation of a filtered export too).
+ * `publicKeyPem`, when given, must be the key that signed; otherwise the manifest's key is used.
+ */
+export async function verifyExport(
+  file: string,
+  manifest: Manifest,
+  publicKeyPem?: string,
+): Promise<ExportReport> {
+  const { signature, ...unsigned } = manifest;
+  const key = publicKeyPem ?? manifest.public_key;
+  const report: ExportReport = {
+    ok: false,
+    rows: 0,
+    valid: 0,
+    signature: 'valid',
+    checkpoint: 'valid',
+  };
+  const fail = (line: number | null, seq: number | null, reason: string) => {
+    report.first_bad ??= { line, seq, reason };
+  };
+
+  if (publicKeyPem && keyIdOf(publicKeyPem) !== manifest.key_id) {
+    report.signature = 'unknown key';
+    fail(
+      null,
+      null,
+      `manifest signed by key ${manifest.key_id}, not by the given key ${keyIdOf(publicKeyPem)}`,
+    );
+  } else if (!verifySignature(key, unsigned, signature)) {
+    report.signature = 'bad signature';
+    fail(null, null, 'manifest signature is not valid');
+  }
+  if (!checkpointSignatureValid(manifest.checkpoint, key) || manifest.checkpoint.key_id !== manifest.key_id) {
+    report.checkpoint = 'bad signature';
+    fail(null, null, 'checkpoint signature is not valid');
+  }
+
+  const digest = createHash('sha256');
+  let prev: { seq: number; hash: string } | null = null;
+  for await (const item of readRows(file, manifest.format)) {
+    if (!item.row) {
+      report.rows++;
+      fail(item.line, null, item.error!);
+      continue;
+    }
+    const row = item.row;
+    report.rows++;
+    digest.update(`${row.hash}\n`);
+    let problem: string | undefined;
+    if (chainHash(row.prev_hash, row) !== row.hash) problem = 'hash mismatch: the row was changed';
+    else if (prev && row.seq <= prev.seq) problem = `reordered: seq ${row.seq} after seq ${prev.seq}`;
+    else if (!manifest.filtered && row.seq !== (prev ? prev.seq + 1 : 1)) {
+      problem = `missing row: expected seq ${prev ? prev.seq + 1 : 1}, found ${row.seq}`;
+    } else if (!manifest.filtered && row.prev_hash !== (prev?.hash ?? GENESIS_HASH)) {
+      problem = 'prev_hash mismatch: a row before it was removed, inserted or changed';
+    }
+    if (problem) fail(item.line, row.seq, problem);
+    else if (!report.first_bad) report.valid++;
+    prev = { seq: row.seq, hash: row.hash };
+  }
+
+  if (report.rows < manifest.row_count) {
+    fail(
+      null,
+      prev ? prev.seq + 1 : manifest.first_seq,
+      `truncated: ${report.rows} of ${manifest.row_count} rows present`,
+    );
+  } else if (report.rows > manifest.row_count) {
+    fail(null, null, `extra rows: ${report.rows} present, the manifest lists ${manifest.row_count}`);
+  } else if (digest.digest('hex') !== manifest.rows_sha256) {
+    fail(null, null, 'rows digest mismatch: rows were added, removed or reordered');
+  }
+  if (
+    !manifest.filtered &&
+    (prev?.hash !== manifest.checkpoint.head_hash || prev?.seq !== manifest.checkpoint.seq)
+  ) {
+    if (report.checkpoint === 'valid') report.checkpoint = 'does not match the rows';
+    fail(null, prev?.seq ?? null, 'the last row is not the signed checkpoint head');
+  }
+  report.ok = !report.first_bad;
+  return report;
+}
+
+export function describeReport(r: ExportReport): string {
+  const lines = [
+    `${r.valid}/${r.rows} rows valid; manifest signature ${r.signature}; checkpoint signature ${r.checkpoint}`,
+  ];
+  if (r.first_bad) {
+    const where = [
+      r.first_bad.line !== null ? `line ${r.first_bad.line}` : null,
+      r.first_bad.seq !== null ? `seq ${r.first_bad.seq}` : null,
+    ]
+      .filter(Boolean)
+      .join(', ');
+    lines.push(`first bad${where ? ` (${where})` : ''}: ${r.first_bad.reason}`);
+  }
+  return lines.join('\n');
+}
