@@ -33,6 +33,7 @@ export function createApp(services: Services) {
       knex: services.knex,
       audit: services.audit,
       approvals: services.approvals,
+      checkpoints: services.checkpoints,
       blobs: services.blobs,
       config: services.config,
       log: services.log,

@@ -8,12 +8,14 @@ import nunjucks from 'nunjucks';
 import { DecisionError, type DecisionRefusal } from '../approval/decide.ts';
 import type { Approvals } from '../approval/index.ts';
 import { ApprovalStatus } from '../approval/view.ts';
+import type { CheckpointDeps } from '../audit/checkpoints.ts';
 import type { AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
 import type { Logger } from '../log.ts';
 import { hostGuard } from '../server/http.ts';
 import { checkCredentials } from '../server/users.ts';
+import { mountAuditPages } from './audit-pages.ts';
 import { loginBlocked } from './login-limit.ts';
 import { createSessionStore, readCookies, SESSION_COOKIE, tokensMatch, type WebSession } from './sessions.ts';
 
@@ -25,6 +27,7 @@ const PREVIEW_BYTES = 64 * 1024;
 
 export interface WebDeps {
   knex: Knex;
+  checkpoints: CheckpointDeps;
   audit: AuditLog;
   approvals: Approvals;
   blobs: BlobStore;
@@ -66,6 +69,7 @@ function safeNext(next: unknown): string {
 export function createWebRouter(deps: WebDeps) {
   const env = new nunjucks.Environment(new nunjucks.FileSystemLoader(VIEWS), { autoescape: true });
   env.addFilter('span', span);
+  env.addFilter('dash', (v: unknown) => (v === null || v === undefined ? '—' : String(v)));
   const sessions = createSessionStore(deps.knex, deps.config);
   const cookieBase = {
     httpOnly: true,
@@ -254,6 +258,13 @@ export function createWebRouter(deps: WebDeps) {
       if (err.reason === 'not_found') return detail(res, id, 404);
       await detail(res, id, STATUS_CODE[err.reason], { error: err.message, note: body.note ?? '' });
     }
+  });
+
+  mountAuditPages(router, {
+    services: { knex: deps.knex, checkpoints: deps.checkpoints, config: deps.config },
+    render,
+    requireUser,
+    requireCsrf,
   });
 
   router.use((err: Error, _req: Request, res: Response, next: NextFunction) => {

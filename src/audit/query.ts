@@ -1,0 +1,51 @@
+import type { Knex } from 'knex';
+import { z } from 'zod';
+import { rowFromDb, type AuditRow } from './chain.ts';
+import { AuditKind } from './kinds.ts';
+
+export const AuditQuery = z.object({
+  since: z.iso.datetime({ offset: true }).optional(),
+  until: z.iso.datetime({ offset: true }).optional(),
+  agent: z.string().min(1).max(64).optional(),
+  tool: z.string().min(1).max(128).optional(),
+  kind: AuditKind.optional(),
+  result: z.enum(['ok', 'error']).optional(),
+  target: z.string().min(1).max(256).optional(),
+  approval: z.string().min(1).max(64).optional(),
+});
+export type AuditQuery = z.infer<typeof AuditQuery>;
+
+/** Rows matching `q`, newest first, `limit` at a time, before `beforeSeq` (paging by seq). */
+export async function queryAudit(
+  knex: Knex,
+  q: AuditQuery,
+  page: { beforeSeq?: number; limit: number },
+): Promise<(AuditRow & { agent_name: string | null })[]> {
+  const query = knex('audit_events as e')
+    .joinRaw('left join agents as a on a.id::text = e.agent_id')
+    .select('e.*', 'a.name as agent_name')
+    .orderBy('e.seq', 'desc')
+    .limit(page.limit);
+  if (page.beforeSeq) query.where('e.seq', '<', page.beforeSeq);
+  if (q.since) query.where('e.ts', '>=', q.since);
+  if (q.until) query.where('e.ts', '<', q.until);
+  if (q.agent) query.where((w) => w.where('a.name', q.agent!).orWhere('e.agent_id', q.agent!));
+  if (q.tool) query.where('e.tool', q.tool);
+  if (q.kind) query.where('e.kind', q.kind);
+  if (q.result) query.where('e.result', q.result);
+  if (q.target) query.where('e.target_ref', q.target);
+  if (q.approval)
+    query.where((w) => w.where('e.approval_id', q.approval!).orWhere('e.approval_request_id', q.approval!));
+  const rows = (await query) as Record<string, unknown>[];
+  return rows.map((r) => ({ ...rowFromDb(r), agent_name: (r.agent_name as string | null) ?? null }));
+}
+
+export async function auditRow(knex: Knex, seq: number): Promise<AuditRow | undefined> {
+  const raw = (await knex('audit_events').where('seq', seq).first()) as Record<string, unknown> | undefined;
+  return raw ? rowFromDb(raw) : undefined;
+}
+
+export async function headSeq(knex: Knex): Promise<number> {
+  const row = (await knex('audit_events').max({ m: 'seq' }).first()) as { m: unknown } | undefined;
+  return Number(row?.m ?? 0);
+}

@@ -1,0 +1,174 @@
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import type { NextFunction, Request, Response, Router } from 'express';
+import { latestCheckpoint } from '../audit/checkpoints.ts';
+import { verifyDatabase } from '../audit/context.ts';
+import { exportAudit, ExportFilter, NothingToExportError, type Manifest } from '../audit/export.ts';
+import { AuditKind } from '../audit/kinds.ts';
+import { auditRow, AuditQuery, headSeq, queryAudit } from '../audit/query.ts';
+import type { Services } from '../server/services.ts';
+import type { WebSession } from './sessions.ts';
+
+const PAGE = 50;
+
+export interface PageKit {
+  services: Pick<Services, 'knex' | 'checkpoints' | 'config'>;
+  render(res: Response, status: number, view: string, ctx?: Record<string, unknown>): void;
+  requireUser(req: Request, res: Response, next: NextFunction): void;
+  requireCsrf(req: Request, res: Response, next: NextFunction): void;
+}
+
+/** The filters of a request's query string that parse; the rest are ignored (and shown as empty). */
+function filtersOf(query: Request['query']): AuditQuery {
+  const picked = Object.fromEntries(
+    Object.entries(query).filter(([k, v]) => typeof v === 'string' && v !== '' && k in AuditQuery.shape),
+  );
+  for (const k of ['since', 'until'] as const) {
+    // <input type="datetime-local"> sends 2026-11-30T10:00: read it as UTC.
+    if (typeof picked[k] === 'string' && /^\d{4}-\d\d-\d\dT\d\d:\d\d$/.test(picked[k] as string))
+      picked[k] += ':00Z';
+  }
+  const parsed = AuditQuery.safeParse(picked);
+  return parsed.success ? parsed.data : {};
+}
+
+/**
+ * Compliance pages: browse, filter and page the log, see a row, check the chain, export. Read-only for
+ * every role (an export is recorded, never anything else); compliance and admin users only.
+ */
+export function mountAuditPages(router: Router, kit: PageKit): void {
+  const { knex } = kit.services;
+  const exportsDir = path.join(kit.services.config.data_dir, 'exports');
+
+  const requireAuditor = (_req: Request, res: Response, next: NextFunction) => {
+    const roles = (res.locals.session as WebSession).user.roles;
+    if (roles.includes('compliance') || roles.includes('admin')) return next();
+    kit.render(res, 403, 'error.njk', {
+      title: 'Not allowed',
+      message: 'The audit log is for compliance and admin users.',
+    });
+  };
+  const guard = [kit.requireUser, requireAuditor];
+
+  router.get('/audit', ...guard, async (req, res) => {
+    const filter = filtersOf(req.query);
+    const before = Number.parseInt(String(req.query.before ?? ''), 10);
+    const rows = await queryAudit(knex, filter, {
+      beforeSeq: before > 0 ? before : undefined,
+      limit: PAGE + 1,
+    });
+    const [head, checkpoint] = await Promise.all([headSeq(knex), latestCheckpoint(knex)]);
+    const qs = (extra: Record<string, string>) =>
+      new URLSearchParams({ ...(filter as Record<string, string>), ...extra }).toString();
+    kit.render(res, 200, 'audit.njk', {
+      rows: rows.slice(0, PAGE),
+      filter,
+      kinds: AuditKind.options,
+      head,
+      checkpoint,
+      older: rows.length > PAGE ? `/audit?${qs({ before: String(rows[PAGE - 1]!.seq) })}` : null,
+      newest: before > 0 ? `/audit?${qs({})}` : null,
+    });
+  });
+
+  router.get('/audit/verify', ...guard, async (_req, res) => {
+    const result = await verifyDatabase(knex);
+    kit.render(res, 200, 'audit-verify.njk', { result });
+  });
+
+  router.get('/audit/rows/:seq', ...guard, async (req, res) => {
+    const row = /^\d{1,15}$/.test(String(req.params.seq))
+      ? await auditRow(knex, Number(req.params.seq))
+      : undefined;
+    if (!row)
+      return kit.render(res, 404, 'error.njk', {
+        title: 'Not found',
+        message: 'There is no such audit row.',
+      });
+    kit.render(res, 200, 'audit-row.njk', { row, details: JSON.stringify(row.details, null, 2) });
+  });
+
+  router.post('/audit/export', ...guard, kit.requireCsrf, async (req, res) => {
+    const body = req.body as Record<string, string | undefined>;
+    const format = body.format === 'csv' ? 'csv' : 'jsonl';
+    const q = filtersOf(body as Request['query']);
+    let agentId: string | undefined;
+    if (q.agent)
+      agentId =
+        ((await knex('agents').where({ name: q.agent }).first()) as { id: string } | undefined)?.id ??
+        q.agent;
+    const filter = ExportFilter.parse({
+      since: q.since,
+      until: q.until,
+      agent_id: agentId,
+      tool: q.tool,
+      kind: q.kind,
+      result: q.result,
+    });
+    for (const k of Object.keys(filter) as (keyof ExportFilter)[])
+      if (filter[k] === undefined) delete filter[k];
+    const id = randomUUID();
+    fs.mkdirSync(exportsDir, { recursive: true });
+    const file = path.join(exportsDir, `${id}.${format}`);
+    const out = fs.createWriteStream(file, { mode: 0o600 });
+    const session = res.locals.session as WebSession;
+    let manifest: Manifest;
+    try {
+      manifest = await exportAudit(kit.services.checkpoints, {
+        format,
+        filter,
+        out,
+        file: `audit-${id}.${format}`,
+        actor: session.user.name,
+      });
+      await new Promise<void>((resolve, reject) =>
+        out.end((err?: Error | null) => (err ? reject(err) : resolve())),
+      );
+    } catch (err) {
+      out.destroy();
+      fs.rmSync(file, { force: true });
+      if (err instanceof NothingToExportError)
+        return kit.render(res, 409, 'error.njk', { title: 'Nothing to export', message: err.message });
+      throw err;
+    }
+    await knex('audit_exports').insert({
+      id,
+      actor: session.user.name,
+      format,
+      file_path: file,
+      manifest: JSON.stringify(manifest),
+    });
+    res.redirect(303, `/audit/exports/${id}`);
+  });
+
+  const loadExport = async (id: string) =>
+    /^[0-9a-f-]{36}$/i.test(id)
+      ? ((await knex('audit_exports').where({ id }).first()) as
+          { id: string; format: string; file_path: string; manifest: unknown } | undefined)
+      : undefined;
+
+  router.get('/audit/exports/:id', ...guard, async (req, res) => {
+    const exp = await loadExport(String(req.params.id));
+    if (!exp)
+      return kit.render(res, 404, 'error.njk', { title: 'Not found', message: 'There is no such export.' });
+    const manifest = (typeof exp.manifest === 'string' ? JSON.parse(exp.manifest) : exp.manifest) as Manifest;
+    kit.render(res, 200, 'audit-export.njk', { exp, manifest });
+  });
+
+  router.get('/audit/exports/:id/:part', ...guard, async (req, res) => {
+    const exp = await loadExport(String(req.params.id));
+    if (!exp || !['file', 'manifest'].includes(String(req.params.part))) {
+      return kit.render(res, 404, 'error.njk', { title: 'Not found', message: 'There is no such export.' });
+    }
+    const name = `audit-${exp.id}.${exp.format}`;
+    if (req.params.part === 'manifest') {
+      const manifest =
+        typeof exp.manifest === 'string' ? exp.manifest : JSON.stringify(exp.manifest, null, 2);
+      res.attachment(`${name}.manifest.json`).type('application/json').send(manifest);
+      return;
+    }
+    res.attachment(name).type(exp.format === 'csv' ? 'text/csv' : 'application/x-ndjson');
+    fs.createReadStream(exp.file_path).pipe(res);
+  });
+}

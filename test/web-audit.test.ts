@@ -1,0 +1,127 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Manifest } from '../src/audit/export.ts';
+import { verifyExport } from '../src/audit/verify-export.ts';
+import { createUser } from '../src/server/users.ts';
+import { WebClient } from './helpers/browser-less.ts';
+import { databaseKinds } from './helpers/db.ts';
+import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
+
+for (const kind of databaseKinds()) {
+  describe(`the compliance pages on ${kind}`, () => {
+    let server: TestServer;
+    let agent: Client;
+    let auditor: WebClient;
+    let chair: WebClient;
+    let requestId: string;
+
+    before(async () => {
+      server = await startTestServer(kind);
+      await createUser(server.services.knex, {
+        name: 'cora',
+        roles: ['compliance'],
+        password: 'cora password',
+      });
+      await createUser(server.services.knex, { name: 'chet', roles: ['chair'], password: 'chet password' });
+      agent = await connectHttp(server.url, server.demoToken);
+      await call(agent, 'isphere_search_contacts', { query: 'alice' });
+      await call(agent, 'isphere_search_contacts', {});
+      const draft = await call(agent, 'isphere_send_message', {
+        target_type: 'contact',
+        target_id: 'ct_alice',
+        content_text: 'audited',
+      });
+      requestId = draft.approval.approval_request_id;
+      auditor = new WebClient(server.url);
+      assert.equal((await auditor.login('cora', 'cora password')).res.status, 303);
+      chair = new WebClient(server.url);
+      await chair.login('chet', 'chet password');
+    });
+    after(async () => {
+      await agent?.close();
+      await server?.stop();
+    });
+
+    it('lists the log newest first with filters, and shows a row in full', async () => {
+      const page = await auditor.get('/audit');
+      assert.equal(page.res.status, 200);
+      assert.match(page.html, /Head at seq <strong>\d+<\/strong>/);
+      const errors = await auditor.get('/audit?result=error&kind=tool.call');
+      assert.match(errors.html, /INVALID_ARGUMENT/);
+      assert.doesNotMatch(errors.html, /data-label="Kind">approval\.requested/);
+      const byApproval = await auditor.get(`/audit?approval=${requestId}`);
+      assert.match(byApproval.html, /data-label="Kind">approval\.requested/);
+      const byAgent = await auditor.get('/audit?agent=demo&tool=isphere_send_message');
+      assert.match(byAgent.html, /isphere_send_message/);
+      const seq = /href="\/audit\/rows\/(\d+)"/.exec(page.html)![1]!;
+      const row = await auditor.get(`/audit/rows/${seq}`);
+      assert.equal(row.res.status, 200);
+      assert.match(row.html, /prev_hash/);
+      assert.equal((await auditor.get('/audit/rows/999999')).res.status, 404);
+    });
+
+    it('pages by seq', async () => {
+      for (let i = 0; i < 55; i++) await call(agent, 'isphere_search_groups', { query: `page ${i}` });
+      const first = await auditor.get('/audit');
+      const older = /href="(\/audit\?[^"]*before=\d+[^"]*)"/.exec(first.html)![1]!.replace(/&amp;/g, '&');
+      const second = await auditor.get(older);
+      const seqs = (html: string) =>
+        [...html.matchAll(/href="\/audit\/rows\/(\d+)"/g)].map((m) => Number(m[1]));
+      assert.equal(seqs(first.html).length, 50);
+      assert.ok(Math.max(...seqs(second.html)) < Math.min(...seqs(first.html)));
+    });
+
+    it('reports the chain status', async () => {
+      const res = await auditor.get('/audit/verify');
+      assert.match(res.html, /Valid/);
+      assert.match(res.html, /(\d+)\/\1 rows valid/);
+    });
+
+    it('exports with a signed manifest that verifies offline, and records the export', async () => {
+      const page = await auditor.get('/audit?kind=tool.call');
+      const res = await auditor.post('/audit/export', {
+        _csrf: WebClient.field(page.html, '_csrf'),
+        format: 'csv',
+        kind: 'tool.call',
+      });
+      assert.equal(res.res.status, 303);
+      const exportPage = await auditor.get(res.res.headers.get('location')!);
+      assert.match(exportPage.html, /Export ready/);
+      const id = /\/audit\/exports\/([0-9a-f-]{36})\/file/.exec(exportPage.html)![1]!;
+      const file = await auditor.get(`/audit/exports/${id}/file`);
+      assert.match(file.res.headers.get('content-disposition') ?? '', /attachment/);
+      const manifest = JSON.parse((await auditor.get(`/audit/exports/${id}/manifest`)).html) as Manifest;
+      const local = path.join(server.db.dataDir, 'web-export.csv');
+      fs.writeFileSync(local, file.html);
+      const report = await verifyExport(local, manifest);
+      assert.equal(report.ok, true, JSON.stringify(report.first_bad));
+      assert.equal(manifest.filter.kind, 'tool.call');
+      const created = await server.services
+        .knex('audit_events')
+        .where({ kind: 'export.created', actor: 'cora' });
+      assert.equal(created.length, 1);
+      const noCsrf = await auditor.post('/audit/export', { format: 'jsonl' });
+      assert.equal(noCsrf.res.status, 403);
+    });
+
+    it('keeps chairs out of the audit pages and compliance out of every decision route', async () => {
+      assert.equal((await chair.get('/audit')).res.status, 403);
+      assert.equal((await chair.get('/audit/verify')).res.status, 403);
+      const detail = await auditor.get(`/approvals/${requestId}`);
+      assert.doesNotMatch(detail.html, /name="decision"/);
+      for (const decision of ['approve', 'reject']) {
+        const res = await auditor.post(`/approvals/${requestId}/decision`, {
+          decision,
+          note: 'nope',
+          _csrf: WebClient.field(detail.html, '_csrf'),
+        });
+        assert.equal(res.res.status, 403);
+      }
+      const after = await call(agent, 'isphere_get_approval', { approval_request_id: requestId });
+      assert.equal(after.approval.status, 'pending');
+    });
+  });
+}
