@@ -14,6 +14,7 @@ import { DataDirLockedError, lockHolder } from './db/lock.ts';
 import { migrateLatest } from './db/migrations.ts';
 import { createLogger } from './log.ts';
 import { startHttpServer } from './server/app.ts';
+import { ProfileError } from './server/profiles.ts';
 import { serveStdio, StdioAuthError } from './server/stdio.ts';
 import { VERSION } from './server/version.ts';
 
@@ -201,13 +202,15 @@ function program(): Command {
     .argument('<name>')
     .option('--profile <profile>', 'tool profile', 'all')
     .option('--owner <user>', 'the user who owns this agent (may not approve its requests)')
+    .option('--rate-limit <n>', 'calls per minute (default: policy.rate_limit_per_min)')
     .description('create an agent; its token is printed once, alone on the last line')
-    .action(async (name: string, opts: { profile: string; owner?: string }) => {
+    .action(async (name: string, opts: { profile: string; owner?: string; rateLimit?: string }) => {
       const result = (await runData(config(), {
         command: 'agent.add',
         name,
         profile: opts.profile,
         owner: opts.owner,
+        rate_limit_per_min: opts.rateLimit === undefined ? undefined : Number(opts.rateLimit),
       })) as {
         agent: { id: string; name: string };
         token: string;
@@ -216,6 +219,27 @@ function program(): Command {
         `agent "${result.agent.name}" created (id ${result.agent.id}); keep this token, it is not shown again:`,
       );
       out(result.token);
+    });
+  agent
+    .command('set')
+    .argument('<name>')
+    .option('--profile <profile>', 'another tool profile')
+    .option('--rate-limit <n>', 'calls per minute, or "default"')
+    .description("change an agent's profile or rate limit")
+    .action(async (name: string, opts: { profile?: string; rateLimit?: string }) => {
+      const rate =
+        opts.rateLimit === undefined
+          ? undefined
+          : opts.rateLimit === 'default'
+            ? null
+            : Number(opts.rateLimit);
+      await runData(config(), {
+        command: 'agent.set',
+        name,
+        profile: opts.profile,
+        rate_limit_per_min: rate,
+      });
+      out(`agent "${name}" updated`);
     });
   agent
     .command('list')
@@ -423,6 +447,7 @@ function explain(e: unknown): string {
   if (e instanceof CliError || e instanceof AdminCommandError || e instanceof DataDirLockedError)
     return e.message;
   if (e instanceof StdioAuthError) return e.message;
+  if (e instanceof ProfileError) return `profile error: ${e.message}`;
   if (e instanceof Error && e.name === 'AgentExistsError') return e.message;
   if (e instanceof Error && 'code' in e && e.code === 'EADDRINUSE') return `cannot listen: ${e.message}`;
   return e instanceof Error ? (e.stack ?? e.message) : String(e);

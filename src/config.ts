@@ -106,9 +106,22 @@ export const ConfigSchema = z.strictObject({
       path: ['webhook_secret'],
     })
     .prefault({}),
-  /** Fault injection for the crash tests: the process kills itself at this step of an execution. */
+  policy: z
+    .strictObject({
+      /** Calls per minute per agent, unless the agent has its own limit. */
+      rate_limit_per_min: z.number().int().positive().default(60),
+      /** Where the tool profiles (NAME.json) are; default the profiles/ folder of this package. */
+      profiles_dir: z.string().min(1).optional(),
+    })
+    .prefault({}),
+  /** Fault injection for the reliability tests. */
   testing: z
-    .strictObject({ crash_at: z.enum(['after_write_started', 'after_connector_write']).optional() })
+    .strictObject({
+      /** The process kills itself at this step of an execution. */
+      crash_at: z.enum(['after_write_started', 'after_connector_write']).optional(),
+      /** Every tool handler waits this long first (deadline tests). */
+      delay_ms: z.number().int().min(0).optional(),
+    })
     .prefault({}),
   files: z
     .strictObject({
@@ -157,6 +170,9 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_CALL_TIMEOUT_MS: { path: ['limits', 'call_timeout_ms'], kind: 'int' },
   COUNTERSIGN_MAX_MESSAGE_BYTES: { path: ['limits', 'max_message_bytes'], kind: 'int' },
   COUNTERSIGN_TEST_CRASH_AT: { path: ['testing', 'crash_at'], kind: 'string' },
+  COUNTERSIGN_TEST_DELAY_MS: { path: ['testing', 'delay_ms'], kind: 'int' },
+  COUNTERSIGN_RATE_LIMIT_PER_MIN: { path: ['policy', 'rate_limit_per_min'], kind: 'int' },
+  COUNTERSIGN_PROFILES_DIR: { path: ['policy', 'profiles_dir'], kind: 'string' },
   COUNTERSIGN_AUDIT_SIGNING_KEY: { path: ['audit', 'signing_key_path'], kind: 'string' },
   COUNTERSIGN_CHECKPOINT_INTERVAL_S: { path: ['audit', 'checkpoint_interval_s'], kind: 'int' },
   COUNTERSIGN_SESSION_IDLE_S: { path: ['web', 'session_idle_s'], kind: 'int' },
@@ -276,6 +292,7 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
     }),
     limits: Object.freeze(parsed.limits),
     testing: Object.freeze(parsed.testing),
+    policy: Object.freeze(parsed.policy),
     web: Object.freeze(parsed.web),
     audit: Object.freeze(parsed.audit),
     files: Object.freeze({

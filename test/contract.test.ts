@@ -35,7 +35,9 @@ describe('the tools/list contract', () => {
     const writes = ['isphere_send_message', 'isphere_send_file'];
     for (const tool of tools) {
       const isWrite = writes.includes(tool.name);
-      assert.equal(tool.annotations?.readOnlyHint, !isWrite, tool.name);
+      const isInternal = tool.name === 'isphere_remember';
+      assert.equal(tool.annotations?.readOnlyHint, !isWrite && !isInternal, tool.name);
+      if (isInternal) assert.equal(tool.annotations?.openWorldHint, false);
       if (isWrite) {
         assert.equal(tool.annotations?.destructiveHint, false);
         assert.equal(tool.annotations?.idempotentHint, true);

@@ -14,7 +14,8 @@ import { ChainBrokenError } from '../audit/checkpoints.ts';
 import { ExportFilter, exportAudit, NothingToExportError } from '../audit/export.ts';
 import { createAuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
-import { AgentName, createAgent, listAgents, revokeAgent } from '../server/agents.ts';
+import { AgentName, createAgent, listAgents, revokeAgent, updateAgent } from '../server/agents.ts';
+import { loadProfiles } from '../server/profiles.ts';
 import { checkCredentials, createUser, Role, UserName, type User } from '../server/users.ts';
 
 /**
@@ -31,6 +32,13 @@ export const AdminCommand = z.discriminatedUnion('command', [
     name: AgentName,
     profile: z.string().min(1).optional(),
     owner: z.string().min(1).optional(),
+    rate_limit_per_min: z.number().int().positive().optional(),
+  }),
+  z.strictObject({
+    command: z.literal('agent.set'),
+    name: z.string().min(1),
+    profile: z.string().min(1).optional(),
+    rate_limit_per_min: z.number().int().positive().nullable().optional(),
   }),
   z.strictObject({ command: z.literal('agent.list') }),
   z.strictObject({ command: z.literal('agent.revoke'), name: z.string().min(1) }),
@@ -87,6 +95,15 @@ export interface AdminDeps {
   config: Config;
 }
 
+/** A profile named for an agent must be installed (profiles/NAME.json). */
+function checkProfile(name: string | undefined, dir?: string): void {
+  if (name === undefined) return;
+  const installed = loadProfiles(dir);
+  if (!installed.has(name)) {
+    throw new AdminCommandError(`no profile "${name}" (installed: ${[...installed.keys()].join(', ')})`);
+  }
+}
+
 async function signIn(deps: AdminDeps, name: string, password: string): Promise<User> {
   const user = await checkCredentials(deps.knex, name, password);
   if (!user) throw new AdminCommandError(`wrong user name or password for "${name}"`);
@@ -121,8 +138,16 @@ export async function runAdminCommand(deps: AdminDeps, input: unknown): Promise<
       return { imported: await importData(deps.knex, deps.blobs, data) };
     }
     case 'agent.add': {
+      checkProfile(cmd.profile, deps.config.policy.profiles_dir);
       const { agent, token } = await createAgent(deps.knex, cmd);
       return { agent, token };
+    }
+    case 'agent.set': {
+      checkProfile(cmd.profile, deps.config.policy.profiles_dir);
+      const { command: _c, name, ...change } = cmd;
+      if (!(await updateAgent(deps.knex, name, change)))
+        throw new AdminCommandError(`no agent named "${name}"`);
+      return { updated: name, ...change };
     }
     case 'agent.list':
       return { agents: await listAgents(deps.knex) };

@@ -78,6 +78,13 @@ export async function runWrite(
     };
   }
 
+  if (ctx.dryRunOnly) {
+    throw new ToolError(
+      'DRY_RUN_ONLY',
+      "this agent's profile allows this tool in dry run only",
+      'profile_dry_run_only',
+    );
+  }
   if (!args.approval_id) throw approvalRequired('missing');
   const { row, replay } = await ctx.approvals.beginExecution({
     agent: ctx.agent,

@@ -7,6 +7,8 @@ export interface Agent {
   name: string;
   profile: string;
   owner: string | null;
+  /** Calls per minute; null: the configured default. */
+  rate_limit_per_min: number | null;
 }
 
 export const AgentName = z
@@ -20,11 +22,17 @@ export type AuthFailure = 'missing_token' | 'unknown_token' | 'revoked_token';
 
 export async function createAgent(
   knex: Knex,
-  opts: { name: string; profile?: string; owner?: string | null },
+  opts: { name: string; profile?: string; owner?: string | null; rate_limit_per_min?: number | null },
 ): Promise<{ agent: Agent; token: string }> {
   const name = AgentName.parse(opts.name);
   const token = `cs_${randomBytes(32).toString('base64url')}`;
-  const agent: Agent = { id: randomUUID(), name, profile: opts.profile ?? 'all', owner: opts.owner ?? null };
+  const agent: Agent = {
+    id: randomUUID(),
+    name,
+    profile: opts.profile ?? 'all',
+    owner: opts.owner ?? null,
+    rate_limit_per_min: opts.rate_limit_per_min ?? null,
+  };
   const inserted = await knex('agents')
     .insert({ ...agent, token_hash: hashToken(token) })
     .onConflict('name')
@@ -43,12 +51,13 @@ export class AgentExistsError extends Error {
 
 export async function listAgents(knex: Knex) {
   const rows = await knex('agents')
-    .select('id', 'name', 'profile', 'owner', 'created_at', 'revoked_at')
+    .select('id', 'name', 'profile', 'owner', 'rate_limit_per_min', 'created_at', 'revoked_at')
     .orderBy('name');
   return rows.map((r: Record<string, unknown>) => ({
     id: String(r.id),
     name: String(r.name),
     profile: String(r.profile),
+    rate_limit_per_min: (r.rate_limit_per_min as number | null) ?? null,
     owner: (r.owner as string | null) ?? null,
     created_at: new Date(r.created_at as string).toISOString(),
     revoked_at: r.revoked_at ? new Date(r.revoked_at as string).toISOString() : null,
@@ -70,10 +79,26 @@ export async function authenticate(
 ): Promise<{ agent: Agent } | { failure: AuthFailure; agent?: Agent }> {
   if (!token) return { failure: 'missing_token' };
   const row = (await knex('agents')
-    .select('id', 'name', 'profile', 'owner', 'revoked_at')
+    .select('id', 'name', 'profile', 'owner', 'rate_limit_per_min', 'revoked_at')
     .where('token_hash', hashToken(token))
     .first()) as (Agent & { revoked_at: unknown }) | undefined;
   if (!row) return { failure: 'unknown_token' };
-  const agent: Agent = { id: String(row.id), name: row.name, profile: row.profile, owner: row.owner ?? null };
+  const agent: Agent = {
+    id: String(row.id),
+    name: row.name,
+    profile: row.profile,
+    owner: row.owner ?? null,
+    rate_limit_per_min: row.rate_limit_per_min ?? null,
+  };
   return row.revoked_at ? { failure: 'revoked_token', agent } : { agent };
+}
+
+/** Changes an agent's profile and/or rate limit; returns false when no agent has that name. */
+export async function updateAgent(
+  knex: Knex,
+  name: string,
+  change: { profile?: string; rate_limit_per_min?: number | null },
+): Promise<boolean> {
+  if (Object.keys(change).length === 0) return true;
+  return (await knex('agents').where({ name }).update(change)) > 0;
 }

@@ -4,7 +4,8 @@ import express from 'express';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { createWebRouter } from '../web/app.ts';
-import { createMcpRouter, sendProblem } from './http.ts';
+import { healthOf } from './health.ts';
+import { createMcpRouter, hostGuard, sendProblem } from './http.ts';
 import { openServices, type Services } from './services.ts';
 import { VERSION } from './version.ts';
 
@@ -28,6 +29,13 @@ export function createApp(services: Services) {
   app.disable('x-powered-by');
   app.set('trust proxy', false);
   app.use('/mcp', mcp.router);
+  app.get('/healthz', hostGuard(services.config), async (_req, res) => {
+    const health = await healthOf(services);
+    res.status(health.status === 'ok' ? 200 : 503).json(health);
+  });
+  app.get('/metrics', hostGuard(services.config), async (_req, res) => {
+    res.type(services.metrics.registry.contentType).send(await services.metrics.registry.metrics());
+  });
   app.use(
     createWebRouter({
       knex: services.knex,

@@ -19,6 +19,10 @@ import { envelopeSchema, type AuditBlock, type ErrorBlock } from '../tools/envel
 import { ToolError } from '../tools/errors.ts';
 import type { AnyToolDef, ToolContext, ToolOutcome } from '../tools/types.ts';
 import type { Agent } from './agents.ts';
+import type { MemoryStore } from './memory.ts';
+import type { Metrics } from './metrics.ts';
+import type { Profile } from './profiles.ts';
+import { createRateLimiter } from './rate-limit.ts';
 
 export interface PipelineDeps {
   tools: readonly AnyToolDef[];
@@ -27,6 +31,9 @@ export interface PipelineDeps {
   cursors: CursorCodec;
   approvals: Approvals;
   blobs: BlobStore;
+  memory: MemoryStore;
+  profiles: ReadonlyMap<string, Profile>;
+  metrics: Metrics;
   config: Config;
   log: Logger;
 }
@@ -39,6 +46,15 @@ export interface CallPipeline {
 
 /** Annotations follow from a tool's kind, never set by hand (STYLE §3). */
 function annotationsFor(tool: AnyToolDef): Tool['annotations'] {
+  if (tool.kind === 'internal') {
+    return {
+      title: tool.title,
+      readOnlyHint: false,
+      destructiveHint: false,
+      idempotentHint: true,
+      openWorldHint: false,
+    };
+  }
   return tool.kind === 'read'
     ? { title: tool.title, readOnlyHint: true, openWorldHint: true }
     : {
@@ -65,22 +81,32 @@ function describeIssue(issue: z.core.$ZodIssue): string {
 
 const newTraceId = () => randomBytes(16).toString('hex');
 
+/** A call over its deadline: answered -32001, its late result discarded and counted. */
+class Overrun extends Error {}
+
 /**
- * The one seam every tool call passes through: (auth, done by the transport) → validate → handler →
- * envelope → audit. The audit row is committed before the response leaves; if it cannot be, the caller
- * gets an internal error instead of an unaudited result.
+ * The one seam every tool call passes through: (auth, done by the transport) → profile → rate limit →
+ * validate → handler (under the call deadline) → envelope → audit. The audit row is committed before
+ * the response leaves; if it cannot be, the caller gets an internal error instead of an unaudited result.
  */
 export function createCallPipeline(deps: PipelineDeps): CallPipeline {
   const prefix = deps.config.tools.prefix;
   const byName = new Map(deps.tools.map((t) => [prefix + t.name, t]));
-  const listing: Tool[] = deps.tools.map((t) => ({
-    name: prefix + t.name,
-    title: t.title,
-    description: t.description,
-    inputSchema: jsonSchema(t.input, 'input'),
-    outputSchema: jsonSchema(envelopeSchema(t.output), 'output') as Tool['outputSchema'],
-    annotations: annotationsFor(t),
-  }));
+  const listing = new Map<string, Tool>(
+    deps.tools.map((t) => [
+      prefix + t.name,
+      {
+        name: prefix + t.name,
+        title: t.title,
+        description: t.description,
+        inputSchema: jsonSchema(t.input, 'input'),
+        outputSchema: jsonSchema(envelopeSchema(t.output), 'output') as Tool['outputSchema'],
+        annotations: annotationsFor(t),
+      },
+    ]),
+  );
+  const limiter = createRateLimiter();
+  const profileOf = (agent: Agent) => deps.profiles.get(agent.profile);
 
   async function call(
     agent: Agent,
@@ -96,6 +122,7 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
       .update(canonicalize(args ?? {}) ?? '')
       .digest('hex');
     const base = { kind: 'tool.call' as const, request_id, trace_id, agent_id: agent.id, tool: name };
+    const seconds = () => (Date.now() - started.getTime()) / 1000;
 
     if (!tool) {
       await deps.audit.append({
@@ -104,12 +131,42 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
         error_code: 'UNKNOWN_TOOL',
         details: { args_sha256: argsSha256 },
       });
+      deps.metrics.record(name.slice(0, 64), 'UNKNOWN_TOOL', seconds());
       throw new McpError(RpcCode.InvalidParams, `Unknown tool: ${name}`);
+    }
+
+    const profile = profileOf(agent);
+    if (!profile || !profile.allowed.has(tool.facet)) {
+      const reason = profile
+        ? (profile.deny[tool.facet] ?? `the ${tool.facet} facet is not allowed`)
+        : `this agent's profile "${agent.profile}" is not installed on this server`;
+      await deps.audit.append({
+        kind: 'auth.denied',
+        request_id,
+        trace_id,
+        agent_id: agent.id,
+        tool: name,
+        result: 'error',
+        error_code: 'TOOL_DENIED',
+        details: { facet: tool.facet, profile: agent.profile, reason },
+      });
+      deps.metrics.denied();
+      throw new McpError(-32002, `Tool ${name} is not available to this agent: ${reason}`, {
+        code: 'TOOL_DENIED',
+        reason,
+        trace_id,
+      });
     }
 
     let outcome: ToolOutcome<Record<string, unknown>> | undefined;
     let failure: ToolError | undefined;
     try {
+      const wait = limiter.take(agent.id, agent.rate_limit_per_min ?? deps.config.policy.rate_limit_per_min);
+      if (wait > 0) {
+        throw new ToolError('RATE_LIMITED', `too many calls: retry in ${wait} s`, 'rate_limited', {
+          details: { retry_after_s: wait },
+        });
+      }
       const parsed = tool.input.safeParse(args ?? {});
       if (!parsed.success) {
         const first = parsed.error.issues[0]!;
@@ -117,6 +174,7 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
           details: { issues: parsed.error.issues.map(describeIssue) },
         });
       }
+      const deadline = AbortSignal.timeout(deps.config.limits.call_timeout_ms);
       const ctx: ToolContext = {
         agent,
         request_id,
@@ -126,13 +184,47 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
         config: deps.config,
         approvals: deps.approvals,
         blobs: deps.blobs,
-        signal,
+        memory: deps.memory,
+        dryRunOnly: profile.dry_run_only.includes(tool.facet),
+        signal: AbortSignal.any([signal, deadline]),
       };
-      outcome =
-        tool.kind === 'read'
-          ? await tool.handler(parsed.data, ctx)
-          : await runWrite(tool, parsed.data as WriteControls & Record<string, unknown>, ctx);
+      const work = (async () => {
+        if (deps.config.testing.delay_ms)
+          await new Promise((r) => setTimeout(r, deps.config.testing.delay_ms));
+        return tool.kind === 'write'
+          ? runWrite(tool, parsed.data as WriteControls & Record<string, unknown>, ctx)
+          : tool.handler(parsed.data, ctx);
+      })();
+      let overran = false;
+      // A result that arrives after the deadline is thrown away, and counted.
+      work.then(
+        () => overran && deps.metrics.lateResult(),
+        () => overran && deps.metrics.lateResult(),
+      );
+      outcome = await new Promise<ToolOutcome<Record<string, unknown>>>((resolve, reject) => {
+        const onTimeout = () => {
+          overran = true;
+          reject(new Overrun());
+        };
+        deadline.addEventListener('abort', onTimeout, { once: true });
+        work.then(resolve, reject).finally(() => deadline.removeEventListener('abort', onTimeout));
+      });
     } catch (err) {
+      if (err instanceof Overrun) {
+        deps.metrics.overrun();
+        // A write past write.started stays `executing` until reconciliation settles it: never "not sent".
+        await deps.audit.append({
+          ...base,
+          result: 'error',
+          error_code: 'CALL_TIMEOUT',
+          details: { args_sha256: argsSha256 },
+        });
+        deps.metrics.record(name, 'CALL_TIMEOUT', seconds());
+        throw new McpError(-32001, `Call exceeded its deadline of ${deps.config.limits.call_timeout_ms} ms`, {
+          code: 'CALL_TIMEOUT',
+          trace_id,
+        });
+      }
       if (!(err instanceof ToolError)) {
         deps.log.error({ err, trace_id, tool: name, agent: agent.name }, 'tool handler crashed');
         await deps.audit.append({
@@ -141,6 +233,7 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
           error_code: 'INTERNAL_ERROR',
           details: { args_sha256: argsSha256 },
         });
+        deps.metrics.record(name, 'INTERNAL_ERROR', seconds());
         throw new McpError(RpcCode.InternalError, `Internal error (trace_id ${trace_id})`, {
           code: 'INTERNAL',
           trace_id,
@@ -148,11 +241,25 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
       }
       failure = err;
     }
+    return respond({ name, agent, started, request_id, trace_id, argsSha256, base, outcome, failure });
+  }
 
+  async function respond(c: {
+    name: string;
+    agent: Agent;
+    started: Date;
+    request_id: string;
+    trace_id: string;
+    argsSha256: string;
+    base: { kind: 'tool.call'; request_id: string; trace_id: string; agent_id: string; tool: string };
+    outcome: ToolOutcome<Record<string, unknown>> | undefined;
+    failure: ToolError | undefined;
+  }): Promise<CallToolResult> {
+    const { outcome, failure } = c;
     const facts = outcome?.audit ?? {};
     const dryRun = facts.dry_run ?? false;
     const row = await deps.audit.append({
-      ...base,
+      ...c.base,
       source: facts.source ?? null,
       target_type: facts.target_type ?? null,
       target_ref: facts.target_ref ?? null,
@@ -163,25 +270,26 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
       result: failure ? 'error' : 'ok',
       error_code: failure?.code ?? null,
       details: {
-        args_sha256: argsSha256,
-        duration_ms: Date.now() - started.getTime(),
+        args_sha256: c.argsSha256,
+        duration_ms: Date.now() - c.started.getTime(),
         ...(failure ? { reason: failure.reason ?? null } : {}),
         ...facts.details,
       },
     });
+    deps.metrics.record(c.name, failure?.code ?? null, (Date.now() - c.started.getTime()) / 1000);
 
     const audit: AuditBlock = {
-      tool: name,
-      request_id,
-      trace_id,
+      tool: c.name,
+      request_id: c.request_id,
+      trace_id: c.trace_id,
       source: facts.source ?? null,
-      operator_id: agent.id,
+      operator_id: c.agent.id,
       approval_id: facts.approval_id ?? null,
       dry_run: dryRun,
       target_ref: facts.target_ref ?? null,
       content_sha256: facts.content_sha256 ?? null,
       file_sha256: facts.file_sha256 ?? null,
-      started_at: started.toISOString(),
+      started_at: c.started.toISOString(),
       finished_at: new Date().toISOString(),
       result: failure ? 'error' : 'ok',
       audit_seq: row.seq,
@@ -193,8 +301,11 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
         code: failure.code,
         message: failure.message,
         reason: failure.reason ?? null,
-        trace_id,
+        trace_id: c.trace_id,
         ...(failure.details ? { details: failure.details } : {}),
+        ...(typeof failure.details?.retry_after_s === 'number'
+          ? { retry_after_s: failure.details.retry_after_s }
+          : {}),
       };
       envelope = { ok: false, status: 'error', next_cursor: null, error, audit };
     } else {
@@ -214,7 +325,12 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
   }
 
   return {
-    listTools: () => listing,
+    listTools: (agent) => {
+      const profile = profileOf(agent);
+      return deps.tools
+        .filter((t) => profile?.allowed.has(t.facet))
+        .map((t) => listing.get(prefix + t.name)!);
+    },
     call,
   };
 }

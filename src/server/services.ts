@@ -18,7 +18,10 @@ import type { Logger } from '../log.ts';
 import { createCursorCodec } from '../tools/cursor.ts';
 import { builtinTools } from '../tools/index.ts';
 import { createNotifier } from '../web/webhook.ts';
+import { createMemoryStore } from './memory.ts';
+import { createMetrics, type Metrics } from './metrics.ts';
 import { createCallPipeline, type CallPipeline } from './pipeline.ts';
+import { loadProfiles } from './profiles.ts';
 
 /** Everything a transport needs, built once per process. */
 export interface Services {
@@ -32,6 +35,8 @@ export interface Services {
   /** Origin and signer for checkpoints and exports. */
   checkpoints: CheckpointDeps;
   pipeline: CallPipeline;
+  metrics: Metrics;
+  startedAt: Date;
   /** Tells the services where the HTTP server listens (used for links unless http.public_url is set). */
   listeningAt(url: string): void;
   /** Runs expiry and reconciliation once (also done periodically). */
@@ -48,6 +53,7 @@ export async function openServices(config: Config, log: Logger, command: string)
     for (const close of closers.reverse()) await close().catch((err) => log.error({ err }, 'close failed'));
   };
   try {
+    const profiles = loadProfiles(config.policy.profiles_dir);
     const applied = await migrateLatest(db.knex);
     if (applied.length > 0) log.info({ applied }, 'migrations applied');
 
@@ -68,8 +74,13 @@ export async function openServices(config: Config, log: Logger, command: string)
       reviewUrl: (id) => new URL(`/approvals/${id}`, links.base).href,
       onRequested: createNotifier(config, log),
     });
+    const memory = createMemoryStore(db.knex);
+    const metrics = createMetrics();
     const pipeline = createCallPipeline({
       tools: builtinTools,
+      memory,
+      profiles,
+      metrics,
       audit,
       connectors,
       cursors,
@@ -87,6 +98,7 @@ export async function openServices(config: Config, log: Logger, command: string)
           const expired = await approvals.expireDue();
           if (expired > 0) log.info({ expired }, 'approval requests expired');
           await approvals.reconcile((key) => local.findWrite(key), log);
+          await memory.purge();
         } catch (err) {
           log.error({ err }, 'approval maintenance failed');
         } finally {
@@ -125,6 +137,8 @@ export async function openServices(config: Config, log: Logger, command: string)
       approvals,
       checkpoints,
       pipeline,
+      metrics,
+      startedAt: new Date(),
       maintain,
       listeningAt(url) {
         if (!config.http.public_url) links.base = url;

@@ -25,6 +25,8 @@ export const ErrorBlock = z.object({
   reason: z.string().nullable(),
   trace_id: z.string(),
   details: z.record(z.string(), z.unknown()).optional(),
+  /** With RATE_LIMITED: when to try again. */
+  retry_after_s: z.number().int().optional(),
 });
 export type ErrorBlock = z.infer<typeof ErrorBlock>;
 

@@ -2,6 +2,8 @@ import { getApproval } from './read/get-approval.ts';
 import { listApprovals } from './read/list-approvals.ts';
 import { receiveFiles } from './read/receive-files.ts';
 import { receiveMessages } from './read/receive-messages.ts';
+import { recall } from './read/recall.ts';
+import { remember } from './read/remember.ts';
 import { searchContacts } from './read/search-contacts.ts';
 import { searchGroups } from './read/search-groups.ts';
 import type { AnyToolDef } from './types.ts';
@@ -18,4 +20,6 @@ export const builtinTools: readonly AnyToolDef[] = [
   sendFile,
   getApproval,
   listApprovals,
+  remember,
+  recall,
 ];

@@ -6,11 +6,13 @@ import type { ConnectorSet } from '../connectors/index.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
 import type { Connector, ResolvedTarget } from '../connectors/types.ts';
 import type { Agent } from '../server/agents.ts';
+import type { MemoryStore } from '../server/memory.ts';
 import type { CursorCodec } from './cursor.ts';
 
 /** Every tool belongs to exactly one facet; profiles allow or deny facets. */
 export type Facet = 'directory' | 'messages' | 'files' | 'send' | 'approvals' | 'memory';
-export type ToolKind = 'read' | 'write';
+/** read: no side effect; internal: changes only countersign's own state (no approval); write: gated. */
+export type ToolKind = 'read' | 'internal' | 'write';
 
 /** What a handler may use. Tools never reach the database or the raw MCP server directly. */
 export interface ToolContext {
@@ -22,6 +24,9 @@ export interface ToolContext {
   config: Config;
   approvals: Approvals;
   blobs: BlobStore;
+  memory: MemoryStore;
+  /** The agent's profile allows this tool's writes in dry run only. */
+  dryRunOnly: boolean;
   signal: AbortSignal;
 }
 
@@ -58,7 +63,7 @@ export interface ReadToolDef<
   I extends z.ZodObject = z.ZodObject,
   O extends z.ZodObject = z.ZodObject,
 > extends ToolBase<I, O> {
-  kind: 'read';
+  kind: 'read' | 'internal';
   handler(args: z.output<I>, ctx: ToolContext): Promise<ToolOutcome<z.output<O>>>;
 }
 

@@ -26,6 +26,8 @@ export function testEnv(db: TestDatabase, extra: Record<string, string> = {}): R
     COUNTERSIGN_DATA_DIR: db.dataDir,
     COUNTERSIGN_PORT: '0',
     LOG_LEVEL: 'silent',
+    // Suites make many calls per agent; the rate-limit test sets its own limit.
+    COUNTERSIGN_RATE_LIMIT_PER_MIN: '100000',
     ...(db.url ? { DATABASE_URL: db.url } : {}),
     ...extra,
   };

@@ -1,0 +1,32 @@
+import { toCount } from '../db/knex.ts';
+import type { Services } from './services.ts';
+import { VERSION } from './version.ts';
+
+/** Liveness and counters: is the database reachable, how many calls, errors, overruns, pending approvals. */
+export async function healthOf(s: Pick<Services, 'knex' | 'db' | 'metrics' | 'startedAt'>) {
+  let database: { reachable: boolean; dialect: string; error?: string } = {
+    reachable: true,
+    dialect: s.db.dialect,
+  };
+  let pending: number | null = null;
+  let head: number | null = null;
+  try {
+    const [p, h] = await Promise.all([
+      s.knex('approval_requests').where('status', 'pending').count({ n: '*' }).first(),
+      s.knex('audit_events').max({ m: 'seq' }).first(),
+    ]);
+    pending = toCount((p as { n: unknown } | undefined)?.n);
+    head = Number((h as { m: unknown } | undefined)?.m ?? 0);
+  } catch (err) {
+    database = { reachable: false, dialect: s.db.dialect, error: (err as Error).message.slice(0, 200) };
+  }
+  return {
+    status: database.reachable ? 'ok' : 'degraded',
+    version: VERSION,
+    uptime_s: Math.round((Date.now() - s.startedAt.getTime()) / 1000),
+    database,
+    ...s.metrics.counters,
+    pending_approvals: pending,
+    audit_head_seq: head,
+  };
+}

@@ -1,0 +1,70 @@
+import client from 'prom-client';
+
+/** Counters for /healthz and Prometheus series for /metrics; one registry per server, no globals. */
+export function createMetrics() {
+  const registry = new client.Registry();
+  client.collectDefaultMetrics({ register: registry });
+  const calls = new client.Counter({
+    name: 'countersign_tool_calls_total',
+    help: 'Tool calls by tool and outcome',
+    labelNames: ['tool', 'result', 'error_code'],
+    registers: [registry],
+  });
+  const latency = new client.Histogram({
+    name: 'countersign_tool_call_seconds',
+    help: 'Tool call latency, audit append included',
+    labelNames: ['tool'],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 30],
+    registers: [registry],
+  });
+  const counters = {
+    calls: 0,
+    errors: 0,
+    overrun_calls: 0,
+    late_results_discarded: 0,
+    rate_limited_calls: 0,
+    denied_calls: 0,
+  };
+  const overruns = new client.Counter({
+    name: 'countersign_call_overruns_total',
+    help: 'Calls past their deadline',
+    registers: [registry],
+  });
+  const limited = new client.Counter({
+    name: 'countersign_rate_limited_total',
+    help: 'Calls refused by the rate limit',
+    registers: [registry],
+  });
+  const denied = new client.Counter({
+    name: 'countersign_denied_total',
+    help: "Calls of tools the agent's profile denies",
+    registers: [registry],
+  });
+
+  return {
+    registry,
+    counters,
+    record(tool: string, errorCode: string | null, seconds: number) {
+      counters.calls++;
+      if (errorCode) counters.errors++;
+      calls.inc({ tool, result: errorCode ? 'error' : 'ok', error_code: errorCode ?? '' });
+      latency.observe({ tool }, seconds);
+      if (errorCode === 'RATE_LIMITED') {
+        counters.rate_limited_calls++;
+        limited.inc();
+      }
+    },
+    overrun() {
+      counters.overrun_calls++;
+      overruns.inc();
+    },
+    lateResult() {
+      counters.late_results_discarded++;
+    },
+    denied() {
+      counters.denied_calls++;
+      denied.inc();
+    },
+  };
+}
+export type Metrics = ReturnType<typeof createMetrics>;

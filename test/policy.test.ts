@@ -1,0 +1,272 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { createAgent } from '../src/server/agents.ts';
+import { loadProfiles, PROFILES_DIR, ProfileError, validateProfile } from '../src/server/profiles.ts';
+import { createRateLimiter } from '../src/server/rate-limit.ts';
+import { builtinTools } from '../src/tools/index.ts';
+import { runCli } from './helpers/cli.ts';
+import { databaseKinds } from './helpers/db.ts';
+import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
+
+const GOOD = {
+  name: 'x',
+  allow: ['directory', 'messages', 'files', 'approvals', 'memory'],
+  deny: { send: 'not for you' },
+};
+
+describe('profile validation', () => {
+  it('accepts the shipped profiles', () => {
+    assert.deepEqual([...loadProfiles().keys()], ['all', 'drafting', 'readonly']);
+  });
+
+  it('refuses each malformed profile, naming the problem', () => {
+    const cases: [unknown, RegExp][] = [
+      [
+        { ...GOOD, allow: ['directory', 'messages', 'files', 'approvals'] },
+        /facet "memory" is named neither in allow nor in deny/,
+      ],
+      [{ ...GOOD, allow: [...GOOD.allow, 'memory'] }, /facet "memory" is named twice/],
+      [{ ...GOOD, allow: [...GOOD.allow, 'send'] }, /facet "send" is named in both allow and deny/],
+      [{ ...GOOD, deny: { send: '  ' } }, /deny reason for "send" is empty/],
+      [{ ...GOOD, allow: [...GOOD.allow, 'teleport'] }, /unknown facet "teleport"/],
+      [{ ...GOOD, dry_run_only: ['send'] }, /dry_run_only facet "send" is not allowed/],
+      [{ ...GOOD, extra: 1 }, /profile|extra/],
+    ];
+    for (const [input, message] of cases) {
+      assert.throws(
+        () => validateProfile(input, 'p.json'),
+        (err: unknown) => err instanceof ProfileError && message.test(err.message),
+      );
+    }
+  });
+
+  it('stops start-up with exit 1 when a profile is bad', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cs-profiles-'));
+    for (const f of fs.readdirSync(PROFILES_DIR))
+      fs.copyFileSync(path.join(PROFILES_DIR, f), path.join(dir, f));
+    fs.writeFileSync(path.join(dir, 'broken.json'), JSON.stringify({ ...GOOD, name: 'broken', deny: {} }));
+    const res = await runCli(['serve'], {
+      COUNTERSIGN_DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'cs-data-')),
+      COUNTERSIGN_PROFILES_DIR: dir,
+      COUNTERSIGN_PORT: '0',
+    });
+    assert.equal(res.code, 1);
+    assert.match(
+      res.stderr,
+      /profile error: .*broken\.json: facet "send" is named neither in allow nor in deny/,
+    );
+  });
+});
+
+describe('the rate limiter', () => {
+  it('refuses past the limit in a sliding minute and recovers', () => {
+    let now = 1_000_000;
+    const limiter = createRateLimiter(() => now);
+    for (let i = 0; i < 3; i++) assert.equal(limiter.take('a', 3), 0);
+    assert.equal(limiter.take('a', 3), 60);
+    assert.equal(limiter.take('b', 3), 0, 'per agent');
+    now += 30_000;
+    assert.equal(limiter.take('a', 3), 30);
+    now += 30_001;
+    assert.equal(limiter.take('a', 3), 0, 'recovered');
+  });
+});
+
+for (const kind of databaseKinds()) {
+  describe(`policy on ${kind}`, () => {
+    let server: TestServer;
+    const clients: Client[] = [];
+    const agentWith = async (name: string, opts: { profile?: string; rate_limit_per_min?: number } = {}) => {
+      const { token } = await createAgent(server.services.knex, { name, ...opts });
+      const client = await connectHttp(server.url, token);
+      clients.push(client);
+      return client;
+    };
+
+    before(async () => {
+      server = await startTestServer(kind);
+    });
+    after(async () => {
+      await Promise.allSettled(clients.map((c) => c.close()));
+      await server?.stop();
+    });
+
+    it("shows each shipped profile's tools and nothing else", async () => {
+      const all = builtinTools.map((t) => `isphere_${t.name}`);
+      const names = async (c: Client) => (await c.listTools()).tools.map((t) => t.name);
+      assert.deepEqual(await names(await agentWith('p-all', { profile: 'all' })), all);
+      assert.deepEqual(await names(await agentWith('p-drafting', { profile: 'drafting' })), all);
+      assert.deepEqual(
+        await names(await agentWith('p-readonly', { profile: 'readonly' })),
+        all.filter((n) => !['isphere_send_message', 'isphere_send_file'].includes(n)),
+      );
+    });
+
+    it('answers -32002 with the deny reason for a denied tool, and audits it', async () => {
+      const reader = await agentWith('denied-reader', { profile: 'readonly' });
+      await assert.rejects(
+        reader.callTool({
+          name: 'isphere_send_message',
+          arguments: { target_type: 'contact', target_id: 'ct_alice', content_text: 'hi' },
+        }),
+        (err: unknown) => {
+          assert.ok(err instanceof McpError);
+          assert.equal(err.code, -32002);
+          assert.match(err.message, /sending messages and files is not part of its role/);
+          return true;
+        },
+      );
+      const row = await server.services
+        .knex('audit_events')
+        .where({ kind: 'auth.denied', tool: 'isphere_send_message' })
+        .first();
+      assert.equal(row.error_code, 'TOOL_DENIED');
+    });
+
+    it('lets a drafting agent dry-run but answers DRY_RUN_ONLY to a real execution', async () => {
+      const drafter = await agentWith('drafter', { profile: 'drafting' });
+      const args = { target_type: 'contact', target_id: 'ct_alice', content_text: 'draft only' };
+      const draft = await call(drafter, 'isphere_send_message', args);
+      assert.equal(draft.send_status, 'planned');
+      const real = await call(drafter, 'isphere_send_message', {
+        ...args,
+        dry_run: false,
+        approval_id: '00000000-0000-4000-8000-000000000000',
+      });
+      assert.equal(real.error.code, 'DRY_RUN_ONLY');
+    });
+
+    it('changes a profile with agent set, refusing unknown profiles', async () => {
+      await createAgent(server.services.knex, { name: 'switcher' });
+      const ok = await runCli(['agent', 'set', 'switcher', '--profile', 'readonly'], server.env);
+      assert.equal(ok.code, 0, ok.stderr);
+      assert.equal(
+        (await server.services.knex('agents').where({ name: 'switcher' }).first()).profile,
+        'readonly',
+      );
+      const bad = await runCli(['agent', 'set', 'switcher', '--profile', 'nonesuch'], server.env);
+      assert.equal(bad.code, 1);
+      assert.match(bad.stderr, /no profile "nonesuch"/);
+    });
+
+    it('rate-limits per agent across its sessions, with retry_after_s', async () => {
+      const { token } = await createAgent(server.services.knex, { name: 'chatty', rate_limit_per_min: 3 });
+      const one = await connectHttp(server.url, token);
+      const two = await connectHttp(server.url, token);
+      clients.push(one, two);
+      const results = [];
+      for (const c of [one, two, one, two])
+        results.push(await call(c, 'isphere_search_groups', { query: 'board' }));
+      assert.deepEqual(
+        results.map((r) => r.ok),
+        [true, true, true, false],
+      );
+      const limited = results[3]!;
+      assert.equal(limited.error.code, 'RATE_LIMITED');
+      assert.ok(limited.error.retry_after_s >= 1 && limited.error.retry_after_s <= 60);
+      const health = (await (await fetch(new URL('/healthz', server.url))).json()) as {
+        rate_limited_calls: number;
+      };
+      assert.ok(health.rate_limited_calls >= 1);
+    });
+
+    it('remembers and recalls per agent, with a TTL', async () => {
+      const a = await agentWith('memo-a');
+      const b = await agentWith('memo-b');
+      const stored = await call(a, 'isphere_remember', {
+        key: 'draft',
+        value: { text: 'שלום', n: 1 },
+        ttl_s: 120,
+      });
+      assert.ok(Date.parse(stored.expires_at) > Date.now() + 100_000);
+      const got = await call(a, 'isphere_recall', { key: 'draft' });
+      assert.deepEqual([got.found, got.value], [true, { text: 'שלום', n: 1 }]);
+      await call(a, 'isphere_remember', { key: 'draft', value: 'replaced' });
+      assert.equal((await call(a, 'isphere_recall', { key: 'draft' })).value, 'replaced');
+      const other = await call(b, 'isphere_recall', { key: 'draft' });
+      assert.deepEqual([other.found, other.value, other.status], [false, null, 'empty']);
+      await server.services.knex('agent_memory').update({ expires_at: new Date(Date.now() - 1000) });
+      const expired = await call(a, 'isphere_recall', { key: 'draft' });
+      assert.deepEqual([expired.found, expired.value], [false, null]);
+      for (const ttl_s of [59, 30 * 24 * 3600 + 1]) {
+        assert.equal(
+          (await call(a, 'isphere_remember', { key: 'k', value: 1, ttl_s })).error.code,
+          'INVALID_ARGUMENT',
+        );
+      }
+    });
+
+    it('reports health and Prometheus metrics', async () => {
+      const res = await fetch(new URL('/healthz', server.url));
+      assert.equal(res.status, 200);
+      const health = (await res.json()) as Record<string, unknown>;
+      for (const key of [
+        'status',
+        'version',
+        'uptime_s',
+        'database',
+        'calls',
+        'errors',
+        'overrun_calls',
+        'rate_limited_calls',
+        'pending_approvals',
+        'audit_head_seq',
+      ]) {
+        assert.ok(key in health, key);
+      }
+      assert.equal(health.status, 'ok');
+      assert.deepEqual((health.database as { reachable: boolean }).reachable, true);
+      assert.ok((health.calls as number) > 5);
+      assert.ok((health.pending_approvals as number) >= 1);
+      const metrics = await (await fetch(new URL('/metrics', server.url))).text();
+      assert.match(
+        metrics,
+        /countersign_tool_calls_total\{tool="isphere_search_groups",result="ok",error_code=""\} \d+/,
+      );
+      assert.match(
+        metrics,
+        /countersign_tool_call_seconds_bucket\{le="0.005",tool="isphere_search_groups"\}/,
+      );
+      assert.match(metrics, /countersign_rate_limited_total \d+/);
+    });
+  });
+}
+
+describe('the call deadline', () => {
+  let server: TestServer;
+  let client: Client;
+  before(async () => {
+    server = await startTestServer('pglite', {
+      COUNTERSIGN_CALL_TIMEOUT_MS: '150',
+      COUNTERSIGN_TEST_DELAY_MS: '400',
+    });
+    client = await connectHttp(server.url, server.demoToken);
+  });
+  after(async () => {
+    await client?.close();
+    await server?.stop();
+  });
+
+  it('answers -32001 CALL_TIMEOUT, counts the overrun and discards the late result', async () => {
+    await assert.rejects(
+      client.callTool({ name: 'isphere_search_groups', arguments: { query: 'board' } }),
+      (err: unknown) => {
+        assert.ok(err instanceof McpError);
+        assert.equal(err.code, -32001);
+        assert.equal((err.data as { code: string }).code, 'CALL_TIMEOUT');
+        return true;
+      },
+    );
+    await new Promise((r) => setTimeout(r, 500));
+    const health = (await (await fetch(new URL('/healthz', server.url))).json()) as Record<string, number>;
+    assert.equal(health.overrun_calls, 1);
+    assert.equal(health.late_results_discarded, 1);
+    const row = await server.services.knex('audit_events').where({ error_code: 'CALL_TIMEOUT' }).first();
+    assert.ok(row, 'the overrun is audited');
+  });
+});
