@@ -210,34 +210,36 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
         work.then(resolve, reject).finally(() => deadline.removeEventListener('abort', onTimeout));
       });
     } catch (err) {
+      // Protocol errors: audited with their code, counted, and answered as JSON-RPC errors.
+      const protocolError = async (errorCode: string, rpcCode: number, message: string, dataCode: string) => {
+        await deps.audit.append({
+          ...base,
+          result: 'error',
+          error_code: errorCode,
+          details: { args_sha256: argsSha256 },
+        });
+        deps.metrics.record(name, errorCode, seconds());
+        return new McpError(rpcCode, message, { code: dataCode, trace_id });
+      };
       if (err instanceof Overrun) {
         deps.metrics.overrun();
         // A write past write.started stays `executing` until reconciliation settles it: never "not sent".
-        await deps.audit.append({
-          ...base,
-          result: 'error',
-          error_code: 'CALL_TIMEOUT',
-          details: { args_sha256: argsSha256 },
-        });
-        deps.metrics.record(name, 'CALL_TIMEOUT', seconds());
-        throw new McpError(-32001, `Call exceeded its deadline of ${deps.config.limits.call_timeout_ms} ms`, {
-          code: 'CALL_TIMEOUT',
-          trace_id,
-        });
+        const limit = deps.config.limits.call_timeout_ms;
+        throw await protocolError(
+          'CALL_TIMEOUT',
+          -32001,
+          `Call exceeded its deadline of ${limit} ms`,
+          'CALL_TIMEOUT',
+        );
       }
       if (!(err instanceof ToolError)) {
         deps.log.error({ err, trace_id, tool: name, agent: agent.name }, 'tool handler crashed');
-        await deps.audit.append({
-          ...base,
-          result: 'error',
-          error_code: 'INTERNAL_ERROR',
-          details: { args_sha256: argsSha256 },
-        });
-        deps.metrics.record(name, 'INTERNAL_ERROR', seconds());
-        throw new McpError(RpcCode.InternalError, `Internal error (trace_id ${trace_id})`, {
-          code: 'INTERNAL',
-          trace_id,
-        });
+        throw await protocolError(
+          'INTERNAL_ERROR',
+          RpcCode.InternalError,
+          `Internal error (trace_id ${trace_id})`,
+          'INTERNAL',
+        );
       }
       failure = err;
     }
