@@ -237,36 +237,38 @@ for (const kind of databaseKinds()) {
   });
 }
 
-describe('the call deadline', () => {
-  let server: TestServer;
-  let client: Client;
-  before(async () => {
-    server = await startTestServer('pglite', {
-      COUNTERSIGN_CALL_TIMEOUT_MS: '150',
-      COUNTERSIGN_TEST_DELAY_MS: '400',
+for (const kind of databaseKinds()) {
+  describe(`the call deadline on ${kind}`, () => {
+    let server: TestServer;
+    let client: Client;
+    before(async () => {
+      server = await startTestServer('pglite', {
+        COUNTERSIGN_CALL_TIMEOUT_MS: '150',
+        COUNTERSIGN_TEST_DELAY_MS: '400',
+      });
+      client = await connectHttp(server.url, server.demoToken);
     });
-    client = await connectHttp(server.url, server.demoToken);
-  });
-  after(async () => {
-    await client?.close();
-    await server?.stop();
-  });
+    after(async () => {
+      await client?.close();
+      await server?.stop();
+    });
 
-  it('answers -32001 CALL_TIMEOUT, counts the overrun and discards the late result', async () => {
-    await assert.rejects(
-      client.callTool({ name: 'isphere_search_groups', arguments: { query: 'board' } }),
-      (err: unknown) => {
-        assert.ok(err instanceof McpError);
-        assert.equal(err.code, -32001);
-        assert.equal((err.data as { code: string }).code, 'CALL_TIMEOUT');
-        return true;
-      },
-    );
-    await new Promise((r) => setTimeout(r, 500));
-    const health = (await (await fetch(new URL('/healthz', server.url))).json()) as Record<string, number>;
-    assert.equal(health.overrun_calls, 1);
-    assert.equal(health.late_results_discarded, 1);
-    const row = await server.services.knex('audit_events').where({ error_code: 'CALL_TIMEOUT' }).first();
-    assert.ok(row, 'the overrun is audited');
+    it('answers -32001 CALL_TIMEOUT, counts the overrun and discards the late result', async () => {
+      await assert.rejects(
+        client.callTool({ name: 'isphere_search_groups', arguments: { query: 'board' } }),
+        (err: unknown) => {
+          assert.ok(err instanceof McpError);
+          assert.equal(err.code, -32001);
+          assert.equal((err.data as { code: string }).code, 'CALL_TIMEOUT');
+          return true;
+        },
+      );
+      await new Promise((r) => setTimeout(r, 500));
+      const health = (await (await fetch(new URL('/healthz', server.url))).json()) as Record<string, number>;
+      assert.equal(health.overrun_calls, 1);
+      assert.equal(health.late_results_discarded, 1);
+      const row = await server.services.knex('audit_events').where({ error_code: 'CALL_TIMEOUT' }).first();
+      assert.ok(row, 'the overrun is audited');
+    });
   });
-});
+}

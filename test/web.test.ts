@@ -294,3 +294,50 @@ for (const kind of databaseKinds()) {
     });
   });
 }
+
+describe('web limits on pglite', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await startTestServer('pglite', {
+      COUNTERSIGN_LOGIN_FAILURES_PER_IP: '2',
+      COUNTERSIGN_LOGIN_FAILURES_PER_USER: '100',
+      // Nothing listens here: every notice fails.
+      COUNTERSIGN_WEBHOOK_URL: 'http://127.0.0.1:9/unreachable',
+      COUNTERSIGN_WEBHOOK_SECRET: 'a-webhook-secret-of-some-length',
+    });
+    await createUser(server.services.knex, { name: 'ivy', roles: ['chair'], password: 'ivy password' });
+  });
+  after(async () => server?.stop());
+
+  it('limits failed sign-ins per client address, whatever the names tried', async () => {
+    for (const name of ['guess-1', 'guess-2'])
+      assert.equal((await new WebClient(server.url).login(name, 'x')).res.status, 401);
+    assert.equal((await new WebClient(server.url).login('ivy', 'ivy password')).res.status, 429);
+  });
+
+  it('ends a session at its absolute lifetime even when it is in use', async () => {
+    const { createSessionStore } = await import('../src/web/sessions.ts');
+    const user = (await import('../src/server/users.ts')).checkCredentials;
+    const ivy = (await user(server.services.knex, 'ivy', 'ivy password'))!;
+    const session = await createSessionStore(server.services.knex, server.services.config).create(ivy);
+    const web = new WebClient(server.url);
+    web.cookies.set('cs_session', session.id);
+    assert.equal((await web.get('/approvals')).res.status, 200);
+    await server.services
+      .knex('web_sessions')
+      .update({ created_at: new Date(Date.now() - 13 * 3600 * 1000), last_seen_at: new Date() });
+    assert.equal((await web.get('/approvals')).res.status, 303);
+  });
+
+  it('never lets a failing webhook hold up or fail a dry run', async () => {
+    const agent = await connectHttp(server.url, server.demoToken);
+    const res = await call(agent, 'isphere_send_message', {
+      target_type: 'contact',
+      target_id: 'ct_alice',
+      content_text: 'notify me',
+    });
+    assert.equal(res.ok, true);
+    assert.equal(res.approval.status, 'pending');
+    await agent.close();
+  });
+});
