@@ -185,6 +185,10 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_WEBHOOK_INCLUDE_CONTENT: { path: ['web', 'webhook_include_content'], kind: 'bool' },
 };
 
+/** The base of links people follow (review pages): http.public_url, else this server's own address. */
+export const publicBaseUrl = (config: Pick<Config, 'http'>) =>
+  config.http.public_url ?? `http://${config.http.host}:${config.http.port}`;
+
 export class ConfigError extends Error {
   override name = 'ConfigError';
 }

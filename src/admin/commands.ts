@@ -13,7 +13,7 @@ import { checkpointDeps, verifyDatabase } from '../audit/context.ts';
 import { ChainBrokenError } from '../audit/checkpoints.ts';
 import { ExportFilter, exportAudit, NothingToExportError } from '../audit/export.ts';
 import { createAuditLog } from '../audit/log.ts';
-import type { Config } from '../config.ts';
+import { publicBaseUrl, type Config } from '../config.ts';
 import { AgentName, createAgent, listAgents, revokeAgent, updateAgent } from '../server/agents.ts';
 import { loadProfiles } from '../server/profiles.ts';
 import { checkCredentials, createUser, Role, UserName, type User } from '../server/users.ts';
@@ -112,12 +112,11 @@ async function signIn(deps: AdminDeps, name: string, password: string): Promise<
 
 function approvalsOf(deps: AdminDeps) {
   const audit = createAuditLog(deps.knex);
-  const base = deps.config.http.public_url ?? `http://${deps.config.http.host}:${deps.config.http.port}`;
   return createApprovals({
     knex: deps.knex,
     audit,
     config: deps.config,
-    reviewUrl: (id) => new URL(`/approvals/${id}`, base).href,
+    reviewUrl: (id) => new URL(`/approvals/${id}`, publicBaseUrl(deps.config)).href,
   });
 }
 

@@ -83,5 +83,26 @@ export async function viewOf(
   q: Knex | Knex.Transaction,
   row: RequestRow,
 ): Promise<ApprovalView> {
-  return toView(row, await approversOf(q, row.id), deps.reviewUrl(row.id));
+  return (await viewsOf(deps, q, [row]))[0]!;
+}
+
+/** Views of many requests, with every request's approvers read in one query. */
+export async function viewsOf(
+  deps: ApprovalDeps,
+  q: Knex | Knex.Transaction,
+  rows: RequestRow[],
+): Promise<ApprovalView[]> {
+  if (rows.length === 0) return [];
+  const decisions = (await q('approval_decisions')
+    .whereIn(
+      'approval_request_id',
+      rows.map((r) => r.id),
+    )
+    .where('decision', 'approve')
+    .orderBy('created_at')
+    .select('approval_request_id', 'user_name')) as { approval_request_id: string; user_name: string }[];
+  const approvers = new Map<string, string[]>();
+  for (const d of decisions)
+    approvers.set(d.approval_request_id, [...(approvers.get(d.approval_request_id) ?? []), d.user_name]);
+  return rows.map((row) => toView(row, approvers.get(row.id) ?? [], deps.reviewUrl(row.id)));
 }

@@ -1,6 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import type { Agent } from '../server/agents.ts';
-import { expireRows, loadRow, policyVersion, requiredApprovers, viewOf, type ApprovalDeps } from './deps.ts';
+import {
+  expireRows,
+  loadRow,
+  policyVersion,
+  requiredApprovers,
+  viewOf,
+  viewsOf,
+  type ApprovalDeps,
+} from './deps.ts';
 import { requestFromDb, type ApprovalStatus, type ApprovalView, type Target } from './view.ts';
 
 export interface DraftWrite {
@@ -118,7 +126,7 @@ export async function listOwnApprovals(
   if (opts.after) q.whereRaw('(created_at, id) < (?::timestamptz, ?::uuid)', [opts.after.t, opts.after.id]);
   const rows = ((await q) as Record<string, unknown>[]).map(requestFromDb);
   const page = rows.slice(0, opts.limit);
-  const items = await Promise.all(page.map((r) => viewOf(deps, deps.knex, r)));
+  const items = await viewsOf(deps, deps.knex, page);
   const last = page.at(-1);
   return { items, next: rows.length > opts.limit && last ? { t: last.created_at, id: last.id } : null };
 }

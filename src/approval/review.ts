@@ -1,5 +1,5 @@
 import { toCount } from '../db/knex.ts';
-import { loadRow, viewOf, type ApprovalDeps } from './deps.ts';
+import { loadRow, viewOf, viewsOf, type ApprovalDeps } from './deps.ts';
 import { requestFromDb, type ApprovalStatus } from './view.ts';
 
 export interface QueueFilter {
@@ -23,12 +23,8 @@ export async function listForReview(deps: ApprovalDeps, f: QueueFilter) {
   if (f.tool) q.where('r.tool', f.tool);
   if (f.agent) q.where('a.name', f.agent);
   const rows = (await q) as Record<string, unknown>[];
-  return Promise.all(
-    rows.map(async (raw) => ({
-      ...(await viewOf(deps, deps.knex, requestFromDb(raw))),
-      agent_name: String(raw.agent_name),
-    })),
-  );
+  const views = await viewsOf(deps, deps.knex, rows.map(requestFromDb));
+  return views.map((view, i) => ({ ...view, agent_name: String(rows[i]!.agent_name) }));
 }
 
 /** How many requests are in each status (for the queue's counts), with tool and agent filters applied. */

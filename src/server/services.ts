@@ -5,7 +5,7 @@ import { startAdminEndpoint } from '../admin/endpoint.ts';
 import { firstRun as seedFirstRun, type FirstRun } from '../admin/first-run.ts';
 import { createApprovals, type Approvals } from '../approval/index.ts';
 import { createAuditLog, type AuditLog } from '../audit/log.ts';
-import type { Config } from '../config.ts';
+import { publicBaseUrl, type Config } from '../config.ts';
 import { createConnectorSet } from '../connectors/index.ts';
 import { createBlobStore, type BlobStore } from '../connectors/local/blobs.ts';
 import { createLocalConnector } from '../connectors/local/store.ts';
@@ -66,7 +66,7 @@ export async function openServices(config: Config, log: Logger, command: string)
       await sharedValue(db.knex, 'cursor_hmac', () => randomBytes(32).toString('base64url')),
     );
     // Links people follow; without http.public_url, the address the HTTP server actually listens on.
-    const links = { base: config.http.public_url ?? `http://${config.http.host}:${config.http.port}` };
+    const links = { base: publicBaseUrl(config) };
     const approvals = createApprovals({
       knex: db.knex,
       audit,

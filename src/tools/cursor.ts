@@ -10,6 +10,13 @@ import { ToolError } from './errors.ts';
 export interface CursorCodec {
   encode(tool: string, query: unknown, position: unknown): string;
   decode<T>(tool: string, query: unknown, cursor: string): T;
+  /** Fetches the page after `cursor` (the first without one) and signs the cursor of the next. */
+  page<T, P = unknown>(
+    tool: string,
+    query: unknown,
+    cursor: string | undefined,
+    fetch: (after: P | undefined) => Promise<{ items: T[]; next: P | null }>,
+  ): Promise<{ items: T[]; next_cursor: string | null }>;
 }
 
 function queryDigest(tool: string, query: unknown): string {
@@ -24,7 +31,11 @@ export function createCursorCodec(secret: string): CursorCodec {
   const bad = (reason: string) =>
     new ToolError('INVALID_ARGUMENT', 'cursor is not valid for this query', reason);
 
-  return {
+  const codec: CursorCodec = {
+    async page(tool, query, cursor, fetch) {
+      const page = await fetch(cursor ? codec.decode(tool, query, cursor) : undefined);
+      return { items: page.items, next_cursor: page.next ? codec.encode(tool, query, page.next) : null };
+    },
     encode(tool, query, position) {
       const body = Buffer.from(JSON.stringify({ q: queryDigest(tool, query), p: position })).toString(
         'base64url',
@@ -47,4 +58,5 @@ export function createCursorCodec(secret: string): CursorCodec {
       return payload.p as T;
     },
   };
+  return codec;
 }

@@ -21,14 +21,16 @@ export const listApprovals = {
   output,
   async handler(args, ctx) {
     const query = { status: args.status ?? null };
-    const after = args.cursor
-      ? ctx.cursors.decode<{ t: string; id: string }>('list_approvals', query, args.cursor)
-      : undefined;
-    const page = await ctx.approvals.listOwn(ctx.agent, { status: args.status, limit: args.limit, after });
+    const page = await ctx.cursors.page<ApprovalView, { t: string; id: string }>(
+      'list_approvals',
+      query,
+      args.cursor,
+      (after) => ctx.approvals.listOwn(ctx.agent, { status: args.status, limit: args.limit, after }),
+    );
     return {
       data: { approvals: page.items },
       empty: page.items.length === 0,
-      next_cursor: page.next ? ctx.cursors.encode('list_approvals', query, page.next) : null,
+      next_cursor: page.next_cursor,
       audit: { source: 'local', details: { count: page.items.length } },
     };
   },

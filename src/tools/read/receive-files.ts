@@ -100,14 +100,15 @@ export const receiveFiles = {
       file_id: args.file_id ?? null,
       source: connector.source,
     };
-    const after = args.cursor ? ctx.cursors.decode('receive_files', query, args.cursor) : undefined;
-    const page = await connector.listFiles({
-      conversationId: args.conversation_id,
-      messageId: args.message_id,
-      fileId: args.file_id,
-      limit: args.limit,
-      after,
-    });
+    const page = await ctx.cursors.page('receive_files', query, args.cursor, (after) =>
+      connector.listFiles({
+        conversationId: args.conversation_id,
+        messageId: args.message_id,
+        fileId: args.file_id,
+        limit: args.limit,
+        after,
+      }),
+    );
     if (args.file_id && page.items.length === 0) {
       throw new ToolError('TARGET_NOT_FOUND', `no file ${args.file_id}`, 'file_not_found');
     }
@@ -127,7 +128,7 @@ export const receiveFiles = {
     return {
       data: { mode: args.mode, files },
       empty: files.length === 0,
-      next_cursor: page.next ? ctx.cursors.encode('receive_files', query, page.next) : null,
+      next_cursor: page.next_cursor,
       audit: {
         source: connector.source,
         dry_run: dryRun,

@@ -137,20 +137,21 @@ export const receiveMessages = {
       };
     }
 
-    const after = args.cursor ? ctx.cursors.decode('receive_messages', plan, args.cursor) : undefined;
-    const page = await connector.listMessages({
-      conversationId: conversation?.conversation_id,
-      conversationType: type,
-      keyword,
-      since: args.since,
-      includeAttachments: args.include_attachment_metadata,
-      limit: args.limit,
-      after,
-    });
+    const page = await ctx.cursors.page('receive_messages', plan, args.cursor, (after) =>
+      connector.listMessages({
+        conversationId: conversation?.conversation_id,
+        conversationType: type,
+        keyword,
+        since: args.since,
+        includeAttachments: args.include_attachment_metadata,
+        limit: args.limit,
+        after,
+      }),
+    );
     return {
       data: { conversation, messages: page.items.map((m) => ({ ...m, source: connector.source })) },
       empty: page.items.length === 0,
-      next_cursor: page.next ? ctx.cursors.encode('receive_messages', plan, page.next) : null,
+      next_cursor: page.next_cursor,
       audit: { ...auditFacts, details: { count: page.items.length } },
     };
   },

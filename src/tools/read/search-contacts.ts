@@ -37,17 +37,18 @@ export const searchContacts = {
   async handler(args, ctx) {
     const connector = ctx.connectors.pick(args.source_preference);
     const query = { query: args.query, include_inactive: args.include_inactive, source: connector.source };
-    const after = args.cursor ? ctx.cursors.decode('search_contacts', query, args.cursor) : undefined;
-    const page = await connector.searchContacts({
-      query: args.query,
-      includeInactive: args.include_inactive,
-      limit: args.limit,
-      after,
-    });
+    const page = await ctx.cursors.page('search_contacts', query, args.cursor, (after) =>
+      connector.searchContacts({
+        query: args.query,
+        includeInactive: args.include_inactive,
+        limit: args.limit,
+        after,
+      }),
+    );
     return {
       data: { contacts: page.items.map((c) => ({ ...c, source: connector.source })) },
       empty: page.items.length === 0,
-      next_cursor: page.next ? ctx.cursors.encode('search_contacts', query, page.next) : null,
+      next_cursor: page.next_cursor,
       audit: { source: connector.source, details: { count: page.items.length } },
     };
   },

@@ -36,17 +36,18 @@ export const searchGroups = {
   async handler(args, ctx) {
     const connector = ctx.connectors.pick(args.source_preference);
     const query = { query: args.query, include_archived: args.include_archived, source: connector.source };
-    const after = args.cursor ? ctx.cursors.decode('search_groups', query, args.cursor) : undefined;
-    const page = await connector.searchGroups({
-      query: args.query,
-      includeArchived: args.include_archived,
-      limit: args.limit,
-      after,
-    });
+    const page = await ctx.cursors.page('search_groups', query, args.cursor, (after) =>
+      connector.searchGroups({
+        query: args.query,
+        includeArchived: args.include_archived,
+        limit: args.limit,
+        after,
+      }),
+    );
     return {
       data: { groups: page.items.map((g) => ({ ...g, source: connector.source })) },
       empty: page.items.length === 0,
-      next_cursor: page.next ? ctx.cursors.encode('search_groups', query, page.next) : null,
+      next_cursor: page.next_cursor,
       audit: { source: connector.source, details: { count: page.items.length } },
     };
   },

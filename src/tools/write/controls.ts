@@ -1,6 +1,8 @@
 import { z } from 'zod';
 import { ApprovalSummary, Target } from '../../approval/view.ts';
 import { SourcePreference } from '../../connectors/index.ts';
+import type { ResolvedTarget } from '../../connectors/types.ts';
+import type { WriteResult } from '../types.ts';
 
 /** The inputs every write tool shares: the target, the gate's controls and the source. */
 export const writeTargetParams = {
@@ -44,3 +46,15 @@ export const writeOutputFields = {
     .describe('SHA-256 of the canonical JSON of the exact write; the approval is bound to it.'),
   approval: ApprovalSummary.nullable().describe('On dry run: the approval request to have approved.'),
 };
+
+/** The output fields every write tool fills the same way from the gate's result. */
+export function writeOutput(r: WriteResult, target: ResolvedTarget) {
+  return {
+    dry_run: r.dry_run,
+    send_status: r.send_status,
+    target,
+    content_sha256: r.content_sha256,
+    approval: r.approval,
+    message_ref: (r.result?.message_ref as string | undefined) ?? null,
+  };
+}

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { ToolError } from '../errors.ts';
 import { resolveInside } from '../paths.ts';
 import type { WriteToolDef } from '../types.ts';
-import { writeControlParams, writeOutputFields, writeTargetParams } from './controls.ts';
+import { writeControlParams, writeOutput, writeOutputFields, writeTargetParams } from './controls.ts';
 
 const input = z.strictObject({
   ...writeTargetParams,
@@ -107,13 +107,8 @@ export const sendFile = {
         return { message_ref: sent.ref, file_ref: sent.file_ref };
       },
       present: (r) => ({
-        dry_run: r.dry_run,
-        send_status: r.send_status,
-        target,
-        content_sha256: r.content_sha256,
-        approval: r.approval,
+        ...writeOutput(r, target),
         file_ref: (r.result?.file_ref as string | undefined) ?? null,
-        message_ref: (r.result?.message_ref as string | undefined) ?? null,
         file_sha256: blob.sha256,
         file_size_bytes: blob.size,
       }),

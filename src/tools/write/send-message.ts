@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { ToolError } from '../errors.ts';
 import type { WriteToolDef } from '../types.ts';
-import { writeControlParams, writeOutputFields, writeTargetParams } from './controls.ts';
+import { writeControlParams, writeOutput, writeOutputFields, writeTargetParams } from './controls.ts';
 
 const input = z.strictObject({
   ...writeTargetParams,
@@ -46,12 +46,7 @@ export const sendMessage = {
         message_ref: (await connector.sendMessage({ target, text: args.content_text, key })).ref,
       }),
       present: (r) => ({
-        dry_run: r.dry_run,
-        send_status: r.send_status,
-        target,
-        content_sha256: r.content_sha256,
-        approval: r.approval,
-        message_ref: (r.result?.message_ref as string | undefined) ?? null,
+        ...writeOutput(r, target),
       }),
     };
   },
