@@ -193,6 +193,11 @@ for (const kind of databaseKinds()) {
       await server.services.knex('agent_memory').update({ expires_at: new Date(Date.now() - 1000) });
       const expired = await call(a, 'isphere_recall', { key: 'draft' });
       assert.deepEqual([expired.found, expired.value], [false, null]);
+      assert.equal((await call(a, 'isphere_recall', { key: '\u0000' })).error.code, 'INVALID_ARGUMENT');
+      assert.equal(
+        (await call(a, 'isphere_remember', { key: 'k', value: { 'a\u0000': 1 } })).error.code,
+        'INVALID_ARGUMENT',
+      );
       for (const ttl_s of [59, 30 * 24 * 3600 + 1]) {
         assert.equal(
           (await call(a, 'isphere_remember', { key: 'k', value: 1, ttl_s })).error.code,

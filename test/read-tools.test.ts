@@ -139,6 +139,7 @@ for (const kind of databaseKinds()) {
           { query: 'a', include_inactive: 'yes' },
           { query: 'a', source_preference: 'carrier-pigeon' },
           { query: 'a', dryrun: true },
+          { query: 'a\u0000b' },
         ];
         for (const args of cases) {
           const res = await call(client, 'isphere_search_contacts', args);

@@ -81,6 +81,23 @@ function describeIssue(issue: z.core.$ZodIssue): string {
 
 const newTraceId = () => randomBytes(16).toString('hex');
 
+/** The path of the first string (or key) holding a NUL byte, which no PostgreSQL text can store. */
+function nulPath(value: unknown, path: string): string | undefined {
+  if (typeof value === 'string') return value.includes('\0') ? path : undefined;
+  if (Array.isArray(value)) {
+    for (const [i, v] of value.entries()) {
+      const found = nulPath(v, `${path}.${i}`);
+      if (found) return found;
+    }
+  } else if (value && typeof value === 'object') {
+    for (const [k, v] of Object.entries(value)) {
+      const found = k.includes('\0') ? `${path}.${k}` : nulPath(v, `${path}.${k}`);
+      if (found) return found;
+    }
+  }
+  return undefined;
+}
+
 /** A call over its deadline: answered -32001, its late result discarded and counted. */
 class Overrun extends Error {}
 
@@ -167,6 +184,13 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
           details: { retry_after_s: wait },
         });
       }
+      const nul = nulPath(args ?? {}, 'arguments');
+      if (nul)
+        throw new ToolError(
+          'INVALID_ARGUMENT',
+          `${nul.replace(/^arguments\./, '')}: contains a NUL byte`,
+          'nul_byte',
+        );
       const parsed = tool.input.safeParse(args ?? {});
       if (!parsed.success) {
         const first = parsed.error.issues[0]!;
