@@ -4,137 +4,197 @@ import { z } from 'zod';
 
 const MiB = 1024 * 1024;
 
-/** The whole configuration: one schema, parsed once at start-up and frozen. */
-export const ConfigSchema = z.strictObject({
-  data_dir: z.string().min(1).default('./data'),
-  database_url: z
+/** How countersign treats one upstream tool; overrides the upstream's own annotations. */
+export const UpstreamToolMode = z.enum(['read', 'write', 'hidden']);
+export type UpstreamToolMode = z.infer<typeof UpstreamToolMode>;
+
+const upstreamCommon = {
+  /** Tools are exposed as `<name>__<tool>`. */
+  name: z
     .string()
-    .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
-    .optional(),
-  log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-  /** Seed the multilingual demo and a demo agent the first time the database is empty. */
-  demo: z.boolean().default(true),
-  http: z
-    .strictObject({
-      host: z.string().min(1).default('127.0.0.1'),
-      port: z.number().int().min(0).max(65535).default(8787),
-      /** Host names accepted in the Host and Origin headers (DNS-rebinding protection). */
-      allowed_hosts: z.array(z.string().min(1)).default(['localhost', '127.0.0.1', '[::1]']),
-      /** Base URL shown to people (review links); defaults to http://host:port. */
-      public_url: z.url().optional(),
-      max_body_bytes: z
-        .number()
-        .int()
-        .positive()
-        .default(1 * MiB),
-    })
-    .prefault({}),
-  tools: z
-    .strictObject({
-      prefix: z
-        .string()
-        .regex(/^[a-z][a-z0-9_]*$/, 'lowercase letters, digits and underscores')
-        .default('isphere_'),
-    })
-    .prefault({}),
-  approval: z
-    .strictObject({
-      /** Pending requests expire after this (default 72 h). */
-      pending_ttl_s: z
-        .number()
-        .int()
-        .positive()
-        .default(72 * 3600),
-      /** An approved request must be executed within this (default 24 h). */
-      execute_ttl_s: z
-        .number()
-        .int()
-        .positive()
-        .default(24 * 3600),
-      /** Distinct chairs needed per tool (unprefixed name, e.g. send_file); default 1. */
-      required_approvers: z.record(z.string(), z.number().int().min(1).max(5)).default({}),
-      /** How often expiry and reconciliation run. */
-      maintenance_interval_s: z.number().int().positive().default(30),
-    })
-    .prefault({}),
-  limits: z
-    .strictObject({
-      /** Deadline of one tool call; an execution left `executing` longer is reconciled. */
-      call_timeout_ms: z.number().int().positive().default(30_000),
-      max_message_bytes: z
-        .number()
-        .int()
-        .positive()
-        .default(64 * 1024),
-    })
-    .prefault({}),
-  audit: z
-    .strictObject({
-      /** Ed25519 private key (PEM) for checkpoints; default `<data dir>/audit-signing-key.pem`, generated. */
-      signing_key_path: z.string().min(1).optional(),
-      /** How often a checkpoint is signed (besides every export). */
-      checkpoint_interval_s: z.number().int().positive().default(3600),
-    })
-    .prefault({}),
-  web: z
-    .strictObject({
-      /** A session unused this long ends (default 30 min). */
-      session_idle_s: z
-        .number()
-        .int()
-        .positive()
-        .default(30 * 60),
-      /** A session ends this long after login, used or not (default 12 h). */
-      session_absolute_s: z
-        .number()
-        .int()
-        .positive()
-        .default(12 * 3600),
-      /** Failed logins allowed per user name, and per client address, in 15 minutes. */
-      login_failures_per_user: z.number().int().positive().default(5),
-      login_failures_per_ip: z.number().int().positive().default(20),
-      /** Mark cookies Secure; set when countersign is served behind TLS. */
-      secure_cookies: z.boolean().default(false),
-      /** Optional: POST a signed notice here for each new approval request. */
-      webhook_url: z.url().optional(),
-      webhook_secret: z.string().min(16).optional(),
-      /** Include the message text in notices (off by default: it may be sensitive). */
-      webhook_include_content: z.boolean().default(false),
-    })
-    .refine((w) => !w.webhook_url || w.webhook_secret, {
-      message: 'webhook_secret is required with webhook_url',
-      path: ['webhook_secret'],
-    })
-    .prefault({}),
-  policy: z
-    .strictObject({
-      /** Calls per minute per agent, unless the agent has its own limit. */
-      rate_limit_per_min: z.number().int().positive().default(60),
-      /** Where the tool profiles (NAME.json) are; default the profiles/ folder of this package. */
-      profiles_dir: z.string().min(1).optional(),
-    })
-    .prefault({}),
-  /** Fault injection for the reliability tests. */
-  testing: z
-    .strictObject({
-      /** The process kills itself at this step of an execution. */
-      crash_at: z.enum(['after_write_started', 'after_connector_write']).optional(),
-      /** Every tool handler waits this long first (deadline tests). */
-      delay_ms: z.number().int().min(0).optional(),
-    })
-    .prefault({}),
-  files: z
-    .strictObject({
-      download_dir: z.string().min(1).optional(),
-      outbound_dir: z.string().min(1).optional(),
-      max_file_bytes: z
-        .number()
-        .int()
-        .positive()
-        .default(25 * MiB),
-    })
-    .prefault({}),
-});
+    .regex(/^[a-z][a-z0-9-]{0,31}$/, 'lowercase letters, digits and hyphens, starting with a letter'),
+  /** Upstream tool name → read, write or hidden; wins over the upstream's annotations. */
+  tools: z.record(z.string().min(1), UpstreamToolMode).default({}),
+  /** Deadline of one upstream call (default: limits.call_timeout_ms less a margin). */
+  timeout_ms: z.number().int().positive().optional(),
+};
+
+/** An upstream MCP server: a command spoken to over stdio, or a Streamable HTTP URL. */
+export const UpstreamSchema = z.union([
+  z.strictObject({
+    ...upstreamCommon,
+    command: z.string().min(1),
+    args: z.array(z.string()).default([]),
+    env: z.record(z.string(), z.string()).default({}),
+    cwd: z.string().min(1).optional(),
+  }),
+  z.strictObject({
+    ...upstreamCommon,
+    url: z.url({ protocol: /^https?$/ }),
+    headers: z.record(z.string(), z.string()).default({}),
+  }),
+]);
+export type UpstreamConfig = z.infer<typeof UpstreamSchema>;
+
+/** The whole configuration: one schema, parsed once at start-up and frozen. */
+export const ConfigSchema = z
+  .strictObject({
+    data_dir: z.string().min(1).default('./data'),
+    database_url: z
+      .string()
+      .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
+      .optional(),
+    log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    /** Seed the multilingual demo and a demo agent the first time the database is empty. */
+    demo: z.boolean().default(true),
+    http: z
+      .strictObject({
+        host: z.string().min(1).default('127.0.0.1'),
+        port: z.number().int().min(0).max(65535).default(8787),
+        /** Host names accepted in the Host and Origin headers (DNS-rebinding protection). */
+        allowed_hosts: z.array(z.string().min(1)).default(['localhost', '127.0.0.1', '[::1]']),
+        /** Base URL shown to people (review links); defaults to http://host:port. */
+        public_url: z.url().optional(),
+        max_body_bytes: z
+          .number()
+          .int()
+          .positive()
+          .default(1 * MiB),
+      })
+      .prefault({}),
+    tools: z
+      .strictObject({
+        prefix: z
+          .string()
+          .regex(/^[a-z][a-z0-9_]*$/, 'lowercase letters, digits and underscores')
+          .default('isphere_'),
+      })
+      .prefault({}),
+    approval: z
+      .strictObject({
+        /** Pending requests expire after this (default 72 h). */
+        pending_ttl_s: z
+          .number()
+          .int()
+          .positive()
+          .default(72 * 3600),
+        /** An approved request must be executed within this (default 24 h). */
+        execute_ttl_s: z
+          .number()
+          .int()
+          .positive()
+          .default(24 * 3600),
+        /** Distinct chairs needed per tool (unprefixed name, e.g. send_file); default 1. */
+        required_approvers: z.record(z.string(), z.number().int().min(1).max(5)).default({}),
+        /** How often expiry and reconciliation run. */
+        maintenance_interval_s: z.number().int().positive().default(30),
+      })
+      .prefault({}),
+    limits: z
+      .strictObject({
+        /** Deadline of one tool call; an execution left `executing` longer is reconciled. */
+        call_timeout_ms: z.number().int().positive().default(30_000),
+        max_message_bytes: z
+          .number()
+          .int()
+          .positive()
+          .default(64 * 1024),
+      })
+      .prefault({}),
+    audit: z
+      .strictObject({
+        /** Ed25519 private key (PEM) for checkpoints; default `<data dir>/audit-signing-key.pem`, generated. */
+        signing_key_path: z.string().min(1).optional(),
+        /** How often a checkpoint is signed (besides every export). */
+        checkpoint_interval_s: z.number().int().positive().default(3600),
+      })
+      .prefault({}),
+    web: z
+      .strictObject({
+        /** A session unused this long ends (default 30 min). */
+        session_idle_s: z
+          .number()
+          .int()
+          .positive()
+          .default(30 * 60),
+        /** A session ends this long after login, used or not (default 12 h). */
+        session_absolute_s: z
+          .number()
+          .int()
+          .positive()
+          .default(12 * 3600),
+        /** Failed logins allowed per user name, and per client address, in 15 minutes. */
+        login_failures_per_user: z.number().int().positive().default(5),
+        login_failures_per_ip: z.number().int().positive().default(20),
+        /** Mark cookies Secure; set when countersign is served behind TLS. */
+        secure_cookies: z.boolean().default(false),
+        /** Optional: POST a signed notice here for each new approval request. */
+        webhook_url: z.url().optional(),
+        webhook_secret: z.string().min(16).optional(),
+        /** Include the message text in notices (off by default: it may be sensitive). */
+        webhook_include_content: z.boolean().default(false),
+      })
+      .refine((w) => !w.webhook_url || w.webhook_secret, {
+        message: 'webhook_secret is required with webhook_url',
+        path: ['webhook_secret'],
+      })
+      .prefault({}),
+    policy: z
+      .strictObject({
+        /** Calls per minute per agent, unless the agent has its own limit. */
+        rate_limit_per_min: z.number().int().positive().default(60),
+        /** Where the tool profiles (NAME.json) are; default the profiles/ folder of this package. */
+        profiles_dir: z.string().min(1).optional(),
+      })
+      .prefault({}),
+    /** Fault injection for the reliability tests. */
+    testing: z
+      .strictObject({
+        /** The process kills itself at this step of an execution. */
+        crash_at: z.enum(['after_write_started', 'after_connector_write']).optional(),
+        /** Every tool handler waits this long first (deadline tests). */
+        delay_ms: z.number().int().min(0).optional(),
+      })
+      .prefault({}),
+    /** The connector the contract tools use when source_preference is auto. */
+    connectors: z
+      .strictObject({
+        default: z.enum(['local', 'bridge']).default('local'),
+      })
+      .prefault({}),
+    /** An HTTP bridge to a real messenger (docs/bridge.md). */
+    bridge: z
+      .strictObject({
+        url: z.url({ protocol: /^https?$/ }),
+        /** Deadline of one bridge request. */
+        timeout_ms: z.number().int().positive().default(10_000),
+        /** Sent with every request, e.g. {"Authorization": "Bearer …"}. */
+        headers: z.record(z.string(), z.string()).default({}),
+      })
+      .optional(),
+    /** Upstream MCP servers whose tools countersign re-exposes, with their writes gated. */
+    upstreams: z
+      .array(UpstreamSchema)
+      .default([])
+      .refine((list) => new Set(list.map((u) => u.name)).size === list.length, {
+        message: 'upstream names must be unique',
+      }),
+    files: z
+      .strictObject({
+        download_dir: z.string().min(1).optional(),
+        outbound_dir: z.string().min(1).optional(),
+        max_file_bytes: z
+          .number()
+          .int()
+          .positive()
+          .default(25 * MiB),
+      })
+      .prefault({}),
+  })
+  .refine((c) => c.connectors.default !== 'bridge' || c.bridge, {
+    message: 'the bridge connector is the default but bridge.url is not set',
+    path: ['bridge', 'url'],
+  });
 
 type ParsedConfig = z.infer<typeof ConfigSchema>;
 
@@ -183,6 +243,9 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_WEBHOOK_URL: { path: ['web', 'webhook_url'], kind: 'string' },
   COUNTERSIGN_WEBHOOK_SECRET: { path: ['web', 'webhook_secret'], kind: 'string' },
   COUNTERSIGN_WEBHOOK_INCLUDE_CONTENT: { path: ['web', 'webhook_include_content'], kind: 'bool' },
+  COUNTERSIGN_DEFAULT_SOURCE: { path: ['connectors', 'default'], kind: 'string' },
+  COUNTERSIGN_BRIDGE_URL: { path: ['bridge', 'url'], kind: 'string' },
+  COUNTERSIGN_BRIDGE_TIMEOUT_MS: { path: ['bridge', 'timeout_ms'], kind: 'int' },
 };
 
 /** The base of links people follow (review pages): http.public_url, else this server's own address. */
@@ -299,6 +362,10 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
     policy: Object.freeze(parsed.policy),
     web: Object.freeze(parsed.web),
     audit: Object.freeze(parsed.audit),
+    connectors: Object.freeze(parsed.connectors),
+    bridge:
+      parsed.bridge && Object.freeze({ ...parsed.bridge, headers: Object.freeze(parsed.bridge.headers) }),
+    upstreams: Object.freeze(parsed.upstreams.map((u) => Object.freeze(u))),
     files: Object.freeze({
       download_dir: path.resolve(cwd, parsed.files.download_dir ?? path.join(dataDir, 'downloads')),
       outbound_dir: path.resolve(cwd, parsed.files.outbound_dir ?? path.join(dataDir, 'outbound')),

@@ -110,7 +110,7 @@ export async function beginExecution(
       const now = new Date().toISOString();
       const updated = await trx('approval_requests')
         .where({ id: row.id, status: 'approved' })
-        .update({ status: 'executing', execution_started_at: now });
+        .update({ status: 'executing', execution_started_at: now, execution_source: req.source });
       if (updated !== 1) throw approvalRequired('consumed');
       if (req.idempotency_key) {
         await trx('idempotency_keys').insert({
@@ -130,7 +130,15 @@ export async function beginExecution(
         approvers: await approversOf(trx, row.id),
         dry_run: false,
       });
-      return { row: { ...row, status: 'executing' as const, execution_started_at: now }, replay: false };
+      return {
+        row: {
+          ...row,
+          status: 'executing' as const,
+          execution_started_at: now,
+          execution_source: req.source,
+        },
+        replay: false,
+      };
     })
     .catch((err: unknown) => {
       // Two calls racing with one new idempotency key: the loser sees the key's primary key taken.

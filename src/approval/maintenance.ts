@@ -19,8 +19,12 @@ export async function expireDue(deps: ApprovalDeps): Promise<number> {
   });
 }
 
-/** Asks the connector whether the write keyed by an approval_id happened: found, definitely not, or cannot tell. */
+/**
+ * Asks the connector an execution went to (its `source`) whether the write keyed by an approval_id
+ * happened: found, definitely not, or undefined when it cannot tell (or the source is gone).
+ */
 export type WriteLookup = (
+  source: string | null,
   key: string,
 ) => Promise<{ found: true; ref: string } | { found: false } | undefined>;
 
@@ -42,7 +46,7 @@ export async function reconcileStale(deps: ApprovalDeps, lookup: WriteLookup, lo
   for (const row of stale) {
     let answer: Awaited<ReturnType<WriteLookup>>;
     try {
-      answer = await lookup(row.approval_id!);
+      answer = await lookup(row.execution_source, row.approval_id!);
     } catch (err) {
       log.warn({ err, approval_request_id: row.id }, 'reconciliation lookup failed; will retry');
       continue;

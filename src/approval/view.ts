@@ -76,6 +76,8 @@ export type RequestRow = {
   execution_finished_at: string | null;
   execution_result: Record<string, unknown> | null;
   execution_error: string | null;
+  /** The connector the execution went to; null before execution and on rows executed before it was recorded. */
+  execution_source: string | null;
 };
 
 const iso = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string).toISOString());

@@ -97,7 +97,12 @@ export async function openServices(config: Config, log: Logger, command: string)
         try {
           const expired = await approvals.expireDue();
           if (expired > 0) log.info({ expired }, 'approval requests expired');
-          await approvals.reconcile((key) => local.findWrite(key), log);
+          await approvals.reconcile(
+            // Rows executed before the source was recorded went to the local store, the only connector then.
+            (source, key) =>
+              source === null || source === 'local' ? local.findWrite(key) : Promise.resolve(undefined),
+            log,
+          );
           await memory.purge();
         } catch (err) {
           log.error({ err }, 'approval maintenance failed');
