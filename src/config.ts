@@ -194,6 +194,17 @@ export const ConfigSchema = z
   .refine((c) => c.connectors.default !== 'bridge' || c.bridge, {
     message: 'the bridge connector is the default but bridge.url is not set',
     path: ['bridge', 'url'],
+  })
+  .superRefine((c, ctx) => {
+    for (const [i, u] of c.upstreams.entries()) {
+      if (u.timeout_ms !== undefined && u.timeout_ms >= c.limits.call_timeout_ms) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `must be below limits.call_timeout_ms (${c.limits.call_timeout_ms}) so that a slow upstream answers TIMEOUT`,
+          path: ['upstreams', i, 'timeout_ms'],
+        });
+      }
+    }
   });
 
 type ParsedConfig = z.infer<typeof ConfigSchema>;

@@ -15,8 +15,8 @@ import { call, connectHttp, startTestServer, type TestServer } from './helpers/s
 
 const GOOD = {
   name: 'x',
-  allow: ['directory', 'messages', 'files', 'approvals', 'memory'],
-  deny: { send: 'not for you' },
+  allow: ['directory', 'messages', 'files', 'approvals', 'memory', 'upstream_read'],
+  deny: { send: 'not for you', upstream_write: 'not for you either' },
 };
 
 describe('profile validation', () => {
@@ -27,12 +27,12 @@ describe('profile validation', () => {
   it('refuses each malformed profile, naming the problem', () => {
     const cases: [unknown, RegExp][] = [
       [
-        { ...GOOD, allow: ['directory', 'messages', 'files', 'approvals'] },
+        { ...GOOD, allow: ['directory', 'messages', 'files', 'approvals', 'upstream_read'] },
         /facet "memory" is named neither in allow nor in deny/,
       ],
       [{ ...GOOD, allow: [...GOOD.allow, 'memory'] }, /facet "memory" is named twice/],
       [{ ...GOOD, allow: [...GOOD.allow, 'send'] }, /facet "send" is named in both allow and deny/],
-      [{ ...GOOD, deny: { send: '  ' } }, /deny reason for "send" is empty/],
+      [{ ...GOOD, deny: { ...GOOD.deny, send: '  ' } }, /deny reason for "send" is empty/],
       [{ ...GOOD, allow: [...GOOD.allow, 'teleport'] }, /unknown facet "teleport"/],
       [{ ...GOOD, dry_run_only: ['send'] }, /dry_run_only facet "send" is not allowed/],
       [{ ...GOOD, extra: 1 }, /profile|extra/],

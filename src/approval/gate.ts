@@ -42,7 +42,7 @@ export async function runWrite(
   const prepared = await tool.prepare(args, ctx);
   const content_sha256 = contentSha256(tool.name, prepared.target, prepared.content);
   const facts = {
-    source: prepared.connector.source,
+    source: prepared.source,
     target_type: prepared.target.target_type,
     target_ref: prepared.target.target_id,
     content_sha256,
@@ -96,7 +96,7 @@ export async function runWrite(
     idempotency_key: args.idempotency_key,
     request_id: ctx.request_id,
     trace_id: ctx.trace_id,
-    source: prepared.connector.source,
+    source: prepared.source,
   });
   const auditFacts = { ...facts, dry_run: false, approval_id: row.approval_id };
 
@@ -137,7 +137,7 @@ export async function runWrite(
     await ctx.approvals.finishExecution(
       row,
       { status: 'failed', error_code: err.code, details: { reason: err.reason ?? null } },
-      { request_id: ctx.request_id, trace_id: ctx.trace_id, source: prepared.connector.source },
+      { request_id: ctx.request_id, trace_id: ctx.trace_id, source: prepared.source },
     );
     throw err;
   }
@@ -145,7 +145,7 @@ export async function runWrite(
   await ctx.approvals.finishExecution(
     row,
     { status: 'succeeded', result },
-    { request_id: ctx.request_id, trace_id: ctx.trace_id, source: prepared.connector.source },
+    { request_id: ctx.request_id, trace_id: ctx.trace_id, source: prepared.source },
   );
   return {
     data: prepared.present({ dry_run: false, send_status: 'sent', content_sha256, result, approval: null }),

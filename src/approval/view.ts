@@ -13,7 +13,8 @@ export const ApprovalStatus = z.enum([
 export type ApprovalStatus = z.infer<typeof ApprovalStatus>;
 
 export const Target = z.object({
-  target_type: z.enum(['contact', 'group', 'conversation']),
+  /** mcp_tool: a tool of an upstream MCP server, `<upstream>__<tool>`. */
+  target_type: z.enum(['contact', 'group', 'conversation', 'mcp_tool']),
   target_id: z.string(),
   display_name: z.string().nullable(),
 });

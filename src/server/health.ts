@@ -3,7 +3,7 @@ import type { Services } from './services.ts';
 import { VERSION } from './version.ts';
 
 /** Liveness and counters: is the database reachable, how many calls, errors, overruns, pending approvals. */
-export async function healthOf(s: Pick<Services, 'knex' | 'db' | 'metrics' | 'startedAt'>) {
+export async function healthOf(s: Pick<Services, 'knex' | 'db' | 'metrics' | 'startedAt' | 'upstreams'>) {
   let database: { reachable: boolean; dialect: string; error?: string } = {
     reachable: true,
     dialect: s.db.dialect,
@@ -20,13 +20,15 @@ export async function healthOf(s: Pick<Services, 'knex' | 'db' | 'metrics' | 'st
   } catch (err) {
     database = { reachable: false, dialect: s.db.dialect, error: (err as Error).message.slice(0, 200) };
   }
+  const upstreams = s.upstreams.map((u) => u.status());
   return {
-    status: database.reachable ? 'ok' : 'degraded',
+    status: database.reachable && upstreams.every((u) => u.state === 'up') ? 'ok' : 'degraded',
     version: VERSION,
     uptime_s: Math.round((Date.now() - s.startedAt.getTime()) / 1000),
     database,
     ...s.metrics.counters,
     pending_approvals: pending,
     audit_head_seq: head,
+    upstreams,
   };
 }

@@ -18,12 +18,17 @@ export function createMcpServer(opts: {
   const server = new Server(
     { name: SERVER_NAME, version: opts.version },
     {
-      capabilities: { tools: { listChanged: false } },
+      capabilities: { tools: { listChanged: true } },
       instructions:
         'Read tools run freely. Write tools default to dry_run and only execute with an approval_id ' +
         'issued by a human approver for exactly that content; every call is audited.',
     },
   );
+  // Upstream tool lists change at run time: tell this session's client to list again.
+  const unsubscribe = opts.pipeline.onListChanged(() => {
+    server.sendToolListChanged().catch(() => undefined);
+  });
+  server.onclose = unsubscribe;
   server.setRequestHandler(ListToolsRequestSchema, async () => {
     const agent = await opts.authorize();
     return { tools: opts.pipeline.listTools(agent) };

@@ -13,11 +13,13 @@ import type { AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet } from '../connectors/index.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
+import type { Upstream } from '../connectors/mcp/upstream.ts';
 import type { Logger } from '../log.ts';
 import type { CursorCodec } from '../tools/cursor.ts';
 import { envelopeSchema, type AuditBlock, type ErrorBlock } from '../tools/envelope.ts';
 import { ToolError } from '../tools/errors.ts';
 import type { AnyToolDef, ToolContext, ToolOutcome } from '../tools/types.ts';
+import { upstreamToolDefs } from '../tools/upstream.ts';
 import type { Agent } from './agents.ts';
 import type { MemoryStore } from './memory.ts';
 import type { Metrics } from './metrics.ts';
@@ -26,6 +28,8 @@ import { createRateLimiter } from './rate-limit.ts';
 
 export interface PipelineDeps {
   tools: readonly AnyToolDef[];
+  /** Upstream MCP servers whose tools are re-exposed as `<upstream>__<tool>`; their lists change at run time. */
+  upstreams?: readonly Upstream[];
   audit: AuditLog;
   connectors: ConnectorSet;
   cursors: CursorCodec;
@@ -42,6 +46,14 @@ export interface CallPipeline {
   listTools(agent: Agent): Tool[];
   /** Runs one tools/call. Tool failures come back as `isError` results; protocol errors are thrown as McpError. */
   call(agent: Agent, name: string, args: unknown, signal: AbortSignal): Promise<CallToolResult>;
+  /** Calls `listener` whenever the tool list changed (an upstream's tools); returns the unsubscribe. */
+  onListChanged(listener: () => void): () => void;
+}
+
+/** The tools on offer right now, by exposed name, in list order. */
+interface Catalog {
+  byName: Map<string, AnyToolDef>;
+  listing: Map<string, Tool>;
 }
 
 /** Annotations follow from a tool's kind, never set by hand (STYLE §3). */
@@ -64,6 +76,17 @@ function annotationsFor(tool: AnyToolDef): Tool['annotations'] {
         idempotentHint: true,
         openWorldHint: true,
       };
+}
+
+function listingOf(tool: AnyToolDef, exposed: string): Tool {
+  return {
+    name: exposed,
+    title: tool.title,
+    description: tool.description,
+    inputSchema: tool.listing?.inputSchema ?? jsonSchema(tool.input, 'input'),
+    outputSchema: jsonSchema(envelopeSchema(tool.output), 'output') as Tool['outputSchema'],
+    annotations: tool.listing?.annotations ?? annotationsFor(tool),
+  };
 }
 
 function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): Tool['inputSchema'] {
@@ -108,20 +131,38 @@ class Overrun extends Error {}
  */
 export function createCallPipeline(deps: PipelineDeps): CallPipeline {
   const prefix = deps.config.tools.prefix;
-  const byName = new Map(deps.tools.map((t) => [prefix + t.name, t]));
-  const listing = new Map<string, Tool>(
-    deps.tools.map((t) => [
-      prefix + t.name,
-      {
-        name: prefix + t.name,
-        title: t.title,
-        description: t.description,
-        inputSchema: jsonSchema(t.input, 'input'),
-        outputSchema: jsonSchema(envelopeSchema(t.output), 'output') as Tool['outputSchema'],
-        annotations: annotationsFor(t),
-      },
-    ]),
-  );
+  const upstreams = deps.upstreams ?? [];
+  const builtins = deps.tools.map((t) => [prefix + t.name, t, listingOf(t, prefix + t.name)] as const);
+
+  /** Built-ins first, then each upstream's tools; an upstream tool never shadows a built-in. */
+  function buildCatalog(): Catalog {
+    const byName = new Map<string, AnyToolDef>(builtins.map(([n, t]) => [n, t]));
+    const listing = new Map<string, Tool>(builtins.map(([n, , l]) => [n, l]));
+    for (const upstream of upstreams) {
+      const overrides = deps.config.upstreams.find((u) => u.name === upstream.name)?.tools ?? {};
+      for (const def of upstreamToolDefs(upstream, overrides, deps.log)) {
+        if (byName.has(def.name)) {
+          deps.log.error({ tool: def.name }, 'upstream tool not exposed: a built-in tool has its name');
+          continue;
+        }
+        byName.set(def.name, def);
+        listing.set(def.name, listingOf(def, def.name));
+      }
+    }
+    return { byName, listing };
+  }
+  let catalog = buildCatalog();
+  const listeners = new Set<() => void>();
+  for (const upstream of upstreams) {
+    upstream.onToolsChanged(() => {
+      catalog = buildCatalog();
+      for (const listener of listeners) listener();
+    });
+  }
+  /** The upstream a name belongs to when that upstream is not connected (its tools answer SOURCE_UNAVAILABLE). */
+  const downUpstreamOf = (name: string) =>
+    upstreams.find((u) => name.startsWith(`${u.name}__`) && u.status().state !== 'up');
+
   const limiter = createRateLimiter();
   const profileOf = (agent: Agent) => deps.profiles.get(agent.profile);
 
@@ -134,13 +175,33 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
     const started = new Date();
     const request_id = randomUUID();
     const trace_id = newTraceId();
-    const tool = byName.get(name);
+    const tool = catalog.byName.get(name);
     const argsSha256 = createHash('sha256')
       .update(canonicalize(args ?? {}) ?? '')
       .digest('hex');
     const base = { kind: 'tool.call' as const, request_id, trace_id, agent_id: agent.id, tool: name };
     const seconds = () => (Date.now() - started.getTime()) / 1000;
 
+    const down = tool ? undefined : downUpstreamOf(name);
+    if (down) {
+      const status = down.status();
+      const failure = new ToolError(
+        'SOURCE_UNAVAILABLE',
+        `upstream "${down.name}" is not connected${status.last_error ? ` (${status.last_error})` : ''}; countersign keeps reconnecting`,
+        'upstream_down',
+      );
+      return respond({
+        name,
+        agent,
+        started,
+        request_id,
+        trace_id,
+        argsSha256,
+        base,
+        outcome: undefined,
+        failure,
+      });
+    }
     if (!tool) {
       await deps.audit.append({
         ...base,
@@ -353,10 +414,15 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
   return {
     listTools: (agent) => {
       const profile = profileOf(agent);
-      return deps.tools
-        .filter((t) => profile?.allowed.has(t.facet))
-        .map((t) => listing.get(prefix + t.name)!);
+      const { byName, listing } = catalog;
+      return [...byName.entries()]
+        .filter(([, t]) => profile?.allowed.has(t.facet))
+        .map(([n]) => listing.get(n)!);
     },
     call,
+    onListChanged(listener) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
   };
 }

@@ -10,6 +10,8 @@ export const FACETS = [
   'send',
   'approvals',
   'memory',
+  'upstream_read',
+  'upstream_write',
 ] as const satisfies readonly Facet[];
 
 const Profile = z.strictObject({

@@ -7,8 +7,10 @@ import { createApprovals, type Approvals } from '../approval/index.ts';
 import { createAuditLog, type AuditLog } from '../audit/log.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { createConnectorSet } from '../connectors/index.ts';
+import { createBridgeConnector } from '../connectors/bridge/client.ts';
 import { createBlobStore, type BlobStore } from '../connectors/local/blobs.ts';
 import { createLocalConnector } from '../connectors/local/store.ts';
+import { connectUpstream, type Upstream } from '../connectors/mcp/upstream.ts';
 import { openDatabase, type Database } from '../db/knex.ts';
 import { sharedValue } from '../db/settings.ts';
 import { checkpointDeps } from '../audit/context.ts';
@@ -22,6 +24,7 @@ import { createMemoryStore } from './memory.ts';
 import { createMetrics, type Metrics } from './metrics.ts';
 import { createCallPipeline, type CallPipeline } from './pipeline.ts';
 import { loadProfiles } from './profiles.ts';
+import { VERSION } from './version.ts';
 
 /** Everything a transport needs, built once per process. */
 export interface Services {
@@ -35,6 +38,8 @@ export interface Services {
   /** Origin and signer for checkpoints and exports. */
   checkpoints: CheckpointDeps;
   pipeline: CallPipeline;
+  /** Upstream MCP servers (config `upstreams`), each reconnecting on its own. */
+  upstreams: readonly Upstream[];
   metrics: Metrics;
   startedAt: Date;
   /** Tells the services where the HTTP server listens (used for links unless http.public_url is set). */
@@ -45,6 +50,13 @@ export interface Services {
   firstRun?: FirstRun;
   close(): Promise<void>;
 }
+
+/** How long start-up waits for upstreams' first connection. */
+const UPSTREAM_START_WAIT_MS = 10_000;
+
+/** An upstream call's own deadline stays inside the call's, so that a slow upstream answers TIMEOUT. */
+export const upstreamTimeoutMs = (config: Pick<Config, 'limits'>) =>
+  Math.max(100, Math.floor(config.limits.call_timeout_ms * 0.9));
 
 export async function openServices(config: Config, log: Logger, command: string): Promise<Services> {
   const db = await openDatabase({ url: config.database_url, pgliteDir: config.pglite_dir, command });
@@ -61,7 +73,11 @@ export async function openServices(config: Config, log: Logger, command: string)
     const audit = createAuditLog(db.knex);
     closers.push(() => audit.drain());
     const local = createLocalConnector(db.knex, blobs);
-    const connectors = createConnectorSet({ local }, 'local');
+    const bridge = config.bridge && createBridgeConnector(config.bridge, log);
+    const connectors = createConnectorSet(
+      { local, ...(bridge ? { bridge } : {}) },
+      config.connectors.default,
+    );
     const cursors = createCursorCodec(
       await sharedValue(db.knex, 'cursor_hmac', () => randomBytes(32).toString('base64url')),
     );
@@ -76,8 +92,27 @@ export async function openServices(config: Config, log: Logger, command: string)
     });
     const memory = createMemoryStore(db.knex);
     const metrics = createMetrics();
+
+    // Upstream MCP servers: connected in the background; start-up waits a little for their first
+    // listing, never for an upstream that is down (its tools answer SOURCE_UNAVAILABLE meanwhile).
+    const upstreams = config.upstreams.map((u) =>
+      connectUpstream(u, {
+        log,
+        timeoutMs: u.timeout_ms ?? upstreamTimeoutMs(config),
+        clientVersion: VERSION,
+      }),
+    );
+    closers.push(async () => {
+      await Promise.all(upstreams.map((u) => u.close()));
+    });
+    await Promise.race([
+      Promise.all(upstreams.map((u) => u.firstAttempt)),
+      new Promise((r) => setTimeout(r, UPSTREAM_START_WAIT_MS).unref()),
+    ]);
+
     const pipeline = createCallPipeline({
       tools: builtinTools,
+      upstreams,
       memory,
       profiles,
       metrics,
@@ -100,7 +135,11 @@ export async function openServices(config: Config, log: Logger, command: string)
           await approvals.reconcile(
             // Rows executed before the source was recorded went to the local store, the only connector then.
             (source, key) =>
-              source === null || source === 'local' ? local.findWrite(key) : Promise.resolve(undefined),
+              source === null || source === 'local'
+                ? local.findWrite(key)
+                : source === 'bridge' && bridge
+                  ? bridge.findWrite(key)
+                  : Promise.resolve(undefined),
             log,
           );
           await memory.purge();
@@ -142,6 +181,7 @@ export async function openServices(config: Config, log: Logger, command: string)
       approvals,
       checkpoints,
       pipeline,
+      upstreams,
       metrics,
       startedAt: new Date(),
       maintain,

@@ -1,16 +1,17 @@
+import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import type { z } from 'zod';
 import type { Approvals } from '../approval/index.ts';
-import type { ApprovalSummary } from '../approval/view.ts';
+import type { ApprovalSummary, Target } from '../approval/view.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet } from '../connectors/index.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
-import type { Connector, ResolvedTarget } from '../connectors/types.ts';
 import type { Agent } from '../server/agents.ts';
 import type { MemoryStore } from '../server/memory.ts';
 import type { CursorCodec } from './cursor.ts';
 
 /** Every tool belongs to exactly one facet; profiles allow or deny facets. */
-export type Facet = 'directory' | 'messages' | 'files' | 'send' | 'approvals' | 'memory';
+export type Facet =
+  'directory' | 'messages' | 'files' | 'send' | 'approvals' | 'memory' | 'upstream_read' | 'upstream_write';
 /** read: no side effect; internal: changes only countersign's own state (no approval); write: gated. */
 export type ToolKind = 'read' | 'internal' | 'write';
 
@@ -57,6 +58,11 @@ interface ToolBase<I extends z.ZodObject, O extends z.ZodObject> {
   input: I;
   /** The tool's own output fields; the envelope is added around them. */
   output: O;
+  /**
+   * Set on tools re-exposed from an upstream MCP server: listed under `name` as is (no prefix), with the
+   * upstream's JSON Schema (plus the gate's controls) instead of one derived from `input`.
+   */
+  listing?: { inputSchema: Tool['inputSchema']; annotations: Tool['annotations'] };
 }
 
 export interface ReadToolDef<
@@ -79,8 +85,9 @@ export interface WriteResult {
 
 /** A write, resolved and checked but not performed: what the gate hashes, shows the chair, and runs. */
 export interface PreparedWrite<T> {
-  connector: Connector;
-  target: ResolvedTarget;
+  /** The connector's `source` (local, bridge, mcp:<name>). */
+  source: string;
+  target: Target;
   /** The exact write; hashed with the tool and target into content_sha256. */
   content: Record<string, unknown>;
   /** What the chair reviews. */

@@ -97,7 +97,7 @@ export const sendFile = {
       path: ctx.blobs.pathOf(blob.sha256),
     };
     return {
-      connector,
+      source: connector.source,
       target,
       content: { file_sha256: blob.sha256, file_name: name, caption },
       review: { file_name: name, file_size_bytes: blob.size, mime_type, file_sha256: blob.sha256, caption },

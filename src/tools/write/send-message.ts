@@ -37,7 +37,7 @@ export const sendMessage = {
     const connector = ctx.connectors.pick(args.source_preference);
     const target = await connector.resolveTarget(args.target_type, args.target_id);
     return {
-      connector,
+      source: connector.source,
       target,
       content: { content_text: args.content_text },
       review: { content_text: args.content_text },

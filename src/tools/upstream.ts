@@ -1,0 +1,247 @@
+import type { Tool } from '@modelcontextprotocol/sdk/types.js';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
+import type { JsonSchemaType } from '@modelcontextprotocol/sdk/validation/types.js';
+import { z } from 'zod';
+import { Target } from '../approval/view.ts';
+import type { UpstreamToolMode } from '../config.ts';
+import { errorText, type Upstream, type UpstreamTool } from '../connectors/mcp/upstream.ts';
+import type { Logger } from '../log.ts';
+import { ToolError } from './errors.ts';
+import type { AnyToolDef, ReadToolDef, WriteToolDef } from './types.ts';
+import { writeControlParams, writeOutputFields } from './write/controls.ts';
+
+/** MCP tool names: letters, digits, `_`, `-`, `.`; at most 128 characters. */
+const TOOL_NAME = /^[A-Za-z0-9_.-]{1,128}$/;
+
+/** The gate's controls, added to every gated upstream tool's input. */
+const { source_preference: _unused, ...controls } = writeControlParams;
+const CONTROL_NAMES = Object.keys(controls);
+
+const UpstreamResult = z.object({
+  content: z
+    .array(z.record(z.string(), z.unknown()))
+    .describe("The upstream tool's content blocks, as it sent them."),
+  structured_content: z
+    .record(z.string(), z.unknown())
+    .nullable()
+    .describe("The upstream tool's structured result, if it gave one."),
+});
+
+const readOutput = UpstreamResult;
+
+const writeOutput = z.object({
+  dry_run: writeOutputFields.dry_run,
+  send_status: writeOutputFields.send_status,
+  target: Target,
+  content_sha256: writeOutputFields.content_sha256,
+  approval: writeOutputFields.approval,
+  call: z
+    .object({
+      upstream: z.string(),
+      tool: z.string(),
+      arguments: z.record(z.string(), z.unknown()),
+      input_schema_sha256: z.string(),
+    })
+    .describe('Exactly the call that is made once approved; the approval is bound to it.'),
+  result: UpstreamResult.nullable().describe('Once executed: what the upstream answered.'),
+});
+
+const validators = new AjvJsonSchemaValidator();
+
+/** Exposed name of an upstream tool: `<upstream>__<tool>`. */
+export const exposedName = (upstream: string, tool: string) => `${upstream}__${tool}`;
+
+/** Config wins; otherwise only an explicit `readOnlyHint: true` makes a read (annotations are untrusted hints). */
+export function modeOf(tool: Tool, overrides: Readonly<Record<string, UpstreamToolMode>>): UpstreamToolMode {
+  return overrides[tool.name] ?? (tool.annotations?.readOnlyHint === true ? 'read' : 'write');
+}
+
+function failed(upstream: Upstream, tool: string, text: string) {
+  return new ToolError(
+    'CONNECTOR_FAILED',
+    `upstream "${upstream.name}" tool "${tool}" failed: ${text}`,
+    'upstream_error',
+    { details: { upstream_text: text } },
+  );
+}
+
+/** Calls the upstream tool; an `isError` answer becomes CONNECTOR_FAILED carrying the upstream's text. */
+async function callThrough(
+  upstream: Upstream,
+  tool: string,
+  args: Record<string, unknown>,
+  signal: AbortSignal,
+) {
+  const result = await upstream.call(tool, args, signal);
+  if (result.isError) throw failed(upstream, tool, errorText(result));
+  return {
+    content: result.content as Record<string, unknown>[],
+    structured_content: (result.structuredContent as Record<string, unknown> | undefined) ?? null,
+  };
+}
+
+/**
+ * A zod input that takes any object and checks it against the upstream's JSON Schema (without the gate's
+ * controls, which are the pipeline's own). Invalid arguments are refused before anything is drafted or sent.
+ */
+function inputFor(schema: Tool['inputSchema'], gated: boolean) {
+  const validate = validators.getValidator(schema as JsonSchemaType);
+  return z.looseObject(gated ? controls : {}).superRefine((value, ctx) => {
+    const args = gated ? withoutControls(value) : value;
+    const checked = validate(args);
+    if (!checked.valid) ctx.addIssue({ code: 'custom', message: checked.errorMessage, input: args });
+  });
+}
+
+function withoutControls(value: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(value).filter(([k]) => !CONTROL_NAMES.includes(k)));
+}
+
+function describe(upstream: Upstream, t: Tool, gated: boolean): string {
+  const own = t.description?.trim() || `The "${t.name}" tool of ${upstream.name}.`;
+  return gated
+    ? `${own}\n\n[countersign: a gated write on upstream "${upstream.name}". dry_run (default true) returns the ` +
+        'exact call and requests approval; once a chair approves, call again with the same arguments, ' +
+        'dry_run=false and the approval_id.]'
+    : `${own}\n\n[countersign: a read on upstream "${upstream.name}", passed through and audited.]`;
+}
+
+function readTool(
+  upstream: Upstream,
+  name: string,
+  u: UpstreamTool,
+): ReadToolDef<z.ZodObject, typeof readOutput> {
+  const t = u.tool;
+  return {
+    name,
+    title: t.title ?? t.annotations?.title ?? t.name,
+    description: describe(upstream, t, false),
+    facet: 'upstream_read',
+    kind: 'read',
+    input: inputFor(t.inputSchema, false) as unknown as z.ZodObject,
+    output: readOutput,
+    listing: {
+      inputSchema: t.inputSchema,
+      annotations: {
+        title: t.title ?? t.annotations?.title ?? t.name,
+        readOnlyHint: true,
+        openWorldHint: t.annotations?.openWorldHint ?? true,
+      },
+    },
+    async handler(args, ctx) {
+      const data = await callThrough(upstream, t.name, args as Record<string, unknown>, ctx.signal);
+      return {
+        data,
+        audit: { source: upstream.source, details: { upstream_tool: t.name } },
+      };
+    },
+  };
+}
+
+function writeTool(
+  upstream: Upstream,
+  name: string,
+  u: UpstreamTool,
+): WriteToolDef<z.ZodObject, typeof writeOutput> {
+  const t = u.tool;
+  const controlSchemas = Object.fromEntries(
+    Object.entries(controls).map(([k, schema]) => {
+      const { $schema: _drop, ...json } = z.toJSONSchema(schema, { io: 'input' }) as Record<string, unknown>;
+      return [k, json];
+    }),
+  );
+  return {
+    name,
+    title: t.title ?? t.annotations?.title ?? t.name,
+    description: describe(upstream, t, true),
+    facet: 'upstream_write',
+    kind: 'write',
+    input: inputFor(t.inputSchema, true) as unknown as z.ZodObject,
+    output: writeOutput,
+    listing: {
+      inputSchema: {
+        ...t.inputSchema,
+        type: 'object',
+        properties: { ...t.inputSchema.properties, ...controlSchemas },
+      },
+      annotations: {
+        title: t.title ?? t.annotations?.title ?? t.name,
+        readOnlyHint: false,
+        destructiveHint: t.annotations?.destructiveHint ?? true,
+        idempotentHint: t.annotations?.idempotentHint ?? false,
+        openWorldHint: t.annotations?.openWorldHint ?? true,
+      },
+    },
+    async prepare(args, ctx) {
+      const callArgs = withoutControls(args as Record<string, unknown>);
+      // Refused before the approval is consumed: with the upstream down, nothing could be sent.
+      if (args.dry_run === false) upstream.assertUp();
+      const call = {
+        upstream: upstream.name,
+        tool: t.name,
+        arguments: callArgs,
+        input_schema_sha256: u.input_schema_sha256,
+      };
+      const target = {
+        target_type: 'mcp_tool' as const,
+        target_id: name,
+        display_name: `${upstream.name} / ${t.name}`,
+      };
+      return {
+        source: upstream.source,
+        target,
+        // The schema's hash is part of the bound content: a tool whose input schema changed after the dry
+        // run no longer matches its approval.
+        content: { arguments: callArgs, input_schema_sha256: u.input_schema_sha256 },
+        review: { upstream_call: call },
+        file_sha256: null,
+        // No key reaches the upstream (MCP has none): the gate consumes the approval before this runs, once.
+        perform: () => callThrough(upstream, t.name, callArgs, ctx.signal),
+        present: (r) => ({
+          dry_run: r.dry_run,
+          send_status: r.send_status,
+          target,
+          content_sha256: r.content_sha256,
+          approval: r.approval,
+          call,
+          result: (r.result as z.infer<typeof UpstreamResult> | null) ?? null,
+        }),
+      };
+    },
+  };
+}
+
+/**
+ * The tools of one upstream as countersign exposes them: `<upstream>__<tool>`, reads passed through,
+ * everything else gated, hidden ones left out. Tools that cannot be exposed safely are left out with a
+ * logged reason, never exposed unchecked.
+ */
+export function upstreamToolDefs(
+  upstream: Upstream,
+  overrides: Readonly<Record<string, UpstreamToolMode>>,
+  log: Logger,
+): AnyToolDef[] {
+  const defs: AnyToolDef[] = [];
+  for (const u of upstream.tools().values()) {
+    const mode = modeOf(u.tool, overrides);
+    if (mode === 'hidden') continue;
+    const name = exposedName(upstream.name, u.tool.name);
+    const skip = (reason: string) =>
+      log.error({ upstream: upstream.name, tool: u.tool.name, reason }, 'upstream tool not exposed');
+    if (!TOOL_NAME.test(name)) {
+      skip(`"${name}" is not a valid MCP tool name`);
+      continue;
+    }
+    const clash = CONTROL_NAMES.filter((c) => c in (u.tool.inputSchema.properties ?? {}));
+    if (mode === 'write' && clash.length > 0) {
+      skip(`its parameters ${clash.join(', ')} clash with the approval gate's own`);
+      continue;
+    }
+    try {
+      defs.push(mode === 'read' ? readTool(upstream, name, u) : writeTool(upstream, name, u));
+    } catch (err) {
+      skip(`its input schema cannot be compiled: ${(err as Error).message}`);
+    }
+  }
+  return defs;
+}

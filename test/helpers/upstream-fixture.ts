@@ -1,0 +1,122 @@
+import { randomUUID } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { McpServer, type RegisteredTool } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { z } from 'zod';
+
+/**
+ * A small real MCP server over Streamable HTTP, standing in for an operator's upstream: a note it keeps,
+ * a tool that always fails, a slow one, one whose annotation lies, and a way to change a tool's input
+ * schema at run time (which the SDK announces with notifications/tools/list_changed).
+ */
+export interface UpstreamFixture {
+  url: string;
+  port: number;
+  /** Every set_note the fixture performed, in order. */
+  notes: string[];
+  /** Adds a required `priority` parameter to set_note, on every open session. */
+  reshape(): void;
+  close(): Promise<void>;
+}
+
+export async function startUpstreamFixture(port = 0): Promise<UpstreamFixture> {
+  const notes: string[] = [];
+  const setNoteTools: RegisteredTool[] = [];
+  let reshaped = false;
+
+  function newServer() {
+    const server = new McpServer({ name: 'fixture-crm', version: '1.0.0' });
+    server.registerTool(
+      'get_note',
+      { description: 'The last note.', inputSchema: {}, annotations: { readOnlyHint: true } },
+      async () => ({ content: [{ type: 'text', text: notes.at(-1) ?? '' }] }),
+    );
+    const setNote = server.registerTool(
+      'set_note',
+      { description: 'Replace the note.', inputSchema: { text: z.string().min(1) } },
+      async (args: { text: string; priority?: number }) => {
+        notes.push(args.text);
+        return { content: [{ type: 'text', text: `noted #${notes.length}` }] };
+      },
+    );
+    if (reshaped) setNote.update({ paramsSchema: { text: z.string().min(1), priority: z.number().int() } });
+    setNoteTools.push(setNote);
+    server.registerTool(
+      'broken',
+      { description: 'Always fails.', inputSchema: {}, annotations: { readOnlyHint: true } },
+      async () => ({ isError: true, content: [{ type: 'text', text: 'disk on fire' }] }),
+    );
+    server.registerTool(
+      'slow',
+      {
+        description: 'Answers after `ms` milliseconds.',
+        inputSchema: { ms: z.number().int().min(0).max(60_000) },
+        annotations: { readOnlyHint: true },
+      },
+      async ({ ms }) => {
+        await new Promise((r) => setTimeout(r, ms));
+        return { content: [{ type: 'text', text: 'finally' }] };
+      },
+    );
+    server.registerTool(
+      'wipe',
+      // The annotation claims a read; countersign's config says otherwise.
+      { description: 'Clears every note.', inputSchema: {}, annotations: { readOnlyHint: true } },
+      async () => {
+        notes.push('(wiped)');
+        return { content: [{ type: 'text', text: 'wiped' }] };
+      },
+    );
+    return server;
+  }
+
+  const transports = new Map<string, StreamableHTTPServerTransport>();
+  const httpServer = http.createServer(async (req, res) => {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const body = chunks.length ? JSON.parse(Buffer.concat(chunks).toString()) : undefined;
+    const sessionId = req.headers['mcp-session-id'];
+    let transport = typeof sessionId === 'string' ? transports.get(sessionId) : undefined;
+    if (!transport) {
+      const created: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        onsessioninitialized: (id) => void transports.set(id, created),
+      });
+      created.onclose = () => {
+        if (created.sessionId) transports.delete(created.sessionId);
+      };
+      await newServer().connect(created);
+      transport = created;
+    }
+    await transport.handleRequest(req, res, body);
+  });
+  await new Promise<void>((resolve) => httpServer.listen(port, '127.0.0.1', resolve));
+  const bound = (httpServer.address() as AddressInfo).port;
+
+  return {
+    url: `http://127.0.0.1:${bound}/mcp`,
+    port: bound,
+    notes,
+    reshape() {
+      reshaped = true;
+      for (const tool of setNoteTools) {
+        tool.update({ paramsSchema: { text: z.string().min(1), priority: z.number().int() } });
+      }
+    },
+    async close() {
+      await Promise.allSettled([...transports.values()].map((t) => t.close()));
+      httpServer.closeAllConnections();
+      await new Promise<void>((resolve) => httpServer.close(() => resolve()));
+    },
+  };
+}
+
+/** A port nothing listens on (yet). */
+export async function freePort(): Promise<number> {
+  const probe = http.createServer();
+  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+  const { port } = probe.address() as AddressInfo;
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+  return port;
+}
