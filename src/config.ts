@@ -8,32 +8,41 @@ const MiB = 1024 * 1024;
 export const UpstreamToolMode = z.enum(['read', 'write', 'hidden']);
 export type UpstreamToolMode = z.infer<typeof UpstreamToolMode>;
 
-const upstreamCommon = {
-  /** Tools are exposed as `<name>__<tool>`. */
-  name: z
-    .string()
-    .regex(/^[a-z][a-z0-9-]{0,31}$/, 'lowercase letters, digits and hyphens, starting with a letter'),
-  /** Upstream tool name → read, write or hidden; wins over the upstream's annotations. */
-  tools: z.record(z.string().min(1), UpstreamToolMode).default({}),
-  /** Deadline of one upstream call (default: limits.call_timeout_ms less a margin). */
-  timeout_ms: z.number().int().positive().optional(),
-};
-
 /** An upstream MCP server: a command spoken to over stdio, or a Streamable HTTP URL. */
-export const UpstreamSchema = z.union([
-  z.strictObject({
-    ...upstreamCommon,
-    command: z.string().min(1),
-    args: z.array(z.string()).default([]),
-    env: z.record(z.string(), z.string()).default({}),
+export const UpstreamSchema = z
+  .strictObject({
+    /** Tools are exposed as `<name>__<tool>`. */
+    name: z
+      .string()
+      .regex(/^[a-z][a-z0-9-]{0,31}$/, 'lowercase letters, digits and hyphens, starting with a letter'),
+    /** Upstream tool name → read, write or hidden; wins over the upstream's annotations. */
+    tools: z.record(z.string().min(1), UpstreamToolMode).default({}),
+    /** Deadline of one upstream call (default: 90 % of limits.call_timeout_ms). */
+    timeout_ms: z.number().int().positive().optional(),
+    // stdio
+    command: z.string().min(1).optional(),
+    args: z.array(z.string()).optional(),
+    env: z.record(z.string(), z.string()).optional(),
     cwd: z.string().min(1).optional(),
-  }),
-  z.strictObject({
-    ...upstreamCommon,
-    url: z.url({ protocol: /^https?$/ }),
-    headers: z.record(z.string(), z.string()).default({}),
-  }),
-]);
+    // Streamable HTTP
+    url: z.url({ protocol: /^https?$/ }).optional(),
+    headers: z.record(z.string(), z.string()).optional(),
+  })
+  .superRefine((u, ctx) => {
+    if (Boolean(u.command) === Boolean(u.url)) {
+      ctx.addIssue({ code: 'custom', message: 'give either "command" (stdio) or "url" (Streamable HTTP)' });
+    }
+    const misplaced = u.command
+      ? (['headers'] as const).filter((k) => u[k] !== undefined)
+      : (['args', 'env', 'cwd'] as const).filter((k) => u[k] !== undefined);
+    for (const key of misplaced) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `"${key}" belongs to ${u.command ? 'an HTTP' : 'a stdio'} upstream`,
+        path: [key],
+      });
+    }
+  });
 export type UpstreamConfig = z.infer<typeof UpstreamSchema>;
 
 /** The whole configuration: one schema, parsed once at start-up and frozen. */
@@ -196,6 +205,13 @@ export const ConfigSchema = z
     path: ['bridge', 'url'],
   })
   .superRefine((c, ctx) => {
+    if (c.bridge && c.bridge.timeout_ms >= c.limits.call_timeout_ms) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `must be below limits.call_timeout_ms (${c.limits.call_timeout_ms}) so that a slow bridge answers TIMEOUT`,
+        path: ['bridge', 'timeout_ms'],
+      });
+    }
     for (const [i, u] of c.upstreams.entries()) {
       if (u.timeout_ms !== undefined && u.timeout_ms >= c.limits.call_timeout_ms) {
         ctx.addIssue({

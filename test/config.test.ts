@@ -58,6 +58,52 @@ describe('configuration', () => {
     assert.throws(() => loadConfig({}, cwd), /not valid JSON/);
   });
 
+  it('validates upstream entries, naming the entry and the problem', () => {
+    const cwd = tmp();
+    const file = path.join(cwd, 'countersign.config.json');
+    const cases: [unknown[], RegExp][] = [
+      [[{ name: 'fs', command: 'x', url: 'http://a.test/mcp' }], /"upstreams\.0": give either "command"/],
+      [[{ name: 'fs' }], /"upstreams\.0": give either "command"/],
+      [
+        [{ name: 'fs', url: 'http://a.test/mcp', args: ['-y'] }],
+        /"upstreams\.0\.args": "args" belongs to a stdio/,
+      ],
+      [[{ name: 'Files', command: 'x' }], /"upstreams\.0\.name": lowercase/],
+      [
+        [
+          { name: 'fs', command: 'x' },
+          { name: 'fs', url: 'http://a.test' },
+        ],
+        /"upstreams": upstream names must be unique/,
+      ],
+      [[{ name: 'fs', command: 'x', tools: { rm: 'maybe' } }], /"upstreams\.0\.tools\.rm"/],
+      [[{ name: 'fs', command: 'x', timeout_ms: 30_000 }], /"upstreams\.0\.timeout_ms": must be below/],
+    ];
+    for (const [upstreams, message] of cases) {
+      fs.writeFileSync(file, JSON.stringify({ upstreams }));
+      assert.throws(
+        () => loadConfig({}, cwd),
+        (err: unknown) => err instanceof ConfigError && message.test(err.message),
+        JSON.stringify(upstreams),
+      );
+    }
+    fs.writeFileSync(
+      file,
+      JSON.stringify({
+        upstreams: [{ name: 'fs', command: 'npx', args: ['-y', 'pkg'], tools: { rm: 'hidden' } }],
+      }),
+    );
+    const config = loadConfig({}, cwd);
+    assert.equal(config.upstreams[0]?.command, 'npx');
+    assert.deepEqual(config.upstreams[0]?.tools, { rm: 'hidden' });
+    assert.throws(() => loadConfig({ COUNTERSIGN_DEFAULT_SOURCE: 'bridge' }, cwd), /"bridge\.url"/);
+    assert.throws(
+      () =>
+        loadConfig({ COUNTERSIGN_BRIDGE_URL: 'http://b.test', COUNTERSIGN_BRIDGE_TIMEOUT_MS: '30000' }, cwd),
+      /"bridge\.timeout_ms" \(env COUNTERSIGN_BRIDGE_TIMEOUT_MS\): must be below/,
+    );
+  });
+
   it('stops start-up with exit 1 and names the key', async () => {
     const res = await runCli(['serve'], { COUNTERSIGN_DATA_DIR: tmp(), COUNTERSIGN_PORT: 'x' });
     assert.equal(res.code, 1);

@@ -23,6 +23,15 @@ export function contentSha256(
 
 /** Connector errors after which the write may or may not have happened: left for reconciliation. */
 const INDETERMINATE = new Set(['TIMEOUT', 'SOURCE_UNAVAILABLE']);
+/**
+ * CONNECTOR_FAILED reasons that do not prove nothing was written: the other side accepted the request
+ * but its answer was unreadable (a bridge's malformed body, an upstream's result breaking its own schema).
+ */
+const UNREADABLE_ANSWER = new Set(['malformed_answer', 'upstream_protocol_error']);
+
+/** Whether a failed perform may still have written: then reconciliation, not the caller, settles it. */
+const indeterminate = (err: ToolError) =>
+  INDETERMINATE.has(err.code) || (err.reason !== undefined && UNREADABLE_ANSWER.has(err.reason));
 
 function crashIf(ctx: ToolContext, step: 'after_write_started' | 'after_connector_write') {
   if (ctx.config.testing.crash_at === step) process.kill(process.pid, 'SIGKILL');
@@ -133,7 +142,7 @@ export async function runWrite(
     result = await prepared.perform(row.approval_id!);
   } catch (err) {
     const known = err instanceof ToolError;
-    if (!known || INDETERMINATE.has(err.code)) throw err; // outcome unknown: reconciliation settles it
+    if (!known || indeterminate(err)) throw err; // outcome unknown: reconciliation settles it
     await ctx.approvals.finishExecution(
       row,
       { status: 'failed', error_code: err.code, details: { reason: err.reason ?? null } },

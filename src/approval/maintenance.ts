@@ -64,7 +64,13 @@ export async function reconcileStale(deps: ApprovalDeps, lookup: WriteLookup, lo
             error_code: 'OUTCOME_UNKNOWN',
             details: { reason: 'connector cannot tell' },
           };
-    if (await finishExecution(deps, row, outcome, { reconciled: true })) settled++;
+    if (
+      await finishExecution(deps, row, outcome, {
+        reconciled: true,
+        ...(row.execution_source ? { source: row.execution_source } : {}),
+      })
+    )
+      settled++;
     log.warn({ approval_request_id: row.id, status: outcome.status }, 'reconciled an interrupted execution');
   }
   return settled;

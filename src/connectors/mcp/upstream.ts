@@ -72,16 +72,18 @@ export function errorText(result: CallToolResult): string {
 }
 
 function transportFor(cfg: UpstreamConfig): Transport {
-  if ('command' in cfg) {
+  if (cfg.command) {
     return new StdioClientTransport({
       command: cfg.command,
-      args: cfg.args,
+      args: cfg.args ?? [],
       env: { ...getDefaultEnvironment(), ...cfg.env },
       ...(cfg.cwd ? { cwd: cfg.cwd } : {}),
       stderr: 'pipe',
     });
   }
-  return new StreamableHTTPClientTransport(new URL(cfg.url), { requestInit: { headers: cfg.headers } });
+  return new StreamableHTTPClientTransport(new URL(cfg.url!), {
+    requestInit: { headers: cfg.headers ?? {} },
+  });
 }
 
 const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err)).slice(0, 500);
