@@ -17,6 +17,7 @@ import {
   type Envelope,
   type TestServer,
 } from './helpers/server.ts';
+import { WebClient } from './helpers/browser-less.ts';
 import { freePort, startUpstreamFixture, type UpstreamFixture } from './helpers/upstream-fixture.ts';
 
 const FS_SERVER = path.join(ROOT, 'node_modules/@modelcontextprotocol/server-filesystem/dist/index.js');
@@ -173,6 +174,22 @@ for (const kind of databaseKinds()) {
       assert.deepEqual([again.error?.code, again.error?.reason], ['APPROVAL_REQUIRED', 'consumed']);
       assert.equal(fs.readFileSync(file, 'utf8'), 'edited by a person');
       assert.deepEqual(await writesOf(server, approvalId), ['write.started', 'write.succeeded']);
+    });
+
+    it('shows the chair the exact upstream call on the review page, escaped', async () => {
+      const content = '<script>alert(1)</script> & "quotes"';
+      const draft = await call(agent, 'fs__write_file', {
+        path: path.join(workDir, 'x-review.txt'),
+        content,
+      });
+      const web = new WebClient(server.url);
+      await web.login('chair-ada', 'correct horse 1');
+      const page = await web.get(`/approvals/${draft.approval.approval_request_id}`);
+      assert.equal(page.res.status, 200);
+      assert.match(page.html, /<code>write_file<\/code> on upstream <code>fs<\/code>/);
+      assert.ok(page.html.includes(draft.call.input_schema_sha256));
+      assert.ok(page.html.includes('&lt;script&gt;alert(1)&lt;/script&gt;'), 'arguments are shown, escaped');
+      assert.equal(page.html.includes('<script>alert(1)'), false);
     });
 
     it('refuses content changed after approval as a mismatch, and writes nothing', async () => {
