@@ -85,11 +85,17 @@ async function callThrough(
  * controls, which are the pipeline's own). Invalid arguments are refused before anything is drafted or sent.
  */
 function inputFor(schema: Tool['inputSchema'], gated: boolean) {
-  const validate = validators.getValidator(schema as JsonSchemaType);
+  // `$schema` only names a dialect; Ajv would try to resolve a 2020-12 URI as a reference and fail.
+  const { $schema: _dialect, ...checked } = schema as Record<string, unknown>;
+  const validate = validators.getValidator(checked as JsonSchemaType);
   return z.looseObject(gated ? controls : {}).superRefine((value, ctx) => {
     const args = gated ? withoutControls(value) : value;
-    const checked = validate(args);
-    if (!checked.valid) ctx.addIssue({ code: 'custom', message: checked.errorMessage, input: args });
+    const result = validate(args);
+    if (!result.valid) {
+      // Ajv calls the value `data`; the agent knows it as its arguments.
+      const message = result.errorMessage.replace(/(^|, )data\b/g, '$1arguments');
+      ctx.addIssue({ code: 'custom', message, input: args });
+    }
   });
 }
 
