@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import canonicalize from 'canonicalize';
 import { z } from 'zod';
+import { canonicalPicker } from './canonical.ts';
 import { AuditKind } from './kinds.ts';
 
 export const GENESIS_HASH = '0'.repeat(64);
@@ -81,11 +81,7 @@ export type AuditBody = {
 export type AuditRow = AuditBody & { prev_hash: string; hash: string };
 
 /** RFC 8785 canonical JSON of the hashed fields of a row. */
-export function canonicalRow(body: AuditBody): string {
-  const picked: Record<string, unknown> = {};
-  for (const field of AUDIT_FIELDS) picked[field] = body[field];
-  return canonicalize(picked)!;
-}
+export const canonicalRow: (body: AuditBody) => string = canonicalPicker(AUDIT_FIELDS);
 
 /** hash = SHA-256(prev_hash || canonical row), hex. */
 export function chainHash(prevHash: string, body: AuditBody): string {
