@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
+import { dialectOf } from '../db/knex.ts';
 import { AuditInput, chainHash, GENESIS_HASH, type AuditBody, type AuditRow } from './chain.ts';
+import { EXPORT_COLUMNS } from './format.ts';
 
 /** The advisory lock key that serialises appends across every process on one database. */
 export const AUDIT_LOCK_KEY = 0x636f756e; // "coun"
@@ -23,15 +25,14 @@ export interface AuditLog {
   drain(): Promise<void>;
 }
 
-/** Chains and inserts `inputs` in `trx`, after taking the advisory lock that serialises every append. */
-async function appendRows(trx: Knex.Transaction, inputs: AuditInput[]): Promise<AuditRow[]> {
-  await trx.raw('select pg_advisory_xact_lock(?)', [AUDIT_LOCK_KEY]);
-  const head = (await trx('audit_events').select('seq', 'hash').orderBy('seq', 'desc').first()) as
-    { seq: number | string; hash: string } | undefined;
-  let seq = head ? Number(head.seq) : 0;
+type Head = { seq: number; hash: string };
+
+/** The rows that extend the chain after `head` (none: the genesis), stamped now. */
+function chainRows(head: Head | undefined, inputs: AuditInput[]): AuditRow[] {
+  let seq = head?.seq ?? 0;
   let prev = head?.hash ?? GENESIS_HASH;
   const ts = new Date().toISOString();
-  const rows: AuditRow[] = inputs.map((input) => {
+  return inputs.map((input) => {
     const parsed = AuditInput.parse(input);
     const body: AuditBody = {
       seq: ++seq,
@@ -56,40 +57,85 @@ async function appendRows(trx: Knex.Transaction, inputs: AuditInput[]): Promise<
       error_code: parsed.error_code ?? null,
       details: parsed.details ?? {},
     };
-    const hash = chainHash(prev, body);
-    const row = { ...body, prev_hash: prev, hash };
-    prev = hash;
-    return row;
+    const prev_hash = prev;
+    prev = chainHash(prev_hash, body);
+    return { ...body, prev_hash, hash: prev };
   });
-  await trx('audit_events').insert(
-    rows.map((r) => ({
-      ...r,
-      approvers: r.approvers === null ? null : JSON.stringify(r.approvers),
-      details: JSON.stringify(r.details),
-    })),
-  );
+}
+
+/** Columns in table order; the rows travel as one JSON array, turned into records by the database. */
+const COLUMNS = EXPORT_COLUMNS.join(', ');
+const INSERT_ROWS = `insert into audit_events (${COLUMNS})
+  select ${COLUMNS} from json_populate_recordset(null::audit_events, ?::json)`;
+
+/**
+ * The one-round-trip append, when this process knows the head (the last row it committed itself):
+ * one autocommit statement takes the advisory lock and inserts the rows, on condition that the head
+ * row still exists as known. Another writer that got there first holds seq head+1 already, so the
+ * statement fails on the primary key and changes nothing; `false` then means "read the head and retry".
+ * Gaps are impossible (a row is only inserted after the row it links to) and so are forks (seq is
+ * unique), and the row is committed when the statement returns.
+ */
+async function appendAfter(knex: Knex, head: Head, rows: AuditRow[]): Promise<boolean> {
+  try {
+    const result = (await knex.raw(
+      `with lock as materialized (select pg_advisory_xact_lock(?))
+       ${INSERT_ROWS.replace('from json_populate_recordset', 'from lock, json_populate_recordset')}
+       where exists (select 1 from audit_events where seq = ? and hash = ?)`,
+      [AUDIT_LOCK_KEY, JSON.stringify(rows), head.seq, head.hash],
+    )) as { rowCount: number | null };
+    return result.rowCount === rows.length;
+  } catch (err) {
+    if ((err as { code?: string }).code === '23505') return false;
+    throw err;
+  }
+}
+
+/** Takes the chain's advisory lock in `trx` and reads the head after it is held. */
+async function lockedHead(trx: Knex.Transaction): Promise<Head | undefined> {
+  const lock = `select pg_advisory_xact_lock(${AUDIT_LOCK_KEY})`;
+  const head = 'select seq, hash from audit_events order by seq desc limit 1';
+  let row: { seq: number | string; hash: string } | undefined;
+  if (dialectOf(trx) === 'postgres') {
+    // One round trip: under READ COMMITTED each statement of the string takes its own snapshot, so
+    // the head is read after the lock is held.
+    const results = (await trx.raw(`${lock}; ${head}`)) as { rows: (typeof row)[] }[];
+    row = results[1]!.rows[0];
+  } else {
+    await trx.raw(lock);
+    row = ((await trx.raw(head)) as { rows: (typeof row)[] }).rows[0];
+  }
+  return row ? { seq: Number(row.seq), hash: row.hash } : undefined;
+}
+
+/** Chains and inserts `inputs` in `trx`, after taking the advisory lock that serialises every append. */
+async function appendRows(trx: Knex.Transaction, inputs: AuditInput[]): Promise<AuditRow[]> {
+  const rows = chainRows(await lockedHead(trx), inputs);
+  await trx.raw(INSERT_ROWS, [JSON.stringify(rows)]);
   return rows;
 }
 
 /**
  * Appends rows to `audit_events`, chaining each to the previous one.
  *
- * Rows queued while a batch is being written go out together in the next transaction, under one
+ * Rows queued while a batch is being written go out together in the next batch, under one
  * `pg_advisory_xact_lock`: appends stay strictly serialised across processes, while many concurrent
- * calls in one process share a lock acquisition and a round trip.
+ * calls in one process share a lock acquisition and a round trip. While this process is the only
+ * writer, a batch is one statement (see appendAfter); otherwise a transaction that reads the head.
  */
 export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): AuditLog {
   const maxBatch = opts.maxBatch ?? 256;
   let queue: Pending[] = [];
   let flushing: Promise<void> | null = null;
+  /** The last row this process committed through `append`: not known after an error. */
+  let head: Head | undefined;
 
-  async function writeBatch(batch: Pending[]): Promise<AuditRow[]> {
-    return knex.transaction((trx) =>
-      appendRows(
-        trx,
-        batch.map((p) => p.input),
-      ),
-    );
+  async function writeBatch(inputs: AuditInput[]): Promise<AuditRow[]> {
+    if (head) {
+      const rows = chainRows(head, inputs);
+      if (await appendAfter(knex, head, rows)) return rows;
+    }
+    return knex.transaction((trx) => appendRows(trx, inputs));
   }
 
   async function flush(): Promise<void> {
@@ -97,9 +143,12 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
       const batch = queue.slice(0, maxBatch);
       queue = queue.slice(batch.length);
       try {
-        const rows = await writeBatch(batch);
+        const rows = await writeBatch(batch.map((p) => p.input));
+        const last = rows.at(-1)!;
+        head = { seq: last.seq, hash: last.hash };
         batch.forEach((p, i) => p.resolve(rows[i]!));
       } catch (err) {
+        head = undefined;
         batch.forEach((p) => p.reject(err));
       }
     }

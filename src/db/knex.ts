@@ -1,6 +1,5 @@
 import fs from 'node:fs';
 import knexFactory, { type Knex } from 'knex';
-import ClientPgLite from 'knex-pglite';
 import pg from 'pg';
 import { lockDataDir, type DirLock } from './lock.ts';
 
@@ -40,6 +39,8 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
   const lock: DirLock = lockDataDir(opts.pgliteDir, opts.command);
   try {
     fs.mkdirSync(opts.pgliteDir, { recursive: true });
+    // Loaded only here: PGlite's module alone adds tens of MB to a process that talks to PostgreSQL.
+    const { default: ClientPgLite } = await import('knex-pglite');
     const knex = knexFactory({
       client: ClientPgLite,
       dialect: 'postgres',
@@ -63,6 +64,11 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     lock.release();
     throw err;
   }
+}
+
+/** Which database a knex instance (or one of its transactions) talks to. */
+export function dialectOf(knex: Knex | Knex.Transaction): Dialect {
+  return knex.client.config.client === 'pg' ? 'postgres' : 'pglite';
 }
 
 /** `count(*)` is a number on PGlite and a string on pg. */

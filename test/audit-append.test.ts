@@ -1,0 +1,82 @@
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { createAuditLog } from '../src/audit/log.ts';
+import { verifyDatabaseChain } from '../src/audit/verify.ts';
+import { openDatabase, type Database } from '../src/db/knex.ts';
+import { migrateLatest } from '../src/db/migrations.ts';
+import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
+
+for (const kind of databaseKinds()) {
+  describe(`audit appends on ${kind}, with more than one writer`, () => {
+    let testDb: TestDatabase;
+    let db: Database;
+    const row = (tool: string, i: number) => ({
+      kind: 'tool.call' as const,
+      tool,
+      result: 'ok' as const,
+      details: { i },
+    });
+
+    before(async () => {
+      testDb = await createTestDatabase(kind);
+      db = await openDatabase({
+        url: testDb.url,
+        pgliteDir: path.join(testDb.dataDir, 'pglite'),
+        command: 'test',
+      });
+      await migrateLatest(db.knex);
+    });
+    after(async () => {
+      await db?.close();
+      await testDb?.drop();
+    });
+
+    it("two logs taking turns (each one's head goes stale) still leave one chain", async () => {
+      const a = createAuditLog(db.knex);
+      const b = createAuditLog(db.knex);
+      const seqs: number[] = [];
+      for (let i = 0; i < 20; i++) {
+        const log = i % 3 === 0 ? b : a;
+        const rows = await Promise.all([log.append(row('x', i)), log.append(row('y', i))]);
+        seqs.push(...rows.map((r) => r.seq));
+      }
+      const both = await Promise.all(
+        Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).append(row('z', i))),
+      );
+      seqs.push(...both.map((r) => r.seq));
+      assert.deepEqual(
+        [...seqs].sort((x, y) => x - y),
+        Array.from({ length: 80 }, (_, i) => i + 1),
+      );
+      const report = await verifyDatabaseChain(db.knex);
+      assert.equal(report.first_bad, undefined);
+      assert.equal(report.valid, 80);
+    });
+
+    it('rows appended in a transaction that rolls back leave no gap for the next append', async () => {
+      const log = createAuditLog(db.knex);
+      const before = await log.append(row('before', 0));
+      await assert.rejects(
+        db.knex.transaction(async (trx) => {
+          await log.appendIn(trx, row('rolled-back', 1), row('rolled-back', 2));
+          throw new Error('roll back');
+        }),
+        /roll back/,
+      );
+      const next = await log.append(row('after', 3));
+      assert.equal(next.seq, before.seq + 1);
+      assert.equal(next.prev_hash, before.hash);
+      assert.equal((await verifyDatabaseChain(db.knex)).first_bad, undefined);
+    });
+
+    it('a row appended in a committed transaction is linked by the next batch', async () => {
+      const log = createAuditLog(db.knex);
+      await log.append(row('first', 0));
+      const [inTrx] = await db.knex.transaction((trx) => log.appendIn(trx, row('in-trx', 1)));
+      const next = await log.append(row('next', 2));
+      assert.equal(next.prev_hash, inTrx!.hash);
+      assert.equal((await verifyDatabaseChain(db.knex)).first_bad, undefined);
+    });
+  });
+}
