@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { generateKeyPairSync } from 'node:crypto';
+import { createHash, generateKeyPairSync } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -120,6 +120,28 @@ for (const kind of databaseKinds()) {
         base = await exportTo('jsonl');
         lines = jsonl(base.file);
         assert.ok(lines.length >= 8);
+      });
+
+      it('each line is the canonical row its hash covers, with prev_hash and hash appended', async () => {
+        const text = fs.readFileSync(base.file, 'utf8').trimEnd().split('\n');
+        for (const [i, line] of text.entries()) {
+          const tail = `,"prev_hash":"${lines[i]!.prev_hash}","hash":"${lines[i]!.hash}"}`;
+          assert.ok(line.endsWith(tail));
+          const hashed = `${line.slice(0, -tail.length)}}`;
+          assert.equal(
+            createHash('sha256').update(`${lines[i]!.prev_hash}${hashed}`).digest('hex'),
+            lines[i]!.hash,
+          );
+        }
+      });
+
+      it('still verifies an export written with the fields in column order, and finds a change in it', async () => {
+        const inColumnOrder = (ls: Line[]) =>
+          ls.map((l) => Object.fromEntries(EXPORT_COLUMNS.map((c) => [c, l[c]])) as Line);
+        assert.equal((await tampered(inColumnOrder)).ok, true);
+        const report = await tampered((ls) => ((ls[2]!.actor = 'someone else'), inColumnOrder(ls)));
+        assert.equal(report.first_bad?.line, 3);
+        assert.match(report.first_bad!.reason, /hash mismatch/);
       });
 
       it('one byte flipped in each field of a row: hash mismatch at that row', async () => {

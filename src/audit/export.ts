@@ -4,7 +4,7 @@ import type { Writable } from 'node:stream';
 import { stringify } from 'csv-stringify/sync';
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { rowFromDb } from './chain.ts';
+import { rowFromDb, type AuditRow } from './chain.ts';
 import { createCheckpoint, type Checkpoint, type CheckpointDeps } from './checkpoints.ts';
 import { EXPORT_COLUMNS, toCsvRecord, toJsonLine } from './format.ts';
 import { AuditKind } from './kinds.ts';
@@ -41,18 +41,23 @@ export interface Manifest {
   signature: string;
 }
 
-export const EXPORT_PAGE = 2000;
+export const EXPORT_PAGE = 500;
 
 export class NothingToExportError extends Error {
   override name = 'NothingToExportError';
 }
 
-/** Rows of the filter up to `maxSeq`, in seq order, page by page: memory stays flat at any size. */
-export async function* exportRows(knex: Knex, filter: ExportFilter, maxSeq: number) {
-  for (let after = 0; ;) {
+/**
+ * Rows of the filter up to `maxSeq`, in seq order, a page at a time: memory stays flat at any size.
+ * Each query reads a window of seq values (widened while a filter leaves pages sparse), so that the
+ * primary key bounds every query whatever the planner believes about the table; the next page is
+ * already being read while the caller works on this one.
+ */
+export async function* exportPages(knex: Knex, filter: ExportFilter, maxSeq: number) {
+  const fetch = (after: number, upto: number) => {
     const q = knex('audit_events')
       .where('seq', '>', after)
-      .where('seq', '<=', maxSeq)
+      .where('seq', '<=', upto)
       .orderBy('seq')
       .limit(EXPORT_PAGE);
     if (filter.since) q.where('ts', '>=', filter.since);
@@ -61,10 +66,21 @@ export async function* exportRows(knex: Knex, filter: ExportFilter, maxSeq: numb
     if (filter.tool) q.where('tool', filter.tool);
     if (filter.kind) q.where('kind', filter.kind);
     if (filter.result) q.where('result', filter.result);
-    const page = (await q) as Record<string, unknown>[];
-    for (const raw of page) yield rowFromDb(raw);
-    if (page.length < EXPORT_PAGE) return;
-    after = Number(page.at(-1)!.seq);
+    const page = q.then((rows: Record<string, unknown>[]) => ({ rows: rows.map(rowFromDb), upto }));
+    page.catch(() => {}); // awaited below; a page nobody waits for any more must not go unhandled
+    return page;
+  };
+  let window = EXPORT_PAGE;
+  const next = (after: number) => (after < maxSeq ? fetch(after, Math.min(maxSeq, after + window)) : null);
+  for (let pending = next(0); pending;) {
+    const page: { rows: AuditRow[]; upto: number } = await pending;
+    // A full page may have left rows in its window (read on from its last row, in a narrower window);
+    // a short one has read it all (a sparse one widens the next).
+    const full = page.rows.length === EXPORT_PAGE;
+    if (full) window = Math.max(EXPORT_PAGE, window / 2);
+    else if (page.rows.length < EXPORT_PAGE / 2) window = Math.min(window * 2, 1 << 24);
+    pending = next(full ? page.rows.at(-1)!.seq : page.upto);
+    if (page.rows.length > 0) yield page.rows;
   }
 }
 
@@ -89,16 +105,19 @@ export async function exportAudit(
   let last: { seq: number; hash: string } | null = null;
 
   if (opts.format === 'csv') await write(opts.out, stringify([[...EXPORT_COLUMNS]]));
-  for await (const row of exportRows(deps.knex, filter, checkpoint.seq)) {
-    const line =
-      opts.format === 'jsonl'
-        ? toJsonLine(row)
-        : stringify([toCsvRecord(row)], { quoted_string: true, cast: { boolean: (v) => String(v) } });
-    await write(opts.out, line);
-    digest.update(`${row.hash}\n`);
-    first ??= row.seq;
-    last = { seq: row.seq, hash: row.hash };
-    count++;
+  for await (const page of exportPages(deps.knex, filter, checkpoint.seq)) {
+    let text = '';
+    for (const row of page) {
+      text +=
+        opts.format === 'jsonl'
+          ? toJsonLine(row)
+          : stringify([toCsvRecord(row)], { quoted_string: true, cast: { boolean: (v) => String(v) } });
+      digest.update(`${row.hash}\n`);
+    }
+    await write(opts.out, text);
+    first ??= page[0]!.seq;
+    last = { seq: page.at(-1)!.seq, hash: page.at(-1)!.hash };
+    count += page.length;
   }
 
   const unsigned: Omit<Manifest, 'signature'> = {

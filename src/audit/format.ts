@@ -1,15 +1,21 @@
-import { AUDIT_FIELDS, type AuditRow } from './chain.ts';
+import { AUDIT_FIELDS, canonicalRow, type AuditRow } from './chain.ts';
 import { AuditKind } from './kinds.ts';
 
 /** Column order of both export formats. */
 export const EXPORT_COLUMNS = [...AUDIT_FIELDS, 'prev_hash', 'hash'] as const;
 
-/** One JSONL line: the row's fields in column order. */
+/**
+ * One JSONL line: the row's canonical JSON — the very text its hash covers — with `prev_hash` and
+ * `hash` appended as its last two fields. A verifier can then check a row by hashing its line's bytes
+ * (see JSONL_TAIL_BYTES) instead of parsing and re-serialising it.
+ */
 export function toJsonLine(row: AuditRow): string {
-  const out: Record<string, unknown> = {};
-  for (const c of EXPORT_COLUMNS) out[c] = row[c];
-  return `${JSON.stringify(out)}\n`;
+  const tail = `,"prev_hash":${JSON.stringify(row.prev_hash)},"hash":${JSON.stringify(row.hash)}}`;
+  return `${canonicalRow(row).slice(0, -1)}${tail}\n`;
 }
+
+/** Length of `,"prev_hash":"<64 hex>","hash":"<64 hex>"}`, the end of every line toJsonLine writes. */
+export const JSONL_TAIL_BYTES = 14 + 64 + 10 + 64 + 2;
 
 export function fromJsonLine(line: string): AuditRow {
   return JSON.parse(line) as AuditRow;

@@ -1,11 +1,8 @@
 import { createHash } from 'node:crypto';
-import fs from 'node:fs';
-import readline from 'node:readline';
-import { parse } from 'csv-parse';
-import { chainHash, GENESIS_HASH, type AuditRow } from './chain.ts';
+import { GENESIS_HASH } from './chain.ts';
 import { checkpointSignatureValid } from './checkpoints.ts';
 import type { Manifest } from './export.ts';
-import { EXPORT_COLUMNS, fromCsvRecord, fromJsonLine } from './format.ts';
+import { readExport } from './read-export.ts';
 import { keyIdOf, verifySignature } from './signing.ts';
 
 export interface ExportReport {
@@ -16,54 +13,6 @@ export interface ExportReport {
   checkpoint: 'valid' | 'bad signature' | 'does not match the rows';
   /** The first problem: the row (line and seq where known) and why. */
   first_bad?: { line: number | null; seq: number | null; reason: string };
-}
-
-/** Rows of an export file with their line numbers (1-based, header counted for CSV). */
-async function* readRows(
-  file: string,
-  format: 'jsonl' | 'csv',
-): AsyncGenerator<{ line: number; row?: AuditRow; error?: string }> {
-  if (format === 'jsonl') {
-    let line = 0;
-    for await (const text of readline.createInterface({
-      input: fs.createReadStream(file),
-      crlfDelay: Infinity,
-    })) {
-      line++;
-      if (text === '') continue;
-      try {
-        yield { line, row: fromJsonLine(text) };
-      } catch (err) {
-        yield { line, error: `not a JSON row (${(err as Error).message})` };
-      }
-    }
-    return;
-  }
-  const parser = fs
-    .createReadStream(file)
-    .pipe(
-      parse({ cast: (value, context) => ({ value, quoted: context.quoting }), relax_column_count: true }),
-    );
-  let line = 0;
-  for await (const cells of parser as AsyncIterable<{ value: string; quoted: boolean }[]>) {
-    line++;
-    if (line === 1) {
-      if (cells.map((c) => c.value).join(',') !== EXPORT_COLUMNS.join(','))
-        yield { line, error: 'unexpected CSV header' };
-      continue;
-    }
-    try {
-      yield {
-        line,
-        row: fromCsvRecord(
-          cells.map((c) => c.value),
-          cells.map((c) => c.quoted),
-        ),
-      };
-    } catch (err) {
-      yield { line, error: `not a valid row (${(err as Error).message})` };
-    }
-  }
 }
 
 /**
@@ -108,26 +57,29 @@ export async function verifyExport(
 
   const digest = createHash('sha256');
   let prev: { seq: number; hash: string } | null = null;
-  for await (const item of readRows(file, manifest.format)) {
-    if (!item.row) {
+  for await (const items of readExport(file, manifest.format)) {
+    let hashes = '';
+    for (const item of items) {
       report.rows++;
-      fail(item.line, null, item.error!);
-      continue;
+      if ('error' in item) {
+        fail(item.line, null, item.error);
+        continue;
+      }
+      const row = item.facts;
+      hashes += `${row.hash}\n`;
+      let problem: string | undefined;
+      if (!row.hashValid) problem = 'hash mismatch: the row was changed';
+      else if (prev && row.seq <= prev.seq) problem = `reordered: seq ${row.seq} after seq ${prev.seq}`;
+      else if (!manifest.filtered && row.seq !== (prev ? prev.seq + 1 : 1)) {
+        problem = `missing row: expected seq ${prev ? prev.seq + 1 : 1}, found ${row.seq}`;
+      } else if (!manifest.filtered && row.prev_hash !== (prev?.hash ?? GENESIS_HASH)) {
+        problem = 'prev_hash mismatch: a row before it was removed, inserted or changed';
+      }
+      if (problem) fail(item.line, row.seq, problem);
+      else if (!report.first_bad) report.valid++;
+      prev = { seq: row.seq, hash: row.hash };
     }
-    const row = item.row;
-    report.rows++;
-    digest.update(`${row.hash}\n`);
-    let problem: string | undefined;
-    if (chainHash(row.prev_hash, row) !== row.hash) problem = 'hash mismatch: the row was changed';
-    else if (prev && row.seq <= prev.seq) problem = `reordered: seq ${row.seq} after seq ${prev.seq}`;
-    else if (!manifest.filtered && row.seq !== (prev ? prev.seq + 1 : 1)) {
-      problem = `missing row: expected seq ${prev ? prev.seq + 1 : 1}, found ${row.seq}`;
-    } else if (!manifest.filtered && row.prev_hash !== (prev?.hash ?? GENESIS_HASH)) {
-      problem = 'prev_hash mismatch: a row before it was removed, inserted or changed';
-    }
-    if (problem) fail(item.line, row.seq, problem);
-    else if (!report.first_bad) report.valid++;
-    prev = { seq: row.seq, hash: row.hash };
+    digest.update(hashes);
   }
 
   if (report.rows < manifest.row_count) {
