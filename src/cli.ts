@@ -3,22 +3,18 @@ import os from 'node:os';
 import path from 'node:path';
 import { Command } from 'commander';
 import { z } from 'zod';
-import { AdminCommandError, describeZodError, runAdminCommand, type AdminCommand } from './admin/commands.ts';
-import { sendAdminCommand } from './admin/endpoint.ts';
+import type { AdminCommand } from './admin/commands.ts';
 import type { Manifest } from './audit/export.ts';
-import { describeReport, verifyExport } from './audit/verify-export.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
-import { createBlobStore } from './connectors/local/blobs.ts';
-import { openDatabase } from './db/knex.ts';
 import { DataDirLockedError, lockHolder } from './db/lock.ts';
-import { migrateLatest } from './db/migrations.ts';
-import { createLogger } from './log.ts';
-import { startHttpServer } from './server/app.ts';
-import { ProfileError } from './server/profiles.ts';
-import { serveStdio, StdioAuthError } from './server/stdio.ts';
 import { VERSION } from './server/version.ts';
 
-/** The only module that reads process.env, argv and writes to the terminal. */
+/**
+ * The only module that reads process.env, argv and writes to the terminal.
+ *
+ * Each command imports what it needs when it runs: a start-up, or a one-off command, then loads only
+ * its own part of the program (the HTTP server and the embedded database are the heavy ones).
+ */
 
 const out = (line: string) => process.stdout.write(`${line}\n`);
 const err = (line: string) => process.stderr.write(`${line}\n`);
@@ -40,10 +36,11 @@ async function runData(cfg: Config, command: AdminCommand): Promise<Record<strin
     err(
       `countersign: the running server (pid ${holderPid}) holds the embedded database; sending the command to it`,
     );
+    const { sendAdminCommand } = await import('./admin/endpoint.ts');
     try {
       return await sendAdminCommand(cfg.data_dir, command);
     } catch (e) {
-      if (e instanceof AdminCommandError && !/^its /.test(e.message)) throw e;
+      if (isNamed(e, 'AdminCommandError') && !/^its /.test(e.message)) throw e;
       throw new CliError(
         `the server (pid ${holderPid}) holds the database in ${cfg.pglite_dir}, and ${(e as Error).message}`,
       );
@@ -54,6 +51,7 @@ async function runData(cfg: Config, command: AdminCommand): Promise<Record<strin
     const holder = lockHolder(cfg.pglite_dir);
     if (holder) return viaServer(holder.pid);
   }
+  const { openDatabase } = await import('./db/knex.ts');
   let db;
   try {
     db = await openDatabase({
@@ -66,6 +64,11 @@ async function runData(cfg: Config, command: AdminCommand): Promise<Record<strin
     throw e;
   }
   try {
+    const [{ migrateLatest }, { runAdminCommand }, { createBlobStore }] = await Promise.all([
+      import('./db/migrations.ts'),
+      import('./admin/commands.ts'),
+      import('./connectors/local/blobs.ts'),
+    ]);
     if (command.command !== 'migrate') await migrateLatest(db.knex);
     return await runAdminCommand(
       { knex: db.knex, blobs: createBlobStore(path.join(cfg.data_dir, 'blobs')), config: cfg },
@@ -123,11 +126,14 @@ function summary(imported: unknown): string {
 
 async function serve(opts: { stdio?: boolean }): Promise<void> {
   const cfg = config();
+  const { createLogger } = await import('./log.ts');
   const log = createLogger(cfg.log_level);
   if (opts.stdio) {
+    const { serveStdio } = await import('./server/stdio.ts');
     await serveStdio(cfg, log, process.env.COUNTERSIGN_AGENT_TOKEN);
     return;
   }
+  const { startHttpServer } = await import('./server/app.ts');
   const server = await startHttpServer(cfg, log);
   const first = server.services.firstRun;
   if (first) {
@@ -342,6 +348,7 @@ function program(): Command {
           `cannot read ${(e as NodeJS.ErrnoException).path ?? manifestPath}: ${(e as Error).message}`,
         );
       }
+      const { describeReport, verifyExport } = await import('./audit/verify-export.ts');
       const report = await verifyExport(file, manifest, pubkey);
       out(describeReport(report));
       if (!report.ok) process.exitCode = 1;
@@ -441,13 +448,16 @@ function program(): Command {
   return cli;
 }
 
-function explain(e: unknown): string {
+/** Errors of modules loaded on demand are told apart by name, so that explaining one loads nothing. */
+const isNamed = (e: unknown, name: string): e is Error => e instanceof Error && e.name === name;
+
+async function explain(e: unknown): Promise<string> {
   if (e instanceof ConfigError) return `configuration error: ${e.message}`;
-  if (e instanceof z.ZodError) return describeZodError(e);
-  if (e instanceof CliError || e instanceof AdminCommandError || e instanceof DataDirLockedError)
+  if (e instanceof z.ZodError) return (await import('./admin/commands.ts')).describeZodError(e);
+  if (e instanceof CliError || isNamed(e, 'AdminCommandError') || e instanceof DataDirLockedError)
     return e.message;
-  if (e instanceof StdioAuthError) return e.message;
-  if (e instanceof ProfileError) return `profile error: ${e.message}`;
+  if (isNamed(e, 'StdioAuthError')) return e.message;
+  if (isNamed(e, 'ProfileError')) return `profile error: ${e.message}`;
   if (e instanceof Error && e.name === 'AgentExistsError') return e.message;
   if (e instanceof Error && 'code' in e && e.code === 'EADDRINUSE') return `cannot listen: ${e.message}`;
   return e instanceof Error ? (e.stack ?? e.message) : String(e);
@@ -457,6 +467,6 @@ try {
   await program().parseAsync(process.argv);
   process.exitCode ??= 0;
 } catch (e) {
-  err(`countersign: ${explain(e)}`);
+  err(`countersign: ${await explain(e)}`);
   process.exitCode = 1;
 }
