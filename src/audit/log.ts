@@ -139,7 +139,9 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
   }
 
   async function flush(): Promise<void> {
-    while (queue.length > 0) {
+    for (let first = true; queue.length > 0; first = false) {
+      // Let the callers whose rows just committed run first: what they append next joins this batch.
+      if (!first) await new Promise((resolve) => setImmediate(resolve));
       const batch = queue.slice(0, maxBatch);
       queue = queue.slice(batch.length);
       try {
@@ -169,7 +171,20 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
         kick();
       });
     },
-    appendIn: (trx, ...inputs) => appendRows(trx, inputs),
+    async appendIn(trx, ...inputs) {
+      const rows = await appendRows(trx, inputs);
+      // Once the transaction commits, its last row is the head the next batch can extend in one
+      // statement. Only a hint: appendAfter inserts only after a head row that exists, and the primary
+      // key refuses a stale one.
+      const last = rows.at(-1)!;
+      trx.executionPromise.then(
+        () => {
+          if (!head || head.seq < last.seq) head = { seq: last.seq, hash: last.hash };
+        },
+        () => {},
+      );
+      return rows;
+    },
     async drain() {
       while (flushing) await flushing;
     },
