@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { createAuditLog } from '../src/audit/log.ts';
+import knexFactory from 'knex';
+import { AuditUnavailableError, createAuditLog } from '../src/audit/log.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
-import { openDatabase, type Database } from '../src/db/knex.ts';
+import { isConnectionError, openDatabase, type Database } from '../src/db/knex.ts';
 import { migrateLatest } from '../src/db/migrations.ts';
 import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
 
@@ -80,3 +81,40 @@ for (const kind of databaseKinds()) {
     });
   });
 }
+
+describe('an audit append the database cannot take', () => {
+  it('is refused as AuditUnavailableError when the database cannot be reached, without SQL in the message', async () => {
+    const knex = knexFactory({
+      client: 'pg',
+      connection: 'postgres://nobody@127.0.0.1:1/none',
+      pool: { min: 0, max: 1 },
+    });
+    try {
+      const log = createAuditLog(knex);
+      const err = await log.append({ kind: 'tool.call', result: 'ok' }).catch((e: unknown) => e);
+      assert.ok(err instanceof AuditUnavailableError, String(err));
+      assert.equal(err.code, 'SOURCE_UNAVAILABLE');
+      assert.doesNotMatch(err.message, /insert|select/i);
+    } finally {
+      await knex.destroy();
+    }
+  });
+
+  it('tells an outage from a wrong query', () => {
+    for (const outage of [
+      Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' }),
+      new Error('Connection terminated unexpectedly'),
+      Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' }),
+      Object.assign(new Error('connection failure'), { code: '08006' }),
+      Object.assign(new Error('Knex: Timeout acquiring a connection.'), { name: 'KnexTimeoutError' }),
+    ])
+      assert.equal(isConnectionError(outage), true, outage.message);
+    for (const bug of [
+      Object.assign(new Error('duplicate key value violates unique constraint'), { code: '23505' }),
+      Object.assign(new Error('syntax error at or near "selec"'), { code: '42601' }),
+      new TypeError('x is undefined'),
+      undefined,
+    ])
+      assert.equal(isConnectionError(bug), false, String(bug));
+  });
+});

@@ -1,11 +1,26 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
-import { dialectOf } from '../db/knex.ts';
+import { dialectOf, isConnectionError } from '../db/knex.ts';
 import { AuditInput, chainHash, GENESIS_HASH, type AuditBody, type AuditRow } from './chain.ts';
 import { EXPORT_COLUMNS } from './format.ts';
 
 /** The advisory lock key that serialises appends across every process on one database. */
 export const AUDIT_LOCK_KEY = 0x636f756e; // "coun"
+
+/**
+ * The database would not take an audit row because it cannot be reached. The call the row records
+ * must not be answered as if it had been audited; `code` is the tool-level code for an outage.
+ */
+export class AuditUnavailableError extends Error {
+  override name = 'AuditUnavailableError';
+  readonly code = 'SOURCE_UNAVAILABLE';
+  constructor(cause: unknown) {
+    super('the audit log cannot be written: the database is unavailable', { cause });
+  }
+}
+
+/** A connection failure becomes AuditUnavailableError (no SQL in its message); anything else is a bug, as is. */
+const explained = (err: unknown) => (isConnectionError(err) ? new AuditUnavailableError(err) : err);
 
 interface Pending {
   input: AuditInput;
@@ -151,7 +166,8 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
         batch.forEach((p, i) => p.resolve(rows[i]!));
       } catch (err) {
         head = undefined;
-        batch.forEach((p) => p.reject(err));
+        const reason = explained(err);
+        batch.forEach((p) => p.reject(reason));
       }
     }
   }
@@ -172,7 +188,9 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
       });
     },
     async appendIn(trx, ...inputs) {
-      const rows = await appendRows(trx, inputs);
+      const rows = await appendRows(trx, inputs).catch((err: unknown) => {
+        throw explained(err);
+      });
       // Once the transaction commits, its last row is the head the next batch can extend in one
       // statement. Only a hint: appendAfter inserts only after a head row that exists, and the primary
       // key refuses a stale one.

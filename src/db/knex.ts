@@ -71,6 +71,31 @@ export function dialectOf(knex: Knex | Knex.Transaction): Dialect {
   return knex.client.config.client === 'pg' ? 'postgres' : 'pglite';
 }
 
+const CONNECTION_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENOTFOUND',
+]);
+
+/**
+ * Whether `err` says the database cannot be reached (refused, reset, gone, no connection to be had in
+ * time) rather than that a query was wrong: the first is an outage to report as such, the second a bug.
+ */
+export function isConnectionError(err: unknown): boolean {
+  const e = err as { code?: unknown; name?: unknown; message?: unknown } | null;
+  if (!e || typeof e !== 'object') return false;
+  const code = typeof e.code === 'string' ? e.code : '';
+  // SQLSTATE class 08: connection exception; 57P01-57P03: the server is shutting down or starting up.
+  if (CONNECTION_CODES.has(code) || /^08/.test(code) || /^57P0[123]$/.test(code)) return true;
+  if (e.name === 'KnexTimeoutError') return true;
+  return /Connection terminated|connection is closed|Client has encountered a connection error/i.test(
+    String(e.message ?? ''),
+  );
+}
+
 /** `count(*)` is a number on PGlite and a string on pg. */
 export function toCount(value: unknown): number {
   return typeof value === 'number' ? value : Number(value ?? 0);
