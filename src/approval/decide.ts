@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { User } from '../server/users.ts';
 import { approversOf, expireRows, loadRow, viewOf, type ApprovalDeps } from './deps.ts';
-import type { ApprovalView } from './view.ts';
+import { toView, type ApprovalView, type RequestRow } from './view.ts';
 
 export type DecisionRefusal =
   | 'not_found'
@@ -41,7 +41,12 @@ export async function decide(
   if (!/^[0-9a-f-]{36}$/i.test(opts.id))
     throw new DecisionError('not_found', `no approval request ${opts.id}`);
 
-  const outcome = await deps.knex.transaction(async (trx) => {
+  const outcome = await deps.knex.transaction<{
+    row: RequestRow;
+    refusal: DecisionError | undefined;
+    /** Set when the decision leaves the row exactly as known here: its view needs no second read. */
+    settled?: { row: RequestRow; approvers: string[] };
+  }>(async (trx) => {
     const row = await loadRow(trx, { id: opts.id }, true);
     if (!row) throw new DecisionError('not_found', `no approval request ${opts.id}`);
 
@@ -106,18 +111,17 @@ export async function decide(
         approvers,
         details: { final: false, approvals: approvers.length, required: row.required_approvers },
       });
-      return { row, refusal: undefined };
+      return { row, refusal: undefined, settled: { row, approvers } };
     }
     const approvalId = randomUUID();
-    await trx('approval_requests')
-      .where({ id: row.id })
-      .update({
-        status: 'approved',
-        approval_id: approvalId,
-        decided_at: now,
-        note,
-        expires_at: new Date(Date.now() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
-      });
+    const change = {
+      status: 'approved' as const,
+      approval_id: approvalId,
+      decided_at: now,
+      note,
+      expires_at: new Date(Date.now() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
+    };
+    await trx('approval_requests').where({ id: row.id }).update(change);
     await deps.audit.appendIn(trx, {
       ...base,
       kind: 'approval.approved',
@@ -125,8 +129,11 @@ export async function decide(
       approvers,
       details: { final: true, approvals: approvers.length, required: row.required_approvers },
     });
-    return { row, refusal: undefined };
+    return { row, refusal: undefined, settled: { row: { ...row, ...change }, approvers } };
   });
   if (outcome.refusal) throw outcome.refusal;
+  if (outcome.settled) {
+    return toView(outcome.settled.row, outcome.settled.approvers, deps.reviewUrl(outcome.settled.row.id));
+  }
   return viewOf(deps, deps.knex, (await loadRow(deps.knex, { id: outcome.row.id }))!);
 }

@@ -1,15 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Agent } from '../server/agents.ts';
-import {
-  expireRows,
-  loadRow,
-  policyVersion,
-  requiredApprovers,
-  viewOf,
-  viewsOf,
-  type ApprovalDeps,
-} from './deps.ts';
-import { requestFromDb, type ApprovalStatus, type ApprovalView, type Target } from './view.ts';
+import { expireRows, policyVersion, requiredApprovers, viewOf, viewsOf, type ApprovalDeps } from './deps.ts';
+import { requestFromDb, toView, type ApprovalStatus, type ApprovalView, type Target } from './view.ts';
 
 export interface DraftWrite {
   agent: Agent;
@@ -47,26 +39,26 @@ export async function requestApproval(
 
   const now = new Date();
   const id = randomUUID();
+  const created = {
+    id,
+    agent_id: draft.agent.id,
+    tool: draft.tool,
+    target_type: draft.target.target_type,
+    target_id: draft.target.target_id,
+    target_display: draft.target.display_name,
+    content_sha256: draft.content_sha256,
+    file_sha256: draft.file_sha256,
+    status: 'pending' satisfies ApprovalStatus,
+    required_approvers: requiredApprovers(deps.config, draft.tool),
+    policy_version: policyVersion(deps.config),
+    created_at: now.toISOString(),
+    expires_at: new Date(now.getTime() + deps.config.approval.pending_ttl_s * 1000).toISOString(),
+  };
   try {
     await deps.knex.transaction(async (trx) => {
       // Past its expiry but not yet swept: expire it so a fresh request can take its place.
       if (found) await expireRows(deps, trx, [found]);
-      await trx('approval_requests').insert({
-        id,
-        agent_id: draft.agent.id,
-        tool: draft.tool,
-        target_type: draft.target.target_type,
-        target_id: draft.target.target_id,
-        target_display: draft.target.display_name,
-        content_sha256: draft.content_sha256,
-        file_sha256: draft.file_sha256,
-        review: JSON.stringify(draft.review),
-        status: 'pending' satisfies ApprovalStatus,
-        required_approvers: requiredApprovers(deps.config, draft.tool),
-        policy_version: policyVersion(deps.config),
-        created_at: now.toISOString(),
-        expires_at: new Date(now.getTime() + deps.config.approval.pending_ttl_s * 1000).toISOString(),
-      });
+      await trx('approval_requests').insert({ ...created, review: JSON.stringify(draft.review) });
       await deps.audit.appendIn(trx, {
         kind: 'approval.requested',
         request_id: draft.request_id,
@@ -88,7 +80,23 @@ export async function requestApproval(
     if (winner) return { view: await viewOf(deps, deps.knex, winner), created: false };
     throw err;
   }
-  const view = await viewOf(deps, deps.knex, (await loadRow(deps.knex, { id }))!);
+  // Just written, with no decision yet: the view needs no second read.
+  const view = toView(
+    requestFromDb({
+      ...created,
+      review: draft.review,
+      approval_id: null,
+      note: null,
+      decided_at: null,
+      execution_started_at: null,
+      execution_finished_at: null,
+      execution_result: null,
+      execution_error: null,
+      execution_source: null,
+    }),
+    [],
+    deps.reviewUrl(id),
+  );
   deps.onRequested?.(view, draft.review, draft.agent.name);
   return { view, created: true };
 }

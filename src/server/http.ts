@@ -151,6 +151,7 @@ export function createMcpRouter(deps: McpHttpDeps) {
 
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
+      enableJsonResponse: true,
       onsessioninitialized: (id) => {
         sessions.set(id, { transport, agentId: agent.id, lastSeen: Date.now() });
       },
