@@ -1,7 +1,10 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { EXPORT_PAGE, exportPages } from '../src/audit/export.ts';
+import fc from 'fast-check';
+import { rowFromDb } from '../src/audit/chain.ts';
+import { EXPORT_PAGE, exportLines, exportPages } from '../src/audit/export-pages.ts';
+import { toJsonLine } from '../src/audit/format.ts';
 import { createAuditLog } from '../src/audit/log.ts';
 import { openDatabase, type Database } from '../src/db/knex.ts';
 import { migrateLatest } from '../src/db/migrations.ts';
@@ -53,6 +56,46 @@ for (const kind of databaseKinds()) {
         await seqs({ result: 'ok' }, total),
         range(total).filter((i) => !isError(i)),
       );
+      const lines: number[] = [];
+      for await (const page of exportLines(db.knex, { result: 'error' }, total))
+        lines.push(...page.map((r) => r.seq));
+      assert.deepEqual(lines, range(total).filter(isError));
+    });
+
+    it('writes in SQL exactly the JSONL line toJsonLine writes, whatever the row holds', async () => {
+      const text = fc.oneof(
+        fc.string({ unit: 'binary' }).map((s) => s.replace(/\0/g, '')),
+        fc.constantFrom('"quoted" \\ back\\slash', '\b\f\n\r\t\u0001\u001f\u007f\u2028', 'שלום 王伟 😀', ''),
+      );
+      // jsonb holds no NUL, nor numbers beyond what a double round-trips through it.
+      const json = fc
+        .jsonValue({ maxDepth: 3 })
+        .map((v) => JSON.parse(JSON.stringify(v).replace(/\\u0000/g, '')) as unknown);
+      const inputs = fc.sample(
+        fc.record({
+          tool: fc.option(text),
+          actor: fc.option(text),
+          target_ref: fc.option(text),
+          approvers: fc.option(fc.array(text, { maxLength: 3 })),
+          dry_run: fc.option(fc.boolean()),
+          details: fc.dictionary(text, json, { maxKeys: 5 }),
+        }),
+        150,
+      );
+      const log = createAuditLog(db.knex);
+      const rows = await Promise.all(inputs.map((i) => log.append({ kind: 'tool.call', ...i })));
+      const from = Math.min(...rows.map((r) => r.seq)) - 1;
+      const to = Math.max(...rows.map((r) => r.seq));
+      const stored = (await db.knex('audit_events').where('seq', '>', from).orderBy('seq')) as Record<
+        string,
+        unknown
+      >[];
+      const written: string[] = [];
+      for await (const page of exportLines(db.knex, {}, to))
+        written.push(...page.filter((r) => r.seq > from).map((r) => r.line));
+      assert.equal(written.length, stored.length);
+      for (const [i, raw] of stored.entries())
+        assert.equal(written[i], toJsonLine(rowFromDb(raw)), `seq ${String(raw.seq)}`);
     });
   });
 }

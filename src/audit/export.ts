@@ -2,11 +2,11 @@ import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import type { Writable } from 'node:stream';
 import { stringify } from 'csv-stringify/sync';
-import type { Knex } from 'knex';
 import { z } from 'zod';
-import { rowFromDb, type AuditRow } from './chain.ts';
+import type { AuditRow } from './chain.ts';
 import { createCheckpoint, type Checkpoint, type CheckpointDeps } from './checkpoints.ts';
-import { EXPORT_COLUMNS, toCsvRecord, toJsonLine } from './format.ts';
+import { exportLines, exportPages } from './export-pages.ts';
+import { EXPORT_COLUMNS, toCsvRecord } from './format.ts';
 import { AuditKind } from './kinds.ts';
 
 export const ExportFilter = z.strictObject({
@@ -41,46 +41,17 @@ export interface Manifest {
   signature: string;
 }
 
-export const EXPORT_PAGE = 500;
-
 export class NothingToExportError extends Error {
   override name = 'NothingToExportError';
 }
 
-/**
- * Rows of the filter up to `maxSeq`, in seq order, a page at a time: memory stays flat at any size.
- * Each query reads a window of seq values (widened while a filter leaves pages sparse), so that the
- * primary key bounds every query whatever the planner believes about the table; the next page is
- * already being read while the caller works on this one.
- */
-export async function* exportPages(knex: Knex, filter: ExportFilter, maxSeq: number) {
-  const fetch = (after: number, upto: number) => {
-    const q = knex('audit_events')
-      .where('seq', '>', after)
-      .where('seq', '<=', upto)
-      .orderBy('seq')
-      .limit(EXPORT_PAGE);
-    if (filter.since) q.where('ts', '>=', filter.since);
-    if (filter.until) q.where('ts', '<', filter.until);
-    if (filter.agent_id) q.where('agent_id', filter.agent_id);
-    if (filter.tool) q.where('tool', filter.tool);
-    if (filter.kind) q.where('kind', filter.kind);
-    if (filter.result) q.where('result', filter.result);
-    const page = q.then((rows: Record<string, unknown>[]) => ({ rows: rows.map(rowFromDb), upto }));
-    page.catch(() => {}); // awaited below; a page nobody waits for any more must not go unhandled
-    return page;
-  };
-  let window = EXPORT_PAGE;
-  const next = (after: number) => (after < maxSeq ? fetch(after, Math.min(maxSeq, after + window)) : null);
-  for (let pending = next(0); pending;) {
-    const page: { rows: AuditRow[]; upto: number } = await pending;
-    // A full page may have left rows in its window (read on from its last row, in a narrower window);
-    // a short one has read it all (a sparse one widens the next).
-    const full = page.rows.length === EXPORT_PAGE;
-    if (full) window = Math.max(EXPORT_PAGE, window / 2);
-    else if (page.rows.length < EXPORT_PAGE / 2) window = Math.min(window * 2, 1 << 24);
-    pending = next(full ? page.rows.at(-1)!.seq : page.upto);
-    if (page.rows.length > 0) yield page.rows;
+async function* csvLines(pages: AsyncIterable<AuditRow[]>) {
+  for await (const page of pages) {
+    yield page.map((row) => ({
+      seq: row.seq,
+      hash: row.hash,
+      line: stringify([toCsvRecord(row)], { quoted_string: true, cast: { boolean: (v) => String(v) } }),
+    }));
   }
 }
 
@@ -104,16 +75,19 @@ export async function exportAudit(
   let first: number | null = null;
   let last: { seq: number; hash: string } | null = null;
 
+  const rows =
+    opts.format === 'jsonl'
+      ? exportLines(deps.knex, filter, checkpoint.seq)
+      : csvLines(exportPages(deps.knex, filter, checkpoint.seq));
   if (opts.format === 'csv') await write(opts.out, stringify([[...EXPORT_COLUMNS]]));
-  for await (const page of exportPages(deps.knex, filter, checkpoint.seq)) {
+  for await (const page of rows) {
     let text = '';
+    let hashes = '';
     for (const row of page) {
-      text +=
-        opts.format === 'jsonl'
-          ? toJsonLine(row)
-          : stringify([toCsvRecord(row)], { quoted_string: true, cast: { boolean: (v) => String(v) } });
-      digest.update(`${row.hash}\n`);
+      text += row.line;
+      hashes += `${row.hash}\n`;
     }
+    digest.update(hashes);
     await write(opts.out, text);
     first ??= page[0]!.seq;
     last = { seq: page.at(-1)!.seq, hash: page.at(-1)!.hash };

@@ -1,0 +1,131 @@
+import type { Knex } from 'knex';
+import { canonicalJson } from './canonical.ts';
+import { AUDIT_FIELDS, rowFromDb, type AuditRow } from './chain.ts';
+import type { ExportFilter } from './export.ts';
+
+export const EXPORT_PAGE = 500;
+/** Pages read ahead while the rows are dense. */
+const PREFETCH = 2;
+
+/**
+ * Rows of the filter up to `maxSeq`, in seq order, a page at a time: memory stays flat at any size.
+ * Each query reads a window of seq values (widened while a filter leaves pages sparse), so that the
+ * primary key bounds every query whatever the planner believes about the table. `select` names the
+ * columns, `map` turns a database row into what the caller wants.
+ */
+async function* pages<T extends { seq: number }>(
+  knex: Knex,
+  filter: ExportFilter,
+  maxSeq: number,
+  select: (q: Knex.QueryBuilder) => Knex.QueryBuilder,
+  map: (raw: Record<string, unknown>) => T,
+): AsyncGenerator<T[]> {
+  const fetch = (after: number, upto: number) => {
+    const q = select(knex('audit_events'))
+      .where('seq', '>', after)
+      .where('seq', '<=', upto)
+      .orderBy('seq')
+      .limit(EXPORT_PAGE);
+    if (filter.since) q.where('ts', '>=', filter.since);
+    if (filter.until) q.where('ts', '<', filter.until);
+    if (filter.agent_id) q.where('agent_id', filter.agent_id);
+    if (filter.tool) q.where('tool', filter.tool);
+    if (filter.kind) q.where('kind', filter.kind);
+    if (filter.result) q.where('result', filter.result);
+    const page = q.then((rows: Record<string, unknown>[]) => ({ rows: rows.map(map), upto }));
+    page.catch(() => {}); // awaited below; a page nobody waits for any more must not go unhandled
+    return page;
+  };
+  // Windows no wider than a page are read whole, so several can be in flight at once (the database
+  // works on the next ones while this process writes one); a wider window may be cut short by the
+  // page limit, and is read on from its last row, one query at a time.
+  let window = EXPORT_PAGE;
+  let after = 0;
+  const queue: Promise<{ rows: T[]; upto: number }>[] = [];
+  const fill = () => {
+    while (queue.length < (window <= EXPORT_PAGE ? PREFETCH : 1) && after < maxSeq) {
+      const upto = Math.min(maxSeq, after + window);
+      queue.push(fetch(after, upto));
+      after = upto;
+    }
+  };
+  fill();
+  while (queue.length > 0) {
+    const page = await queue.shift()!;
+    if (page.rows.length === EXPORT_PAGE && window > EXPORT_PAGE) {
+      after = page.rows.at(-1)!.seq;
+      window = Math.max(EXPORT_PAGE, window / 2);
+    } else if (page.rows.length < EXPORT_PAGE / 2) window = Math.min(window * 2, 1 << 24);
+    fill();
+    if (page.rows.length > 0) yield page.rows;
+  }
+}
+
+/** Audit rows of the filter up to `maxSeq`, page by page (see pages). */
+export function exportPages(knex: Knex, filter: ExportFilter, maxSeq: number): AsyncGenerator<AuditRow[]> {
+  return pages(knex, filter, maxSeq, (q) => q.select('*'), rowFromDb);
+}
+
+/** Fields whose JSON the database cannot write canonically (nested keys, numbers): rendered here. */
+const RENDERED_HERE = new Set<string>(['approvers', 'details']);
+
+/** The JSON of one scalar field, as JSON.stringify writes it (PostgreSQL escapes strings alike). */
+function jsonOf(field: string): string {
+  if (field === 'seq') return 'seq::text';
+  if (field === 'ts') return `'"' || to_char(ts at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') || '"'`;
+  if (field === 'dry_run')
+    return `case when dry_run is null then 'null' when dry_run then 'true' else 'false' end`;
+  return `coalesce(to_json(${field})::text, 'null')`;
+}
+
+/**
+ * toJsonLine in SQL: the canonical row is written by the database field by field in JCS key order,
+ * as text pieces around the fields rendered here (approvers, details), then the tail with prev_hash
+ * and hash. Columns: seq, hash, text0, json0, text1, json1, text2.
+ */
+const LINE_COLUMNS = (() => {
+  const columns = ['seq', 'hash'];
+  let text: string[] = [];
+  let piece = 0;
+  for (const [i, field] of [...AUDIT_FIELDS].sort().entries()) {
+    text.push(`'${i === 0 ? '{' : ','}${JSON.stringify(field)}:'`);
+    if (RENDERED_HERE.has(field)) {
+      columns.push(`${text.join(' || ')} as text${piece}`, `${field}::text as json${piece}`);
+      text = [];
+      piece++;
+    } else text.push(jsonOf(field));
+  }
+  text.push(`',"prev_hash":' || to_json(prev_hash)::text || ',"hash":' || to_json(hash)::text || '}'`);
+  columns.push(`${text.join(' || ')} as text${piece}`);
+  return { sql: columns.join(', '), pieces: piece };
+})();
+
+const canonicalText = (json: unknown) => (json === null ? 'null' : canonicalJson(JSON.parse(String(json))));
+
+/**
+ * The JSONL lines of the filter's rows up to `maxSeq` (exactly what toJsonLine writes), page by page,
+ * with each row's seq and hash. The database writes most of each line, so a row costs here one small
+ * JSON parse instead of decoding and re-serialising every field.
+ */
+export function exportLines(
+  knex: Knex,
+  filter: ExportFilter,
+  maxSeq: number,
+): AsyncGenerator<{ seq: number; hash: string; line: string }[]> {
+  return pages(
+    knex,
+    filter,
+    maxSeq,
+    (q) => q.select(knex.raw(LINE_COLUMNS.sql)),
+    (raw) => {
+      let line = '';
+      for (let i = 0; i < LINE_COLUMNS.pieces; i++)
+        line += `${raw[`text${i}`]}${canonicalText(raw[`json${i}`])}`;
+      return {
+        seq: Number(raw.seq),
+        hash: String(raw.hash),
+        line: `${line}${raw[`text${LINE_COLUMNS.pieces}`]}\n`,
+      };
+    },
+  );
+}
