@@ -3,8 +3,9 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import type { Knex } from 'knex';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
-import type { AuditLog } from '../audit/log.ts';
+import { AuditUnavailableError, type AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
+import { isConnectionError } from '../db/knex.ts';
 import type { Logger } from '../log.ts';
 import { authenticate, type Agent } from './agents.ts';
 import { createMcpServer } from './mcp.ts';
@@ -189,7 +190,20 @@ export function createMcpRouter(deps: McpHttpDeps) {
           'the request body is not valid JSON',
         );
       }
-      next(err);
+      if (err instanceof AuditUnavailableError || isConnectionError(err)) {
+        // Authentication (and its audit) needs the database: a clear, retryable answer, never an HTML page.
+        return sendProblem(
+          res,
+          503,
+          'database_unavailable',
+          'Service unavailable',
+          'the database is unavailable; nothing was done; retry shortly',
+          { 'Retry-After': '1' },
+        );
+      }
+      if (res.headersSent) return next(err);
+      deps.log.error({ err }, 'MCP endpoint failed');
+      return sendProblem(res, 500, 'internal', 'Internal error');
     },
   );
 

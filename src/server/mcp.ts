@@ -1,7 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import { AuditUnavailableError } from '../audit/log.ts';
+import { isConnectionError } from '../db/knex.ts';
 import type { Agent } from './agents.ts';
-import type { CallPipeline } from './pipeline.ts';
+import { databaseUnavailable, type CallPipeline } from './pipeline.ts';
 
 export const SERVER_NAME = 'countersign';
 
@@ -29,12 +32,20 @@ export function createMcpServer(opts: {
     server.sendToolListChanged().catch(() => undefined);
   });
   server.onclose = unsubscribe;
+  // Authorising needs the database: an outage is answered as such, not as an internal error.
+  const authorize = () =>
+    opts.authorize().catch((err: unknown) => {
+      if (err instanceof AuditUnavailableError || isConnectionError(err)) {
+        throw databaseUnavailable(randomBytes(16).toString('hex'));
+      }
+      throw err;
+    });
   server.setRequestHandler(ListToolsRequestSchema, async () => {
-    const agent = await opts.authorize();
+    const agent = await authorize();
     return { tools: opts.pipeline.listTools(agent) };
   });
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
-    const agent = await opts.authorize();
+    const agent = await authorize();
     return opts.pipeline.call(agent, request.params.name, request.params.arguments, extra.signal);
   });
   return server;

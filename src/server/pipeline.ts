@@ -9,8 +9,9 @@ import {
 import { z } from 'zod';
 import type { Approvals } from '../approval/index.ts';
 import { runWrite, type WriteControls } from '../approval/gate.ts';
-import type { AuditLog } from '../audit/log.ts';
+import { AuditUnavailableError, type AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
+import { isConnectionError } from '../db/knex.ts';
 import type { ConnectorSet } from '../connectors/index.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
 import type { Upstream } from '../connectors/mcp/upstream.ts';
@@ -121,6 +122,25 @@ function nulPath(value: unknown, path: string): string | undefined {
   return undefined;
 }
 
+/** JSON-RPC code of a call that could not be audited because the database is unavailable. */
+export const DATABASE_UNAVAILABLE = -32003;
+
+/**
+ * The database is unreachable, so the call cannot be audited and gets no tool result: a protocol error
+ * whose data carries SOURCE_UNAVAILABLE and when to retry. Nothing was written without its audit row.
+ */
+export const databaseUnavailable = (trace_id: string) =>
+  new McpError(
+    DATABASE_UNAVAILABLE,
+    'The database is unavailable: the call was not completed; retry shortly',
+    {
+      code: 'SOURCE_UNAVAILABLE',
+      reason: 'database_unavailable',
+      retry_after_s: 1,
+      trace_id,
+    },
+  );
+
 /** A call over its deadline: answered -32001, its late result discarded and counted. */
 class Overrun extends Error {}
 
@@ -172,9 +192,27 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
     args: unknown,
     signal: AbortSignal,
   ): Promise<CallToolResult> {
+    const trace_id = newTraceId();
+    try {
+      return await audited(agent, name, args, signal, trace_id);
+    } catch (err) {
+      if (err instanceof AuditUnavailableError) {
+        deps.metrics.record(name.slice(0, 64), 'SOURCE_UNAVAILABLE', 0);
+        throw databaseUnavailable(trace_id);
+      }
+      throw err;
+    }
+  }
+
+  async function audited(
+    agent: Agent,
+    name: string,
+    args: unknown,
+    signal: AbortSignal,
+    trace_id: string,
+  ): Promise<CallToolResult> {
     const started = new Date();
     const request_id = randomUUID();
-    const trace_id = newTraceId();
     const tool = catalog.byName.get(name);
     const argsSha256 = createHash('sha256')
       .update(canonicalize(args ?? {}) ?? '')
@@ -317,7 +355,19 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
           'CALL_TIMEOUT',
         );
       }
-      if (!(err instanceof ToolError)) {
+      // The database went away under the handler: said as such, and audited if it is back in time.
+      const known =
+        err instanceof AuditUnavailableError || isConnectionError(err)
+          ? new ToolError(
+              'SOURCE_UNAVAILABLE',
+              'the database is unavailable; retry shortly',
+              'database_unavailable',
+              {
+                details: { retry_after_s: 1 },
+              },
+            )
+          : err;
+      if (!(known instanceof ToolError)) {
         deps.log.error({ err, trace_id, tool: name, agent: agent.name }, 'tool handler crashed');
         throw await protocolError(
           'INTERNAL_ERROR',
@@ -326,7 +376,7 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
           'INTERNAL',
         );
       }
-      failure = err;
+      failure = known;
     }
     return respond({ name, agent, started, request_id, trace_id, argsSha256, base, outcome, failure });
   }
