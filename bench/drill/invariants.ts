@@ -1,0 +1,140 @@
+import { verifyDatabase } from '../../src/audit/context.ts';
+import { openDatabase } from '../../src/db/knex.ts';
+import { sleep } from '../lib/stats.ts';
+import type { Outcome, Tally } from './outcome.ts';
+import type { WriteRecord } from './workload.ts';
+
+export interface InvariantReport {
+  ok: boolean;
+  /** One line per check: what held, or what did not. */
+  checks: { name: string; ok: boolean; detail: string }[];
+  writes: Record<string, number>;
+}
+
+/** Waits until no approval is left `executing` (reconciliation settles those a crash interrupted). */
+async function settle(url: string, timeoutMs: number): Promise<number> {
+  const db = await openDatabase({ url, pgliteDir: '', command: 'drill check' });
+  try {
+    const until = Date.now() + timeoutMs;
+    for (;;) {
+      const row = (await db
+        .knex('approval_requests')
+        .where('status', 'executing')
+        .count({ n: '*' })
+        .first()) as {
+        n: unknown;
+      };
+      const n = Number(row.n);
+      if (n === 0 || Date.now() > until) return n;
+      await sleep(500);
+    }
+  } finally {
+    await db.close();
+  }
+}
+
+/**
+ * After a drill: every real write has exactly one write.started and one terminal row that matches its
+ * status; no message was written twice and every succeeded write has its message; the chain and the
+ * checkpoints verify (the real verifier); and no request got an unstructured answer.
+ */
+export async function checkInvariants(
+  url: string,
+  o: { tally: Tally; writes: WriteRecord[]; settleMs: number; allowed: Outcome[] },
+): Promise<InvariantReport> {
+  const checks: InvariantReport['checks'] = [];
+  const check = (name: string, ok: boolean, detail: string) => checks.push({ name, ok, detail });
+
+  const executing = await settle(url, o.settleMs);
+  check('no execution left executing', executing === 0, `${executing} still executing`);
+
+  const db = await openDatabase({ url, pgliteDir: '', command: 'drill check' });
+  try {
+    const rows = (await db.knex.raw(`
+      select r.id, r.status, r.approval_id,
+        count(e.seq) filter (where e.kind = 'write.started') as started,
+        count(e.seq) filter (where e.kind in ('write.succeeded', 'write.failed', 'write.unknown')) as terminal,
+        string_agg(e.kind, ',') filter (where e.kind in ('write.succeeded', 'write.failed', 'write.unknown')) as terminal_kind,
+        (select count(*) from messages m where m.write_key = r.approval_id::text) as messages
+      from approval_requests r
+      left join audit_events e on e.approval_request_id = r.id::text
+      group by r.id, r.status, r.approval_id`)) as {
+      rows: {
+        id: string;
+        status: string;
+        started: string;
+        terminal: string;
+        terminal_kind: string | null;
+        messages: string;
+      }[];
+    };
+    const executed = rows.rows.filter((r) =>
+      ['succeeded', 'failed', 'unknown', 'executing'].includes(r.status),
+    );
+    const badStart = executed.filter((r) => Number(r.started) !== 1);
+    check(
+      'exactly one write.started per real write',
+      badStart.length === 0,
+      `${executed.length} real writes; ${badStart.length} without exactly one (${badStart
+        .slice(0, 3)
+        .map((r) => `${r.id}: ${r.started}`)
+        .join(', ')})`,
+    );
+    const badEnd = executed.filter(
+      (r) => Number(r.terminal) !== 1 || r.terminal_kind !== `write.${r.status}`,
+    );
+    check(
+      'exactly one terminal row, matching the status',
+      badEnd.length === 0,
+      `${badEnd.length} without (${badEnd
+        .slice(0, 3)
+        .map((r) => `${r.id}: ${r.status} ${r.terminal_kind}`)
+        .join(', ')})`,
+    );
+    const startedUnexecuted = rows.rows.filter((r) => !executed.includes(r) && Number(r.started) > 0);
+    check(
+      'no write.started for a write never executed',
+      startedUnexecuted.length === 0,
+      `${startedUnexecuted.length} found`,
+    );
+    const twice = rows.rows.filter((r) => Number(r.messages) > 1);
+    const missing = rows.rows.filter((r) => r.status === 'succeeded' && Number(r.messages) !== 1);
+    const phantom = rows.rows.filter((r) => r.status === 'failed' && Number(r.messages) !== 0);
+    check(
+      'no message written twice; one per succeeded write, none for a failed one',
+      twice.length + missing.length + phantom.length === 0,
+      `${twice.length} twice, ${missing.length} succeeded without a message, ${phantom.length} failed with one`,
+    );
+
+    const byStatus = new Map(rows.rows.map((r) => [r.id, r.status]));
+    const disagree = o.writes.filter(
+      (w) =>
+        w.approval_request_id &&
+        ['succeeded', 'failed', 'unknown'].includes(w.status) &&
+        byStatus.get(w.approval_request_id) !== w.status,
+    );
+    check(
+      'what the agents were told is what the database holds',
+      disagree.length === 0,
+      `${disagree.length} disagree`,
+    );
+
+    const verified = await verifyDatabase(db.knex);
+    check('the audit chain and its checkpoints verify', verified.ok, verified.summary.replace(/\n/g, '; '));
+  } finally {
+    await db.close();
+  }
+
+  const bad = (Object.keys(o.tally.counts) as Outcome[]).filter(
+    (k) => !['ok', 'refused', 'protocol', 'http_problem', ...o.allowed].includes(k) && o.tally.counts[k] > 0,
+  );
+  check(
+    'every answer was structured',
+    bad.length === 0,
+    `${JSON.stringify(o.tally.counts)}${o.tally.unstructuredExamples.length ? `; e.g. ${o.tally.unstructuredExamples.map((e) => e.slice(0, 160)).join(' | ')}` : ''}`,
+  );
+
+  const writes: Record<string, number> = {};
+  for (const w of o.writes) writes[w.status] = (writes[w.status] ?? 0) + 1;
+  return { ok: checks.every((c) => c.ok), checks, writes };
+}

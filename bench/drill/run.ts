@@ -1,0 +1,326 @@
+/**
+ * npm run drill [-- kill|cut|soak …] [--quick] [--seconds S] [--soak-minutes M] …
+ *
+ * Reliability drills against real server processes on a scratch PostgreSQL database (created on
+ * BENCH_DATABASE_URL's server and dropped afterwards). Each ends with the invariant check of
+ * invariants.ts and writes bench/results/drill-<name>.json. Exit code 1 when an invariant failed.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { createScratchDatabase, DEFAULT_ADMIN_URL, seedDatabase } from '../lib/database.ts';
+import { statusMb } from '../lib/proc.ts';
+import { writeResults } from '../lib/report.ts';
+import { callTool, connect, ROOT } from '../lib/server.ts';
+import { sleep } from '../lib/stats.ts';
+import { startCluster, type Cluster } from './cluster.ts';
+import { checkInvariants, type InvariantReport } from './invariants.ts';
+import { startProxy } from './proxy.ts';
+import { startWorkload } from './workload.ts';
+
+const { values: flags, positionals } = parseArgs({
+  allowPositionals: true,
+  options: {
+    quick: { type: 'boolean', default: false },
+    seconds: { type: 'string' },
+    'kill-every': { type: 'string' },
+    'cut-seconds': { type: 'string' },
+    'soak-minutes': { type: 'string' },
+    rate: { type: 'string' },
+    help: { type: 'boolean', default: false },
+  },
+});
+if (flags.help) {
+  process.stdout.write(`npm run drill -- [kill] [cut] [soak] [options]   (all three by default)
+  --quick             short versions: kill 20 s, cut 6 s of outage, soak 1 minute
+  --seconds S         kill: how long servers are killed and restarted (60); cut: load before and after the cut (15)
+  --kill-every S      kill: seconds between two SIGKILLs (4)
+  --cut-seconds S     cut: how long the database stays unreachable (10)
+  --soak-minutes M    soak: duration (10)
+  --rate N            soak: read calls per second (40)
+`);
+  process.exit(0);
+}
+const quick = flags.quick!;
+const num = (v: string | undefined, full: number, small: number) => (v ? Number(v) : quick ? small : full);
+const drills = positionals.length > 0 ? positionals : ['kill', 'cut', 'soak'];
+const adminUrl = process.env.BENCH_DATABASE_URL || DEFAULT_ADMIN_URL;
+const log = (line: string) => process.stderr.write(`${line}\n`);
+
+/** Settings that make interrupted executions reconcile within a drill, and checkpoints happen. */
+const SERVER_ENV = {
+  COUNTERSIGN_CALL_TIMEOUT_MS: '3000',
+  COUNTERSIGN_MAINTENANCE_INTERVAL_S: '1',
+  COUNTERSIGN_CHECKPOINT_INTERVAL_S: '5',
+};
+const SETTLE_MS = 20_000;
+
+async function scratch(label: string) {
+  const db = await createScratchDatabase(adminUrl, label);
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `countersign-drill-${label}-`));
+  const seeded = await seedDatabase(db.url, dataDir, 200);
+  return {
+    ...db,
+    dataDir,
+    ...seeded,
+    async dispose() {
+      await db.drop();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+const pickFrom = (cluster: Cluster) => () => {
+  const live = cluster.live();
+  return live.length ? live[Math.floor(Math.random() * live.length)] : undefined;
+};
+
+function summarise(name: string, report: InvariantReport, extra: Record<string, unknown>) {
+  log(`  writes: ${JSON.stringify(report.writes)}`);
+  for (const c of report.checks) log(`  ${c.ok ? 'ok  ' : 'FAIL'} ${c.name}: ${c.detail}`);
+  writeResults(path.join(ROOT, `bench/results/drill-${name}.json`), {
+    drill: name,
+    generated_at: new Date().toISOString(),
+    command: `npm run drill -- ${process.argv.slice(2).join(' ')}`.trim(),
+    ...extra,
+    invariants: report,
+  });
+  return report.ok;
+}
+
+/** (i) three servers under reads and writes; a random one SIGKILLed every few seconds and restarted. */
+async function killDrill(): Promise<boolean> {
+  const seconds = num(flags.seconds, 60, 20);
+  const every = num(flags['kill-every'], 4, 3);
+  log(`kill: 3 servers, ${seconds} s, SIGKILL every ${every} s`);
+  const db = await scratch('kill');
+  const cluster = await startCluster(3, {
+    DATABASE_URL: db.url,
+    COUNTERSIGN_DATA_DIR: db.dataDir,
+    ...SERVER_ENV,
+  });
+  try {
+    const load = startWorkload({
+      pick: pickFrom(cluster),
+      token: db.token,
+      chair: db.chair,
+      readers: 6,
+      writers: 3,
+      paceMs: 50,
+    });
+    const kills: number[] = [];
+    for (const end = Date.now() + seconds * 1000; Date.now() < end;) {
+      await sleep(every * 1000);
+      const slot = Math.floor(Math.random() * 3);
+      await cluster.kill(slot);
+      kills.push(slot);
+      await sleep(500);
+      await cluster.restart(slot);
+    }
+    await load.stop();
+    await cluster.heal();
+    const report = await checkInvariants(db.url, {
+      tally: load.tally,
+      writes: load.writes,
+      settleMs: SETTLE_MS,
+      allowed: ['lost'],
+    });
+    log(
+      `  ${kills.length} SIGKILLs; ${load.tally.total} requests: ${JSON.stringify(load.tally.counts)}; codes ${JSON.stringify(load.tally.codes)}`,
+    );
+    return summarise('kill', report, {
+      seconds,
+      kill_every_s: every,
+      kills: kills.length,
+      requests: load.tally,
+    });
+  } finally {
+    await cluster.stop();
+    await db.dispose();
+  }
+}
+
+/** Every server answers a read again; resolves with the time that took. */
+async function recovered(cluster: Cluster, token: string, timeoutMs: number): Promise<number | null> {
+  const t0 = Date.now();
+  const pending = new Set(cluster.live());
+  while (pending.size > 0 && Date.now() - t0 < timeoutMs) {
+    for (const url of [...pending]) {
+      try {
+        const client = await connect(url, token);
+        const { envelope } = await callTool(client, 'isphere_search_contacts', { query: 'alice' }, 10_000);
+        await client.close();
+        if (envelope.ok === true) pending.delete(url);
+      } catch {
+        // not yet
+      }
+    }
+    if (pending.size > 0) await sleep(250);
+  }
+  return pending.size === 0 ? Date.now() - t0 : null;
+}
+
+/** (ii) the database connection cut through a TCP proxy mid-load, then restored; no server restarted. */
+async function cutDrill(): Promise<boolean> {
+  const around = num(flags.seconds, 15, 6);
+  const cutSeconds = num(flags['cut-seconds'], 10, 6);
+  log(
+    `cut: 2 servers behind a TCP proxy to PostgreSQL; ${around} s of load, ${cutSeconds} s cut, ${around} s more`,
+  );
+  const db = await scratch('cut');
+  const direct = new URL(db.url);
+  const proxy = await startProxy({ host: direct.hostname, port: Number(direct.port || 5432) });
+  const viaProxy = new URL(db.url);
+  viaProxy.port = String(proxy.port);
+  const cluster = await startCluster(2, {
+    DATABASE_URL: viaProxy.href,
+    COUNTERSIGN_DATA_DIR: db.dataDir,
+    ...SERVER_ENV,
+  });
+  const pids = cluster.children().map((c) => c!.pid);
+  try {
+    const load = startWorkload({
+      pick: pickFrom(cluster),
+      token: db.token,
+      chair: db.chair,
+      readers: 4,
+      writers: 2,
+      paceMs: 50,
+    });
+    await sleep(around * 1000);
+    const before = { ...load.tally.counts };
+    proxy.cut();
+    log('  cut');
+    await sleep(cutSeconds * 1000);
+    const during = Object.fromEntries(
+      Object.entries(load.tally.counts).map(([k, v]) => [k, v - before[k as keyof typeof before]]),
+    );
+    const codesDuring = { ...load.tally.codes };
+    proxy.restore();
+    log('  restored');
+    const recoveryMs = await recovered(cluster, db.token, 60_000);
+    log(
+      `  every server answered again ${recoveryMs === null ? 'NEVER (60 s)' : `after ${(recoveryMs / 1000).toFixed(2)} s`}`,
+    );
+    await sleep(around * 1000);
+    await load.stop();
+    const sameProcesses = cluster
+      .children()
+      .every((c, i) => c && c.pid === pids[i] && c.child.exitCode === null);
+    const report = await checkInvariants(db.url, {
+      tally: load.tally,
+      writes: load.writes,
+      settleMs: SETTLE_MS,
+      allowed: [],
+    });
+    report.checks.push({
+      name: 'recovered without a restart',
+      ok: sameProcesses && recoveryMs !== null,
+      detail: `same processes: ${sameProcesses}; recovery ${recoveryMs} ms`,
+    });
+    report.ok &&= sameProcesses && recoveryMs !== null;
+    log(`  during the cut: ${JSON.stringify(during)}; codes so far ${JSON.stringify(codesDuring)}`);
+    return summarise('cut', report, {
+      cut_seconds: cutSeconds,
+      load_seconds_each_side: around,
+      during_cut: during,
+      recovery_ms: recoveryMs,
+      requests: load.tally,
+    });
+  } finally {
+    await cluster.stop();
+    await proxy.close();
+    await db.dispose();
+  }
+}
+
+/** (iii) one server at a fixed rate for minutes, its RSS sampled; reads plus a steady trickle of writes. */
+async function soakDrill(): Promise<boolean> {
+  const minutes = num(flags['soak-minutes'], 10, 1);
+  const rate = num(flags.rate, 40, 40);
+  log(`soak: 1 server, ${rate} reads/s and a write every ~2 s, ${minutes} min`);
+  const db = await scratch('soak');
+  const cluster = await startCluster(1, {
+    DATABASE_URL: db.url,
+    COUNTERSIGN_DATA_DIR: db.dataDir,
+    ...SERVER_ENV,
+  });
+  const pid = cluster.children()[0]!.pid;
+  try {
+    const readers = 8;
+    const load = startWorkload({
+      pick: pickFrom(cluster),
+      token: db.token,
+      chair: db.chair,
+      readers,
+      writers: 1,
+      paceMs: (readers * 1000) / rate,
+    });
+    const samples: { t_s: number; rss_mb: number }[] = [];
+    const t0 = Date.now();
+    for (const end = t0 + minutes * 60_000; Date.now() < end;) {
+      await sleep(Math.min(5000, end - Date.now()));
+      samples.push({
+        t_s: Math.round((Date.now() - t0) / 1000),
+        rss_mb: Math.round(statusMb(pid, 'VmRSS') * 10) / 10,
+      });
+      const last = samples.at(-1)!;
+      if (samples.length % 6 === 0)
+        log(`  ${last.t_s} s: RSS ${last.rss_mb} MB, ${load.tally.total} requests`);
+    }
+    await load.stop();
+    const peak = statusMb(pid, 'VmHWM');
+    const report = await checkInvariants(db.url, {
+      tally: load.tally,
+      writes: load.writes,
+      settleMs: SETTLE_MS,
+      allowed: [],
+    });
+    // Flat: the second half's RSS grows by less than 10 % of its start (a least-squares slope).
+    const half = samples.slice(Math.floor(samples.length / 2));
+    const n = half.length;
+    const mt = half.reduce((s, p) => s + p.t_s, 0) / n;
+    const mr = half.reduce((s, p) => s + p.rss_mb, 0) / n;
+    const slope =
+      half.reduce((s, p) => s + (p.t_s - mt) * (p.rss_mb - mr), 0) /
+      half.reduce((s, p) => s + (p.t_s - mt) ** 2, 0);
+    const growth = slope * (half.at(-1)!.t_s - half[0]!.t_s);
+    const rss = {
+      first_mb: samples[0]?.rss_mb,
+      last_mb: samples.at(-1)?.rss_mb,
+      max_mb: Math.max(...samples.map((s) => s.rss_mb)),
+      peak_hwm_mb: Math.round(peak),
+      second_half_growth_mb: Math.round(growth * 10) / 10,
+      slope_mb_per_min: Math.round(slope * 600) / 10,
+    };
+    report.checks.push({
+      name: 'RSS flat over the second half and under 200 MB',
+      ok: growth < 0.1 * (half[0]?.rss_mb ?? 1) && peak <= 200,
+      detail: JSON.stringify(rss),
+    });
+    report.ok = report.checks.every((c) => c.ok);
+    const calls = load.tally.total;
+    log(
+      `  ${calls} requests (${(calls / (minutes * 60)).toFixed(1)}/s): ${JSON.stringify(load.tally.counts)}`,
+    );
+    return summarise('soak', report, { minutes, rate, rss, samples, requests: load.tally });
+  } finally {
+    await cluster.stop();
+    await db.dispose();
+  }
+}
+
+const runs = { kill: killDrill, cut: cutDrill, soak: soakDrill } as const;
+let ok = true;
+for (const name of drills) {
+  const run = runs[name as keyof typeof runs];
+  if (!run) throw new Error(`unknown drill ${name}: kill, cut or soak`);
+  const t0 = Date.now();
+  const passed = await run();
+  log(
+    `${name}: ${passed ? 'all invariants held' : 'INVARIANTS FAILED'} (${((Date.now() - t0) / 1000).toFixed(0)} s)\n`,
+  );
+  ok &&= passed;
+}
+process.exitCode = ok ? 0 : 1;

@@ -1,0 +1,114 @@
+import pg from 'pg';
+import { figure, type Figure } from '../lib/report.ts';
+import { callTool, connect, spawnCountersign } from '../lib/server.ts';
+import { median, percentile } from '../lib/stats.ts';
+import { ChairSession } from '../lib/web.ts';
+
+export interface ApprovalOptions {
+  url: string;
+  dataDir: string;
+  token: string;
+  chair: { name: string; password: string };
+  rounds: number;
+  log(line: string): void;
+}
+
+const STEPS = ['dry_run', 'approve', 'get_approval', 'execute'] as const;
+
+/** p50 of `n` plain INSERT round trips (autocommit, one row) on the same database. */
+async function insertRoundTrips(url: string, n: number): Promise<number[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query('create table bench_insert (id bigserial primary key, body text not null)');
+    const samples: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const t0 = performance.now();
+      await client.query('insert into bench_insert (body) values ($1)', [`row ${i}`]);
+      samples.push(performance.now() - t0);
+    }
+    return samples;
+  } finally {
+    await client.end();
+  }
+}
+
+/**
+ * (e) the machine time of one write, end to end: the agent's dry run, the chair's approval through the
+ * review form, the agent's get_approval, and the real execution — against one plain INSERT round trip.
+ * The human's reading time is not in it; everything the machines do is.
+ */
+export async function approvalFigures(o: ApprovalOptions): Promise<Figure[]> {
+  const server = await spawnCountersign({ DATABASE_URL: o.url, COUNTERSIGN_DATA_DIR: o.dataDir });
+  try {
+    const agent = await connect(server.url, o.token);
+    const chair = new ChairSession(server.url);
+    await chair.login(o.chair.name, o.chair.password);
+    const totals: number[] = [];
+    const steps: Record<(typeof STEPS)[number], number[]> = {
+      dry_run: [],
+      approve: [],
+      get_approval: [],
+      execute: [],
+    };
+    const warmup = Math.min(10, Math.ceil(o.rounds / 5));
+    for (let i = 0; i < warmup + o.rounds; i++) {
+      const args = {
+        target_type: 'contact',
+        target_id: 'ct_david',
+        content_text: `Bench message ${i} — נא לאשר`,
+      };
+      const t = [performance.now()];
+      const draft = await callTool(agent, 'isphere_send_message', args);
+      const approval = draft.envelope.approval as { approval_request_id: string } | undefined;
+      if (!approval) throw new Error(`dry run failed: ${JSON.stringify(draft.envelope.error)}`);
+      t.push(performance.now());
+      await chair.approve(approval.approval_request_id);
+      t.push(performance.now());
+      const got = await callTool(agent, 'isphere_get_approval', {
+        approval_request_id: approval.approval_request_id,
+      });
+      const approvalId = (got.envelope.approval as { approval_id: string | null } | undefined)?.approval_id;
+      if (!approvalId) throw new Error(`no approval_id after approval: ${JSON.stringify(got.envelope)}`);
+      t.push(performance.now());
+      const sent = await callTool(agent, 'isphere_send_message', {
+        ...args,
+        dry_run: false,
+        approval_id: approvalId,
+      });
+      if (sent.envelope.send_status !== 'sent')
+        throw new Error(`execution failed: ${JSON.stringify(sent.envelope)}`);
+      t.push(performance.now());
+      if (i < warmup) continue;
+      totals.push(t[4]! - t[0]!);
+      STEPS.forEach((s, k) => steps[s].push(t[k + 1]! - t[k]!));
+    }
+    await agent.close();
+    const insert = await insertRoundTrips(o.url, Math.max(200, o.rounds));
+    const breakdown = STEPS.map((s) => `${s} ${median(steps[s]).toFixed(1)}`).join(', ');
+    o.log(
+      `  p50 ${median(totals).toFixed(1)} ms (${breakdown} ms); one INSERT p50 ${median(insert).toFixed(2)} ms`,
+    );
+    return [
+      figure({
+        id: 'e_approval_roundtrip_p50_ms',
+        unit: 'ms',
+        value: median(totals),
+        baseline: median(insert),
+        baseline_label: 'one plain INSERT round trip (p50)',
+        check: { valueAtMost: 30 },
+        note: `${o.rounds} writes; p50 per step: ${breakdown} ms`,
+      }),
+      figure({
+        id: 'e_approval_roundtrip_p99_ms',
+        unit: 'ms',
+        value: percentile(totals, 99),
+        baseline: percentile(insert, 99),
+        baseline_label: 'one plain INSERT round trip (p99)',
+        check: null,
+      }),
+    ];
+  } finally {
+    await server.stop();
+  }
+}

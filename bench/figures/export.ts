@@ -1,0 +1,175 @@
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { checkpointDeps } from '../../src/audit/context.ts';
+import { createCheckpoint } from '../../src/audit/checkpoints.ts';
+import { createAuditLog } from '../../src/audit/log.ts';
+import { loadConfig } from '../../src/config.ts';
+import { openDatabase } from '../../src/db/knex.ts';
+import { migrateLatest } from '../../src/db/migrations.ts';
+import { generateAuditRows } from '../lib/audit-rows.ts';
+import { statusMb } from '../lib/proc.ts';
+import { figure, type Figure } from '../lib/report.ts';
+import { ROOT } from '../lib/server.ts';
+
+export interface ExportOptions {
+  url: string;
+  /** Scratch directory: data dir (signing key) and the files written. */
+  dir: string;
+  rows: number;
+  log(line: string): void;
+}
+
+interface Job {
+  seconds: number;
+  rows: number;
+  bytes?: number;
+  ok?: boolean;
+  valid?: number;
+  max_rss_mb: number;
+}
+
+/** Runs one bench/audit-worker.ts job in a child process and returns what it measured. */
+function job(...args: string[]): Promise<Job> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', path.join(ROOT, 'bench/audit-worker.ts'), ...args],
+      {
+        cwd: ROOT,
+        env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'silent' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      if (code !== 0) return reject(new Error(`audit worker ${args[0]} exited ${code}: ${err.slice(-2000)}`));
+      resolve(JSON.parse(out.trim().split('\n').at(-1)!) as Job);
+    });
+  });
+}
+
+/** `countersign audit export` itself, as an operator runs it: its wall time and peak RSS (VmHWM, polled). */
+function cliExport(
+  url: string,
+  dataDir: string,
+  file: string,
+): Promise<{ seconds: number; peak_mb: number }> {
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now();
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', path.join(ROOT, 'src/cli.ts'), 'audit', 'export', '--format', 'jsonl', '-o', file],
+      {
+        cwd: ROOT,
+        env: {
+          PATH: process.env.PATH ?? '',
+          DATABASE_URL: url,
+          COUNTERSIGN_DATA_DIR: dataDir,
+          LOG_LEVEL: 'silent',
+        },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
+    let peak = 0;
+    let err = '';
+    child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+    const poll = setInterval(() => (peak = Math.max(peak, statusMb(child.pid!, 'VmHWM') || 0)), 20);
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      clearInterval(poll);
+      if (code !== 0)
+        return reject(new Error(`countersign audit export exited ${code}: ${err.slice(-2000)}`));
+      resolve({ seconds: (performance.now() - t0) / 1000, peak_mb: peak });
+    });
+  });
+}
+
+/**
+ * (c) the real export of `rows` audit rows to JSONL against COPY … TO STDOUT of the same rows, with the
+ * exporting process's peak RSS; (d) the real offline verifier on that export against one sha256 per
+ * row over the same bytes. A checkpoint is signed before the export, as the periodic one would have
+ * been, so the export's own checkpoint only covers the rows since.
+ */
+export async function exportFigures(o: ExportOptions): Promise<Figure[]> {
+  const db = await openDatabase({ url: o.url, pgliteDir: '', command: 'bench export' });
+  try {
+    await migrateLatest(db.knex);
+    const t0 = performance.now();
+    let reported = 0;
+    await generateAuditRows(o.url, o.rows, (done) => {
+      if (done - reported >= 200_000) {
+        reported = done;
+        o.log(`  generated ${done} rows`);
+      }
+    });
+    o.log(`  ${o.rows} chained rows generated in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    const config = loadConfig({ DATABASE_URL: o.url, COUNTERSIGN_DATA_DIR: o.dir }, o.dir);
+    const t1 = performance.now();
+    const checkpoint = await createCheckpoint(await checkpointDeps(db.knex, createAuditLog(db.knex), config));
+    o.log(
+      `  periodic checkpoint at seq ${checkpoint?.seq} in ${((performance.now() - t1) / 1000).toFixed(1)} s`,
+    );
+  } finally {
+    await db.close();
+  }
+
+  const file = path.join(o.dir, 'audit.jsonl');
+  const copyFile = path.join(o.dir, 'audit.copy');
+  const maxSeq = String(o.rows + 1); // the generated rows and the checkpoint's own row
+  const copies: Job[] = [];
+  copies.push(await job('copy', o.url, copyFile, maxSeq));
+  o.log(`  COPY: ${copies[0]!.seconds.toFixed(2)} s`);
+  const exp = await job('export', o.url, o.dir, file);
+  o.log(
+    `  export: ${exp.seconds.toFixed(2)} s for ${exp.rows} rows, peak RSS ${exp.max_rss_mb.toFixed(0)} MB`,
+  );
+  copies.push(await job('copy', o.url, copyFile, maxSeq));
+  o.log(`  COPY: ${copies[1]!.seconds.toFixed(2)} s`);
+  const cli = await cliExport(o.url, o.dir, path.join(o.dir, 'cli.jsonl'));
+  o.log(
+    `  countersign audit export: ${cli.seconds.toFixed(2)} s from start to exit, peak RSS ${cli.peak_mb.toFixed(0)} MB`,
+  );
+
+  const hashes: Job[] = [];
+  hashes.push(await job('hash', file));
+  o.log(`  sha256 per line: ${hashes[0]!.seconds.toFixed(2)} s`);
+  const ver = await job('verify', file);
+  o.log(`  verify: ${ver.seconds.toFixed(2)} s, ${ver.valid}/${ver.rows} valid`);
+  hashes.push(await job('hash', file));
+  o.log(`  sha256 per line: ${hashes[1]!.seconds.toFixed(2)} s`);
+
+  const rate = (jobs: Job[], rows: number) => rows / (jobs.reduce((s, j) => s + j.seconds, 0) / jobs.length);
+  return [
+    figure({
+      id: 'c_export',
+      unit: 'rows/s',
+      value: exp.rows / exp.seconds,
+      baseline: rate(copies, exp.rows),
+      baseline_label: 'COPY (same rows, seq order) TO STDOUT into a file',
+      check: { ratioAtLeast: 0.5 },
+      note: `${exp.rows} rows, ${((exp.bytes ?? 0) / 2 ** 20).toFixed(0)} MB of JSONL`,
+    }),
+    figure({
+      id: 'c_export_rss_mb',
+      unit: 'MB',
+      value: cli.peak_mb,
+      baseline: copies[0]!.max_rss_mb,
+      baseline_label: 'peak RSS of the COPY process',
+      check: { valueAtMost: 150 },
+      note: `the countersign audit export process (${cli.seconds.toFixed(1)} s from start to exit); the timed export job peaked at ${exp.max_rss_mb.toFixed(0)} MB`,
+    }),
+    figure({
+      id: 'd_verify',
+      unit: 'rows/s',
+      value: ver.ok ? ver.rows / ver.seconds : Number.NaN,
+      baseline: rate(hashes, ver.rows),
+      baseline_label: 'one sha256 per line of the same file',
+      check: { ratioAtLeast: 0.5 },
+      note: ver.ok ? undefined : `verify failed: ${ver.valid}/${ver.rows} valid`,
+    }),
+  ];
+}

@@ -1,0 +1,35 @@
+import fs from 'node:fs';
+import os from 'node:os';
+
+/** A field of /proc/<pid>/status in MB (VmHWM: peak resident set, VmRSS: current). Linux only. */
+export function statusMb(pid: number, field: 'VmHWM' | 'VmRSS'): number {
+  try {
+    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) / 1024 : Number.NaN;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** CPU seconds (user + system) a process has used so far. Linux only. */
+export function cpuSeconds(pid: number): number {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime and stime are fields 14 and 15 of stat; here, after "pid (comm) ", at 11 and 12.
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+export function machine(postgres: string) {
+  return {
+    cpus: os.cpus().length,
+    cpu_model: os.cpus()[0]?.model ?? 'unknown',
+    memory_mb: Math.round(os.totalmem() / 2 ** 20),
+    node: process.version,
+    postgres,
+    platform: `${os.platform()} ${os.release()}`,
+  };
+}

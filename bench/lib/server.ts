@@ -1,0 +1,132 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+
+export const ROOT = path.resolve(import.meta.dirname, '../..');
+
+export interface Child {
+  child: ChildProcess;
+  pid: number;
+  url: string;
+  stderr(): string;
+  /** Resolves with the first match of `pattern` in stderr (now or later). */
+  waitFor(pattern: RegExp, timeoutMs?: number): Promise<RegExpExecArray>;
+  /** Resolves when the process has exited (for whatever reason). */
+  exited: Promise<number | null>;
+  stop(signal?: NodeJS.Signals): Promise<void>;
+}
+
+/**
+ * Starts a node process running `script` (through tsx) and waits until its stderr shows a line matching
+ * `ready` (with the URL in its first group). Output past the first 64 KiB is dropped.
+ */
+export function spawnNode(
+  args: string[],
+  env: Record<string, string>,
+  ready: RegExp,
+  opts: { timeoutMs?: number; nodeArgs?: string[] } = {},
+): Promise<Child> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), '--import', 'tsx', ...args], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', ...env },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let stderr = '';
+    let started = false;
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${args.join(' ')} did not start in time: ${stderr.slice(-2000)}`));
+    }, opts.timeoutMs ?? 60_000);
+    child.stderr!.on('data', (chunk: Buffer) => {
+      if (stderr.length < 65536) stderr += chunk.toString();
+      if (started) return;
+      const m = ready.exec(stderr);
+      if (!m) return;
+      started = true;
+      clearTimeout(timer);
+      resolve({
+        child,
+        pid: child.pid!,
+        url: m[1]!,
+        stderr: () => stderr,
+        waitFor: (pattern, timeoutMs = 10_000) =>
+          new Promise((found, fail) => {
+            const check = () => {
+              const m = pattern.exec(stderr);
+              if (!m) return false;
+              clearTimeout(timer);
+              child.stderr!.off('data', check);
+              found(m);
+              return true;
+            };
+            const timer = setTimeout(() => {
+              child.stderr!.off('data', check);
+              fail(new Error(`no ${pattern} in: ${stderr.slice(-1000)}`));
+            }, timeoutMs);
+            if (!check()) child.stderr!.on('data', check);
+          }),
+        exited,
+        stop: (signal = 'SIGTERM') => {
+          if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+          child.kill(signal);
+          return exited.then(() => {});
+        },
+      });
+    });
+    void exited.then((code) => {
+      if (started) return;
+      clearTimeout(timer);
+      reject(new Error(`${args.join(' ')} exited with ${code} before it was ready: ${stderr.slice(-2000)}`));
+    });
+  });
+}
+
+/**
+ * `countersign serve` on HTTP, as a child process; resolves once it listens.
+ * BENCH_SERVER_NODE_ARGS adds node options, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to profile it.
+ */
+export function spawnCountersign(
+  env: Record<string, string>,
+  opts: { timeoutMs?: number; nodeArgs?: string[] } = {},
+): Promise<Child> {
+  const extra = process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
+  opts = { ...opts, nodeArgs: [...extra, ...(opts.nodeArgs ?? [])] };
+  return spawnNode(
+    [path.join(ROOT, 'src/cli.ts'), 'serve'],
+    {
+      COUNTERSIGN_PORT: '0',
+      COUNTERSIGN_RATE_LIMIT_PER_MIN: '100000000',
+      COUNTERSIGN_DEMO: 'false',
+      // info shows the listening line (start-up only: nothing is logged per call at this level).
+      LOG_LEVEL: 'info',
+      ...env,
+    },
+    /"url":"(http:\/\/[^"]+)\/mcp"/,
+    opts,
+  );
+}
+
+export async function connect(url: string, token?: string): Promise<Client> {
+  const client = new Client({ name: 'countersign-bench', version: '1.0.0' });
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL('/mcp', url), {
+      requestInit: token ? { headers: { Authorization: `Bearer ${token}` } } : undefined,
+    }),
+  );
+  return client;
+}
+
+/** One tools/call; the envelope (structuredContent) and whether the SDK flagged an error. */
+export async function callTool(
+  client: Client,
+  name: string,
+  args: Record<string, unknown>,
+  timeout = 60_000,
+): Promise<{ envelope: Record<string, unknown>; isError: boolean }> {
+  const result = (await client.callTool({ name, arguments: args }, undefined, { timeout })) as CallToolResult;
+  return { envelope: (result.structuredContent ?? {}) as Record<string, unknown>, isError: !!result.isError };
+}
