@@ -6,6 +6,9 @@ import type { WriteRecord } from './workload.ts';
 
 export interface InvariantReport {
   ok: boolean;
+  /** Writes settled by reconciliation after a crash, and writes whose execution had to be sent again. */
+  reconciled: number;
+  retried: number;
   /** One line per check: what held, or what did not. */
   checks: { name: string; ok: boolean; detail: string }[];
   writes: Record<string, number>;
@@ -48,6 +51,7 @@ export async function checkInvariants(
   const executing = await settle(url, o.settleMs);
   check('no execution left executing', executing === 0, `${executing} still executing`);
 
+  let reconciled: number;
   const db = await openDatabase({ url, pgliteDir: '', command: 'drill check' });
   try {
     const rows = (await db.knex.raw(`
@@ -119,6 +123,12 @@ export async function checkInvariants(
       `${disagree.length} disagree`,
     );
 
+    const rec = (await db
+      .knex('audit_events')
+      .whereRaw(`details->>'reconciled' = 'true'`)
+      .count({ n: '*' })
+      .first()) as { n: unknown };
+    reconciled = Number(rec.n);
     const verified = await verifyDatabase(db.knex);
     check('the audit chain and its checkpoints verify', verified.ok, verified.summary.replace(/\n/g, '; '));
   } finally {
@@ -136,5 +146,6 @@ export async function checkInvariants(
 
   const writes: Record<string, number> = {};
   for (const w of o.writes) writes[w.status] = (writes[w.status] ?? 0) + 1;
-  return { ok: checks.every((c) => c.ok), checks, writes };
+  const retried = o.writes.filter((w) => w.execute_attempts > 1).length;
+  return { ok: checks.every((c) => c.ok), reconciled, retried, checks, writes };
 }

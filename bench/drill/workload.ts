@@ -71,8 +71,10 @@ export interface WorkloadOptions {
   chair: { name: string; password: string };
   readers: number;
   writers: number;
-  /** A reader starts a call every this many ms (at once when it is behind); a writer pauses this long between writes. */
+  /** A reader starts a call every this many ms (at once when it is behind). */
   paceMs: number;
+  /** A writer's pause between two writes (default paceMs). */
+  writerPauseMs?: number;
   /** Give up on one step of a write after this long (a settled status is still looked for). */
   stepTimeoutMs?: number;
 }
@@ -189,7 +191,7 @@ export function startWorkload(o: WorkloadOptions): Workload {
   async function writer(agent: Agent, w: number) {
     for (let i = 0; !stopping; i++) {
       await write(agent, w, i);
-      await sleep(o.paceMs);
+      await sleep(o.writerPauseMs ?? o.paceMs);
     }
   }
 
