@@ -55,6 +55,8 @@ async function* csvLines(pages: AsyncIterable<AuditRow[]>) {
   }
 }
 
+const WRITE_CHUNK = 32 * 1024;
+
 async function write(out: Writable, chunk: string): Promise<void> {
   if (!out.write(chunk)) await once(out, 'drain');
 }
@@ -86,6 +88,12 @@ export async function exportAudit(
     for (const row of page) {
       text += row.line;
       hashes += `${row.hash}\n`;
+      // Written in pieces well under 128 KiB: larger strings go to V8's large-object space, which only
+      // a full collection frees, and an export makes one per page.
+      if (text.length > WRITE_CHUNK) {
+        await write(opts.out, text);
+        text = '';
+      }
     }
     digest.update(hashes);
     await write(opts.out, text);
