@@ -152,7 +152,8 @@ export function createMcpRouter(deps: McpHttpDeps) {
 
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
-      enableJsonResponse: true,
+      // Not enableJsonResponse: SDK 1.32.2 then keeps every answered request of a session in memory
+      // until the session closes (seen as a steady RSS climb in the soak drill, docs/reliability.md).
       onsessioninitialized: (id) => {
         sessions.set(id, { transport, agentId: agent.id, lastSeen: Date.now() });
       },
