@@ -88,10 +88,11 @@ export async function exportAudit(
     for (const row of page) {
       text += row.line;
       hashes += `${row.hash}\n`;
-      // Written in pieces well under 128 KiB: larger strings go to V8's large-object space, which only
-      // a full collection frees, and an export makes one per page.
+      // Handed over in pieces well under 128 KiB: larger strings go to V8's large-object space, which
+      // only a full collection frees, and an export would make one per page. The stream buffers them;
+      // the page waits for it once.
       if (text.length > WRITE_CHUNK) {
-        await write(opts.out, text);
+        opts.out.write(text);
         text = '';
       }
     }
