@@ -86,8 +86,9 @@ const INSERT_ROWS = `insert into audit_events (${COLUMNS})
 /**
  * The one-round-trip append, when this process knows the head (the last row it committed itself):
  * one autocommit statement takes the advisory lock and inserts the rows, on condition that the head
- * row still exists as known. Another writer that got there first holds seq head+1 already, so the
- * statement fails on the primary key and changes nothing; `false` then means "read the head and retry".
+ * row exists as known and nothing follows it yet. If another writer got there first, the statement
+ * inserts nothing (its row was committed before the statement began) or fails on the primary key (it
+ * was committed while the statement waited for the lock); `false` then means "read the head, retry".
  * Gaps are impossible (a row is only inserted after the row it links to) and so are forks (seq is
  * unique), and the row is committed when the statement returns.
  */
@@ -96,8 +97,9 @@ async function appendAfter(knex: Knex, head: Head, rows: AuditRow[]): Promise<bo
     const result = (await knex.raw(
       `with lock as materialized (select pg_advisory_xact_lock(?))
        ${INSERT_ROWS.replace('from json_populate_recordset', 'from lock, json_populate_recordset')}
-       where exists (select 1 from audit_events where seq = ? and hash = ?)`,
-      [AUDIT_LOCK_KEY, JSON.stringify(rows), head.seq, head.hash],
+       where exists (select 1 from audit_events where seq = ? and hash = ?)
+         and not exists (select 1 from audit_events where seq = ?)`,
+      [AUDIT_LOCK_KEY, JSON.stringify(rows), head.seq, head.hash, head.seq + 1],
     )) as { rowCount: number | null };
     return result.rowCount === rows.length;
   } catch (err) {
