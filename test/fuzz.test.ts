@@ -86,12 +86,7 @@ function shapedArgs(tool: (typeof builtinTools)[number]) {
  * Failures this test found that are not fixed yet: reported as todo, so that the rest of the suite
  * stays a gate. Remove an entry once its fix lands.
  */
-const KNOWN: Record<string, string> = {
-  send_file:
-    'a path with a component over 255 bytes answers INTERNAL (ENAMETOOLONG escapes src/tools/paths.ts)',
-  receive_files:
-    'an output_dir with a component over 255 bytes answers INTERNAL (ENAMETOOLONG escapes src/tools/paths.ts)',
-};
+const KNOWN: Record<string, string> = {};
 
 /**
  * Random arguments for every tool — its own parameter names with random values, plus random extra keys:

@@ -33,7 +33,17 @@ export function resolveInside(root: string, requested: string, param: string): s
     throw new ToolError('INVALID_ARGUMENT', `${param} contains a NUL byte`, 'bad_path');
   fs.mkdirSync(root, { recursive: true });
   const realRoot = fs.realpathSync(root);
-  const real = realpathAllowingMissing(path.resolve(realRoot, requested));
+  let real: string;
+  try {
+    real = realpathAllowingMissing(path.resolve(realRoot, requested));
+  } catch (err) {
+    // A path the file system cannot even look at (a name over 255 bytes, a file used as a directory).
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENAMETOOLONG' || code === 'ENOTDIR') {
+      throw new ToolError('INVALID_ARGUMENT', `${param} is not a usable path (${code})`, 'bad_path');
+    }
+    throw err;
+  }
   if (!isInside(realRoot, real)) {
     throw new ToolError(
       'PERMISSION_DENIED',
