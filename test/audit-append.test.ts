@@ -1,12 +1,10 @@
 import assert from 'node:assert/strict';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import knexFactory from 'knex';
 import { AuditUnavailableError, createAuditLog } from '../src/audit/log.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
-import { isConnectionError, openDatabase, type Database } from '../src/db/knex.ts';
-import { migrateLatest } from '../src/db/migrations.ts';
-import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
+import { isConnectionError, type Database } from '../src/db/knex.ts';
+import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
 
 for (const kind of databaseKinds()) {
   describe(`audit appends on ${kind}, with more than one writer`, () => {
@@ -20,13 +18,7 @@ for (const kind of databaseKinds()) {
     });
 
     before(async () => {
-      testDb = await createTestDatabase(kind);
-      db = await openDatabase({
-        url: testDb.url,
-        pgliteDir: path.join(testDb.dataDir, 'pglite'),
-        command: 'test',
-      });
-      await migrateLatest(db.knex);
+      ({ testDb, db } = await openMigratedDatabase(kind));
     });
     after(async () => {
       await db?.close();

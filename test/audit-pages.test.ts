@@ -1,14 +1,12 @@
 import assert from 'node:assert/strict';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import fc from 'fast-check';
 import { rowFromDb } from '../src/audit/chain.ts';
 import { EXPORT_PAGE, exportLines, exportPages } from '../src/audit/export-pages.ts';
 import { toJsonLine } from '../src/audit/format.ts';
 import { createAuditLog } from '../src/audit/log.ts';
-import { openDatabase, type Database } from '../src/db/knex.ts';
-import { migrateLatest } from '../src/db/migrations.ts';
-import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
+import { type Database } from '../src/db/knex.ts';
+import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
 
 for (const kind of databaseKinds()) {
   describe(`export paging on ${kind}`, () => {
@@ -19,13 +17,7 @@ for (const kind of databaseKinds()) {
     const isError = (i: number) => (i > EXPORT_PAGE * 4 && i <= EXPORT_PAGE * 6) || i % 300 === 0;
 
     before(async () => {
-      testDb = await createTestDatabase(kind);
-      db = await openDatabase({
-        url: testDb.url,
-        pgliteDir: path.join(testDb.dataDir, 'pglite'),
-        command: 'test',
-      });
-      await migrateLatest(db.knex);
+      ({ testDb, db } = await openMigratedDatabase(kind));
       const log = createAuditLog(db.knex);
       await Promise.all(
         Array.from({ length: total }, (_, i) =>

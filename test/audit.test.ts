@@ -3,10 +3,8 @@ import { after, before, describe, it } from 'node:test';
 import { chainHash, GENESIS_HASH, rowFromDb, type AuditRow } from '../src/audit/chain.ts';
 import { createAuditLog } from '../src/audit/log.ts';
 import { ChainVerifier, verifyDatabaseChain } from '../src/audit/verify.ts';
-import { openDatabase, type Database } from '../src/db/knex.ts';
-import { migrateLatest } from '../src/db/migrations.ts';
-import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
-import path from 'node:path';
+import { type Database } from '../src/db/knex.ts';
+import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
 
 for (const kind of databaseKinds()) {
   describe(`audit_events on ${kind}`, () => {
@@ -14,13 +12,7 @@ for (const kind of databaseKinds()) {
     let db: Database;
 
     before(async () => {
-      testDb = await createTestDatabase(kind);
-      db = await openDatabase({
-        url: testDb.url,
-        pgliteDir: path.join(testDb.dataDir, 'pglite'),
-        command: 'test',
-      });
-      await migrateLatest(db.knex);
+      ({ testDb, db } = await openMigratedDatabase(kind));
     });
     after(async () => {
       await db?.close();

@@ -16,22 +16,12 @@ import {
   startTestServer,
   type Envelope,
   type TestServer,
+  waitFor,
 } from './helpers/server.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { freePort, startUpstreamFixture, type UpstreamFixture } from './helpers/upstream-fixture.ts';
 
 const FS_SERVER = path.join(ROOT, 'node_modules/@modelcontextprotocol/server-filesystem/dist/index.js');
-
-/** Polls `probe` until it returns a value (not undefined), for things that happen in the background. */
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, limitMs = 20_000): Promise<T> {
-  const until = Date.now() + limitMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > until) throw new Error(`gave up waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 const writesOf = async (server: TestServer, approvalId: string) =>
   (

@@ -222,12 +222,7 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
 
     const down = tool ? undefined : downUpstreamOf(name);
     if (down) {
-      const status = down.status();
-      const failure = new ToolError(
-        'SOURCE_UNAVAILABLE',
-        `upstream "${down.name}" is not connected${status.last_error ? ` (${status.last_error})` : ''}; countersign keeps reconnecting`,
-        'upstream_down',
-      );
+      const failure = down.unavailable();
       return respond({
         name,
         agent,

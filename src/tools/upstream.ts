@@ -48,6 +48,16 @@ const writeOutput = z.object({
 
 const validators = new AjvJsonSchemaValidator();
 
+/** The gate's controls as JSON Schema, added to each gated tool's listed input schema. */
+const controlSchemas = Object.fromEntries(
+  Object.entries(controls).map(([k, schema]) => {
+    const { $schema: _drop, ...json } = z.toJSONSchema(schema, { io: 'input' }) as Record<string, unknown>;
+    return [k, json];
+  }),
+);
+
+const titleOf = (t: Tool) => t.title ?? t.annotations?.title ?? t.name;
+
 /** Exposed name of an upstream tool: `<upstream>__<tool>`. */
 export const exposedName = (upstream: string, tool: string) => `${upstream}__${tool}`;
 
@@ -120,7 +130,7 @@ function readTool(
   const t = u.tool;
   return {
     name,
-    title: t.title ?? t.annotations?.title ?? t.name,
+    title: titleOf(t),
     description: describe(upstream, t, false),
     facet: 'upstream_read',
     kind: 'read',
@@ -129,7 +139,7 @@ function readTool(
     listing: {
       inputSchema: t.inputSchema,
       annotations: {
-        title: t.title ?? t.annotations?.title ?? t.name,
+        title: titleOf(t),
         readOnlyHint: true,
         openWorldHint: t.annotations?.openWorldHint ?? true,
       },
@@ -150,15 +160,9 @@ function writeTool(
   u: UpstreamTool,
 ): WriteToolDef<z.ZodObject, typeof writeOutput> {
   const t = u.tool;
-  const controlSchemas = Object.fromEntries(
-    Object.entries(controls).map(([k, schema]) => {
-      const { $schema: _drop, ...json } = z.toJSONSchema(schema, { io: 'input' }) as Record<string, unknown>;
-      return [k, json];
-    }),
-  );
   return {
     name,
-    title: t.title ?? t.annotations?.title ?? t.name,
+    title: titleOf(t),
     description: describe(upstream, t, true),
     facet: 'upstream_write',
     kind: 'write',
@@ -171,7 +175,7 @@ function writeTool(
         properties: { ...t.inputSchema.properties, ...controlSchemas },
       },
       annotations: {
-        title: t.title ?? t.annotations?.title ?? t.name,
+        title: titleOf(t),
         readOnlyHint: false,
         destructiveHint: t.annotations?.destructiveHint ?? true,
         idempotentHint: t.annotations?.idempotentHint ?? false,

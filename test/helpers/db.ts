@@ -3,10 +3,22 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { openDatabase } from '../../src/db/knex.ts';
+import { openDatabase, type Database } from '../../src/db/knex.ts';
 import { migrateLatest } from '../../src/db/migrations.ts';
 
 export type DbKind = 'pglite' | 'postgres';
+
+/** A fresh test database, opened and migrated, for suites that use the modules without a server. */
+export async function openMigratedDatabase(kind: DbKind): Promise<{ testDb: TestDatabase; db: Database }> {
+  const testDb = await createTestDatabase(kind);
+  const db = await openDatabase({
+    url: testDb.url,
+    pgliteDir: path.join(testDb.dataDir, 'pglite'),
+    command: 'test',
+  });
+  await migrateLatest(db.knex);
+  return { testDb, db };
+}
 
 /**
  * The databases every integration suite runs on: PGlite always; PostgreSQL when TEST_DATABASE_URL is set.

@@ -98,3 +98,18 @@ export async function call(
   if (Boolean(result.isError) !== (env.ok === false)) throw new Error('isError and ok disagree');
   return env;
 }
+
+/** Polls `probe` until it returns a value (not undefined), for things that happen in the background. */
+export async function waitFor<T>(
+  what: string,
+  probe: () => Promise<T | undefined>,
+  limitMs = 20_000,
+): Promise<T> {
+  const until = Date.now() + limitMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > until) throw new Error(`gave up waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

@@ -43,6 +43,8 @@ export interface Upstream {
   readonly firstAttempt: Promise<void>;
   /** Called after every listing that changed the tools (including the first). */
   onToolsChanged(listener: () => void): void;
+  /** The SOURCE_UNAVAILABLE its tools answer while it is not connected. */
+  unavailable(): ToolError;
   /** Throws SOURCE_UNAVAILABLE unless the upstream is connected. */
   assertUp(): void;
   /** Calls a tool; upstream failures come back as ToolError (SOURCE_UNAVAILABLE, TIMEOUT, CONNECTOR_FAILED). */
@@ -252,6 +254,7 @@ export function connectUpstream(
     onToolsChanged(listener) {
       listeners.push(listener);
     },
+    unavailable: () => unavailable(lastError),
     assertUp() {
       if (!client || state !== 'up') throw unavailable(lastError);
     },
