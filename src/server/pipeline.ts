@@ -22,6 +22,7 @@ import { ToolError } from '../tools/errors.ts';
 import type { AnyToolDef, ToolContext, ToolOutcome } from '../tools/types.ts';
 import { upstreamToolDefs } from '../tools/upstream.ts';
 import type { Agent } from './agents.ts';
+import { Overrun, withDeadline } from './deadline.ts';
 import type { MemoryStore } from './memory.ts';
 import type { Metrics } from './metrics.ts';
 import type { Profile } from './profiles.ts';
@@ -140,9 +141,6 @@ export const databaseUnavailable = (trace_id: string) =>
       trace_id,
     },
   );
-
-/** A call over its deadline: answered -32001, its late result discarded and counted. */
-class Overrun extends Error {}
 
 /**
  * The one seam every tool call passes through: (auth, done by the transport) → profile → rate limit →
@@ -292,8 +290,7 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
           details: { issues: parsed.error.issues.map(describeIssue) },
         });
       }
-      const deadline = AbortSignal.timeout(deps.config.limits.call_timeout_ms);
-      const ctx: ToolContext = {
+      const ctxFor = (callSignal: AbortSignal): ToolContext => ({
         agent,
         request_id,
         trace_id,
@@ -304,29 +301,22 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
         blobs: deps.blobs,
         memory: deps.memory,
         dryRunOnly: profile.dry_run_only.includes(tool.facet),
-        signal: AbortSignal.any([signal, deadline]),
-      };
-      const work = (async () => {
-        if (deps.config.testing.delay_ms)
-          await new Promise((r) => setTimeout(r, deps.config.testing.delay_ms));
-        return tool.kind === 'write'
-          ? runWrite(tool, parsed.data as WriteControls & Record<string, unknown>, ctx)
-          : tool.handler(parsed.data, ctx);
-      })();
-      let overran = false;
-      // A result that arrives after the deadline is thrown away, and counted.
-      work.then(
-        () => overran && deps.metrics.lateResult(),
-        () => overran && deps.metrics.lateResult(),
-      );
-      outcome = await new Promise<ToolOutcome<Record<string, unknown>>>((resolve, reject) => {
-        const onTimeout = () => {
-          overran = true;
-          reject(new Overrun());
-        };
-        deadline.addEventListener('abort', onTimeout, { once: true });
-        work.then(resolve, reject).finally(() => deadline.removeEventListener('abort', onTimeout));
+        signal: callSignal,
       });
+      // A result that arrives after the deadline is thrown away, and counted.
+      outcome = await withDeadline(
+        signal,
+        deps.config.limits.call_timeout_ms,
+        async (callSignal) => {
+          if (deps.config.testing.delay_ms)
+            await new Promise((r) => setTimeout(r, deps.config.testing.delay_ms));
+          const ctx = ctxFor(callSignal);
+          return tool.kind === 'write'
+            ? runWrite(tool, parsed.data as WriteControls & Record<string, unknown>, ctx)
+            : tool.handler(parsed.data, ctx);
+        },
+        () => deps.metrics.lateResult(),
+      );
     } catch (err) {
       // Protocol errors: audited with their code, counted, and answered as JSON-RPC errors.
       const protocolError = async (errorCode: string, rpcCode: number, message: string, dataCode: string) => {

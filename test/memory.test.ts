@@ -1,0 +1,98 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { databaseKinds } from './helpers/db.ts';
+import { call, connectHttp, ROOT, startTestServer, type TestServer } from './helpers/server.ts';
+
+const FS_SERVER = path.join(ROOT, 'node_modules/@modelcontextprotocol/server-filesystem/dist/index.js');
+
+// A full collection on demand without a command-line flag: the test runs under the README's npm test.
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
+
+/** The live heap after full collections, in bytes. */
+async function liveHeap(): Promise<number> {
+  for (let i = 0; i < 3; i++) {
+    gc();
+    await new Promise((r) => setImmediate(r));
+  }
+  return process.memoryUsage().heapUsed;
+}
+
+/** Calls `fn` `count` times, `width` at a time. */
+async function drive(count: number, width: number, fn: () => Promise<void>) {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: width }, async () => {
+      while (next++ < count) await fn();
+    }),
+  );
+}
+
+const CALLS = 3000;
+/**
+ * The bound on what the heap may keep after CALLS calls. A call keeps nothing, so what remains is noise
+ * (JIT code, pools warming up); 4 KB kept per call, the defect this guards against, is 12 MB.
+ */
+const BOUND_BYTES = 4 * 1024 * 1024;
+
+for (const kind of databaseKinds()) {
+  describe(`memory on ${kind}`, () => {
+    let server: TestServer;
+    let agent: Client;
+    let workDir: string;
+    let file: string;
+
+    before(async () => {
+      workDir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'countersign-mem-')));
+      file = path.join(workDir, 'one-kib.txt');
+      fs.writeFileSync(file, 'x'.repeat(1024));
+      const configFile = path.join(workDir, 'config.json');
+      fs.writeFileSync(
+        configFile,
+        JSON.stringify({
+          upstreams: [{ name: 'fs', command: process.execPath, args: [FS_SERVER, workDir] }],
+        }),
+      );
+      server = await startTestServer(kind, { COUNTERSIGN_CONFIG: configFile });
+      agent = await connectHttp(server.url, server.demoToken);
+    });
+
+    after(async () => {
+      await agent?.close();
+      await server?.stop();
+      fs.rmSync(workDir, { recursive: true, force: true });
+    });
+
+    const readOnce = async () => {
+      const res = await call(agent, 'fs__read_text_file', { path: file });
+      assert.equal(res.ok, true, JSON.stringify(res.error));
+    };
+    const searchOnce = async () => {
+      const res = await call(agent, 'isphere_search_contacts', { query: 'a', limit: 5 });
+      assert.equal(res.ok, true, JSON.stringify(res.error));
+    };
+
+    for (const [what, once] of [
+      ['proxied upstream calls', readOnce],
+      ['built-in reads', searchOnce],
+    ] as const) {
+      it(`keeps nothing per call: ${CALLS} ${what} leave the live heap where it was`, async (t) => {
+        await drive(300, 8, once); // warm up: JIT, connection pools, prepared paths
+        const start = await liveHeap();
+        await drive(CALLS, 8, once);
+        const grown = (await liveHeap()) - start;
+        t.diagnostic(`live heap ${(start / 1048576).toFixed(1)} MB → +${(grown / 1048576).toFixed(2)} MB`);
+        assert.ok(
+          grown < BOUND_BYTES,
+          `live heap grew ${(grown / 1024 / 1024).toFixed(1)} MB over ${CALLS} calls (${Math.round(grown / CALLS)} B per call)`,
+        );
+      });
+    }
+  });
+}
