@@ -456,7 +456,7 @@ async function explain(e: unknown): Promise<string> {
   if (e instanceof z.ZodError) return (await import('./admin/commands.ts')).describeZodError(e);
   if (e instanceof CliError || isNamed(e, 'AdminCommandError') || e instanceof DataDirLockedError)
     return e.message;
-  if (isNamed(e, 'StdioAuthError')) return e.message;
+  if (isNamed(e, 'StdioAuthError') || isNamed(e, 'SigningKeyMismatchError')) return e.message;
   if (isNamed(e, 'ProfileError')) return `profile error: ${e.message}`;
   if (e instanceof Error && e.name === 'AgentExistsError') return e.message;
   if (e instanceof Error && 'code' in e && e.code === 'EADDRINUSE') return `cannot listen: ${e.message}`;

@@ -3,7 +3,7 @@ import { createHash, generateKeyPairSync } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Client } from '@modelcontextprotocol/client';
 import { createCheckpoint, listCheckpoints } from '../src/audit/checkpoints.ts';
 import { exportAudit, type Manifest } from '../src/audit/export.ts';
 import { EXPORT_COLUMNS } from '../src/audit/format.ts';

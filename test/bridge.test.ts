@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Client } from '@modelcontextprotocol/client';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { startReferenceBridge, type ReferenceBridge } from '../src/connectors/bridge/reference.ts';
 import { BridgeErrorKind, ERROR_CODE } from '../src/connectors/bridge/wire.ts';

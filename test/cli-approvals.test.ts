@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { runCli } from './helpers/cli.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Client } from '@modelcontextprotocol/client';
 
 for (const kind of databaseKinds()) {
   describe(`countersign user and approvals commands on ${kind}`, () => {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, it } from 'node:test';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Client } from '@modelcontextprotocol/client';
 import { connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
 
 const SNAPSHOT = new URL('./__snapshots__/tools-list.json', import.meta.url);

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { ProtocolError } from '@modelcontextprotocol/client';
+import type { Client } from '@modelcontextprotocol/client';
 import { startProxy, type CuttableProxy } from '../bench/drill/proxy.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { loadConfig } from '../src/config.ts';
@@ -63,7 +63,7 @@ for (const _kind of databaseKinds().filter((k) => k === 'postgres')) {
         (err: unknown) => ({ err }),
       );
       if ('err' in refused) {
-        assert.ok(refused.err instanceof McpError, String(refused.err));
+        assert.ok(refused.err instanceof ProtocolError, String(refused.err));
         assert.equal(refused.err.code, DATABASE_UNAVAILABLE);
         assert.equal((refused.err.data as { code: string }).code, 'SOURCE_UNAVAILABLE');
       } else {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { ProtocolError } from '@modelcontextprotocol/client';
+import type { Client, CallToolResult } from '@modelcontextprotocol/client';
 import fc from 'fast-check';
 import { z } from 'zod';
 import { successSchema } from '../src/tools/envelope.ts';
@@ -115,11 +115,14 @@ describe('every tool, fed random input', () => {
     const answersWell = async (input: Record<string, unknown>) => {
       let result: CallToolResult;
       try {
-        result = (await client.callTool({ name, arguments: input }, undefined, {
-          timeout: 15_000,
-        })) as CallToolResult;
+        result = (await client.callTool(
+          { name, arguments: input },
+          {
+            timeout: 15_000,
+          },
+        )) as CallToolResult;
       } catch (err) {
-        assert.ok(err instanceof McpError, `not a protocol error: ${String(err)}`);
+        assert.ok(err instanceof ProtocolError, `not a protocol error: ${String(err)}`);
         assert.notEqual(err.code, -32603, `internal error for ${JSON.stringify(input).slice(0, 300)}`);
         return;
       }

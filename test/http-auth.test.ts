@@ -11,6 +11,13 @@ const INIT = {
   params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } },
 };
 
+/** The per-request envelope of the 2026-07-28 revision. */
+const META = {
+  'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+  'io.modelcontextprotocol/clientCapabilities': {},
+  'io.modelcontextprotocol/clientInfo': { name: 'raw', version: '1' },
+};
+
 async function post(url: string, body: unknown, headers: Record<string, string> = {}) {
   const res = await fetch(new URL('/mcp', url), {
     method: 'POST',
@@ -61,7 +68,7 @@ for (const kind of databaseKinds()) {
       assert.equal(json().code, 'unknown_token');
     });
 
-    it('refuses a revoked token, at once, even inside an open session', async () => {
+    it('refuses a revoked token at once, to a client that was connected', async () => {
       const token = await server.addAgent('soon-revoked');
       const client = await connectHttp(server.url, token);
       const ok = await call(client, 'isphere_search_contacts', { query: 'alice' });
@@ -77,36 +84,61 @@ for (const kind of databaseKinds()) {
       await client.close().catch(() => undefined);
     });
 
-    it("refuses another agent's session id with 403", async () => {
-      const victim = await connectHttp(server.url, server.demoToken);
-      const sessionId = (victim.transport as { sessionId?: string }).sessionId!;
-      const intruderToken = await server.addAgent('intruder');
-      const { res, json } = await post(
-        server.url,
-        { jsonrpc: '2.0', id: 2, method: 'tools/list', params: {} },
-        { authorization: `Bearer ${intruderToken}`, 'mcp-session-id': sessionId },
-      );
-      assert.equal(res.status, 403);
-      assert.equal(json().code, 'session_of_other_agent');
-      assert.ok((await reasons()).includes('session_of_other_agent'));
-      // The owner's session still works.
-      assert.equal((await call(victim, 'isphere_search_groups', { query: 'board' })).ok, true);
-      await victim.close();
+    it('keeps no session: no Mcp-Session-Id is issued, and any request stands on its own', async () => {
+      const auth = { authorization: `Bearer ${server.demoToken}` };
+      const init = await post(server.url, INIT, auth);
+      assert.equal(init.res.status, 200);
+      assert.equal(init.res.headers.get('mcp-session-id'), null);
+      // A 2025-era request without initialize first, and one with a session id nobody issued: both answered.
+      for (const headers of [auth, { ...auth, 'mcp-session-id': 'no-such-session' }]) {
+        const list = await post(
+          server.url,
+          { jsonrpc: '2.0', id: 2, method: 'tools/list', params: {} },
+          headers,
+        );
+        assert.equal(list.res.status, 200);
+        assert.match(list.text, /isphere_search_contacts/);
+      }
     });
 
-    it('answers 404 for an unknown session and 400 for a non-initialize request without one', async () => {
-      const auth = { authorization: `Bearer ${server.demoToken}` };
-      const unknown = await post(
+    it('serves 2026-07-28 requests and refuses those whose Mcp-Method or Mcp-Name disagree with the body', async () => {
+      const modern = {
+        authorization: `Bearer ${server.demoToken}`,
+        'mcp-protocol-version': '2026-07-28',
+      };
+      const params = { _meta: META };
+      const list = await post(
         server.url,
-        { jsonrpc: '2.0', id: 2, method: 'tools/list' },
-        {
-          ...auth,
-          'mcp-session-id': 'no-such-session',
-        },
+        { jsonrpc: '2.0', id: 1, method: 'tools/list', params },
+        { ...modern, 'mcp-method': 'tools/list' },
       );
-      assert.equal(unknown.res.status, 404);
-      const noSession = await post(server.url, { jsonrpc: '2.0', id: 2, method: 'tools/list' }, auth);
-      assert.equal(noSession.res.status, 400);
+      assert.equal(list.res.status, 200);
+      assert.match(list.text, /isphere_search_contacts/);
+      const wrongMethod = await post(
+        server.url,
+        { jsonrpc: '2.0', id: 2, method: 'tools/list', params },
+        { ...modern, 'mcp-method': 'tools/call' },
+      );
+      assert.equal(wrongMethod.res.status, 400);
+      const call = {
+        jsonrpc: '2.0',
+        id: 3,
+        method: 'tools/call',
+        params: { ...params, name: 'isphere_search_groups', arguments: { query: 'board' } },
+      };
+      const wrongName = await post(server.url, call, {
+        ...modern,
+        'mcp-method': 'tools/call',
+        'mcp-name': 'isphere_search_contacts',
+      });
+      assert.equal(wrongName.res.status, 400);
+      const right = await post(server.url, call, {
+        ...modern,
+        'mcp-method': 'tools/call',
+        'mcp-name': 'isphere_search_groups',
+      });
+      assert.equal(right.res.status, 200);
+      assert.match(right.text, /"audit_seq"/);
     });
 
     it('refuses a foreign Host or Origin (DNS rebinding)', async () => {

@@ -4,7 +4,7 @@ import { builtinTools } from '../src/tools/index.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { createTestDatabase, type TestDatabase } from './helpers/db.ts';
 import { runCli } from './helpers/cli.ts';
-import { call, connectStdio, testEnv } from './helpers/server.ts';
+import { call, connectStdio, ERAS, testEnv } from './helpers/server.ts';
 
 for (const kind of databaseKinds()) {
   describe(`stdio transport on ${kind}`, () => {
@@ -22,28 +22,30 @@ for (const kind of databaseKinds()) {
     });
     after(async () => db?.drop());
 
-    it('serves the read tools to the agent named by COUNTERSIGN_AGENT_TOKEN, logging only to stderr', async () => {
-      const { client, stderr } = await connectStdio({
-        ...env,
-        LOG_LEVEL: 'info',
-        COUNTERSIGN_AGENT_TOKEN: token,
-      });
-      try {
-        const tools = await client.listTools();
-        assert.deepEqual(
-          tools.tools.map((t) => t.name),
-          builtinTools.map((t) => `isphere_${t.name}`),
+    for (const era of ERAS) {
+      it(`serves the read tools to the agent named by COUNTERSIGN_AGENT_TOKEN, logging only to stderr (${era} client)`, async () => {
+        const { client, stderr } = await connectStdio(
+          { ...env, LOG_LEVEL: 'info', COUNTERSIGN_AGENT_TOKEN: token },
+          era,
         );
-        const res = await call(client, 'isphere_search_contacts', { query: '张' });
-        assert.equal(res.contacts[0].contact_id, 'ct_zhang');
-        assert.ok(res.audit.audit_seq > 0);
-        // Any log line on stdout would have broken the JSON-RPC stream above; the logs are on stderr.
-        assert.match(stderr(), /countersign serving on stdio/);
-        assert.ok(!stderr().includes(token), 'the token is never logged');
-      } finally {
-        await client.close();
-      }
-    });
+        try {
+          assert.equal(client.getProtocolEra(), era);
+          const tools = await client.listTools();
+          assert.deepEqual(
+            tools.tools.map((t) => t.name),
+            builtinTools.map((t) => `isphere_${t.name}`),
+          );
+          const res = await call(client, 'isphere_search_contacts', { query: '张' });
+          assert.equal(res.contacts[0].contact_id, 'ct_zhang');
+          assert.ok(res.audit.audit_seq > 0);
+          // Any log line on stdout would have broken the JSON-RPC stream above; the logs are on stderr.
+          assert.match(stderr(), /countersign serving on stdio/);
+          assert.ok(!stderr().includes(token), 'the token is never logged');
+        } finally {
+          await client.close();
+        }
+      });
+    }
 
     it('exits non-zero with a clear message for a bad token', async () => {
       const res = await runCli(['serve', '--stdio'], { ...env, COUNTERSIGN_AGENT_TOKEN: 'cs_wrong' });

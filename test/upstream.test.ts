@@ -3,8 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import type { Client } from '@modelcontextprotocol/client';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { createAgent } from '../src/server/agents.ts';
 import { createUser, type User } from '../src/server/users.ts';
@@ -82,10 +81,13 @@ for (const kind of databaseKinds()) {
         roles: ['chair'],
         password: 'correct horse 1',
       });
-      agent = await connectHttp(server.url, server.demoToken);
-      agent.setNotificationHandler(ToolListChangedNotificationSchema, async () => {
+      // On the 2026-07-28 revision: list changes reach a client on the stream it opens with listen.
+      // (2025-era clients are served statelessly over HTTP, with no stream for server notifications.)
+      agent = await connectHttp(server.url, server.demoToken, 'modern');
+      agent.setNotificationHandler('notifications/tools/list_changed', async () => {
         changes.push(Date.now());
       });
+      await agent.listen({ toolsListChanged: true });
     });
 
     after(async () => {

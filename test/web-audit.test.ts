@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Client } from '@modelcontextprotocol/client';
 import type { Manifest } from '../src/audit/export.ts';
 import { verifyExport } from '../src/audit/verify-export.ts';
 import { createUser } from '../src/server/users.ts';

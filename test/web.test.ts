@@ -5,7 +5,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Client } from '@modelcontextprotocol/client';
 import { importData } from '../src/connectors/local/import.ts';
 import { createAgent } from '../src/server/agents.ts';
 import { createUser } from '../src/server/users.ts';

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Client } from '@modelcontextprotocol/client';
 import { DecisionError } from '../src/approval/decide.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { importData } from '../src/connectors/local/import.ts';

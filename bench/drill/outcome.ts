@@ -1,4 +1,5 @@
-import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { ProtocolError, SdkError, SdkErrorCode, SdkHttpError } from '@modelcontextprotocol/client';
+import { BAD_GATEWAY_CODE } from './balancer.ts';
 
 /**
  * How one request ended, from the client's side:
@@ -6,7 +7,8 @@ import { McpError } from '@modelcontextprotocol/sdk/types.js';
  * - refused: an envelope with ok:false and an error code (a structured business failure)
  * - protocol: a JSON-RPC error carrying data.code
  * - http_problem: an HTTP error answered as problem JSON with a code
- * - lost: no answer at all — the connection was refused or reset, the stream ended (the server died)
+ * - lost: no answer at all — the connection was refused or reset, the stream ended (the server died),
+ *   or the balancer answered 502 `bad_gateway` (the replica that had the request went away)
  * - unstructured: anything else: an error without a code, a 500 page, a malformed result
  */
 export type Outcome = 'ok' | 'refused' | 'protocol' | 'http_problem' | 'lost' | 'unstructured';
@@ -21,6 +23,9 @@ export interface Classified {
 const LOST =
   /ECONNREFUSED|ECONNRESET|EPIPE|socket hang up|fetch failed|terminated|other side closed|Connection closed|SSE stream disconnected|aborted/i;
 
+/** The client's own verdicts that no answer came: the connection closed, or nothing came in time. */
+const NO_ANSWER = new Set<string>([SdkErrorCode.ConnectionClosed, SdkErrorCode.RequestTimeout]);
+
 export function classifyResult(result: unknown): Classified {
   const env = (result as { structuredContent?: Record<string, unknown> } | undefined)?.structuredContent;
   if (!env || typeof env.ok !== 'boolean')
@@ -32,22 +37,49 @@ export function classifyResult(result: unknown): Classified {
     : { outcome: 'unstructured', detail: JSON.stringify(env).slice(0, 300) };
 }
 
+/** An error's message and those of its causes, for the LOST test. */
+function describe(err: unknown): string {
+  const parts: string[] = [];
+  for (let e = err, depth = 0; e && depth < 5; depth++) {
+    const x = e as { code?: unknown; message?: unknown; cause?: unknown };
+    parts.push(
+      `${typeof x.message === 'string' ? x.message : String(e)} ${typeof x.code === 'string' ? x.code : ''}`,
+    );
+    e = x.cause;
+  }
+  return parts.join(' | ');
+}
+
+/** The `code` of a problem JSON body, if the body is one. */
+function problemCode(text: unknown): string | undefined {
+  if (typeof text !== 'string') return undefined;
+  try {
+    const code = (JSON.parse(text) as { code?: unknown }).code;
+    return typeof code === 'string' ? code : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 export function classifyError(err: unknown): Classified {
-  if (err instanceof McpError) {
+  // A JSON-RPC error the server answered with.
+  if (err instanceof ProtocolError) {
     const code = (err.data as { code?: unknown } | undefined)?.code;
     if (typeof code === 'string') return { outcome: 'protocol', code };
-    // The client's own verdicts: the connection closed or no answer came in time.
-    if (err.code === -32000 || err.code === -32001) return { outcome: 'lost', detail: err.message };
     return { outcome: 'unstructured', detail: `${err.code} ${err.message}`.slice(0, 300) };
   }
-  const e = err as { code?: unknown; message?: string; cause?: { code?: string; message?: string } };
-  const text = `${e.message ?? String(err)} ${e.cause?.code ?? ''} ${e.cause?.message ?? ''}`;
-  if (typeof e.code === 'number' && e.code >= 400) {
-    const m = /"code":"([^"]+)"/.exec(text);
-    return m
-      ? { outcome: 'http_problem', code: m[1] }
-      : { outcome: 'unstructured', detail: text.slice(0, 300) };
+  // An HTTP error status (a request's, or the version negotiation probe's).
+  if (err instanceof SdkHttpError) {
+    const data = err.data as { status?: number; text?: unknown } | undefined;
+    const code = problemCode(data?.text);
+    if (code === BAD_GATEWAY_CODE)
+      return { outcome: 'lost', detail: `${data?.status} ${String(data?.text)}` };
+    if (code) return { outcome: 'http_problem', code };
+    return { outcome: 'unstructured', detail: `${data?.status} ${err.message}`.slice(0, 300) };
   }
+  const text = describe(err);
+  if (err instanceof SdkError && NO_ANSWER.has(err.code))
+    return { outcome: 'lost', detail: text.slice(0, 200) };
   if (LOST.test(text)) return { outcome: 'lost', detail: text.slice(0, 200) };
   return { outcome: 'unstructured', detail: text.slice(0, 300) };
 }

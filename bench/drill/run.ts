@@ -14,10 +14,11 @@ import { statusMb } from '../lib/proc.ts';
 import { writeResults } from '../lib/report.ts';
 import { callTool, connect, ROOT } from '../lib/server.ts';
 import { sleep } from '../lib/stats.ts';
+import { startBalancer, type Balancer } from './balancer.ts';
 import { startCluster, type Cluster } from './cluster.ts';
 import { checkInvariants, type InvariantReport } from './invariants.ts';
 import { startProxy } from './proxy.ts';
-import { startWorkload } from './workload.ts';
+import { startWorkload, type Workload } from './workload.ts';
 
 const { values: flags, positionals } = parseArgs({
   allowPositionals: true,
@@ -71,10 +72,31 @@ async function scratch(label: string) {
   };
 }
 
-const pickFrom = (cluster: Cluster) => () => {
-  const live = cluster.live();
-  return live.length ? live[Math.floor(Math.random() * live.length)] : undefined;
-};
+/** How often the kill drill's balancer re-reads which replicas are up (its health check). */
+const HEALTH_CHECK_MS = 1000;
+
+/** Requests by the protocol revision of their client, and what the balancer saw (when there is one). */
+function traffic(load: Workload, balancer?: Balancer) {
+  const byRevision = Object.fromEntries(
+    Object.entries(load.byRevision).map(([rev, t]) => [rev, { requests: t.total, ...t.counts }]),
+  );
+  const writes: Record<string, Record<string, number>> = {};
+  for (const w of load.writes) {
+    const byStatus = (writes[w.revision] ??= {});
+    byStatus[w.status] = (byStatus[w.status] ?? 0) + 1;
+  }
+  log(`  by protocol revision: ${JSON.stringify(byRevision)}; writes ${JSON.stringify(writes)}`);
+  // Writes whose execution was sent more than once: what each request got, and how the write settled.
+  const again = load.writes
+    .filter((w) => w.execute_attempts > 1)
+    .map((w) => ({ revision: w.revision, executions: w.executions, status: w.status }));
+  if (again.length) log(`  executions sent again: ${JSON.stringify(again)}`);
+  const seen = { by_revision: byRevision, writes_by_revision: writes, executed_again: again };
+  if (!balancer) return seen;
+  const { per_replica, ...stats } = balancer.stats;
+  log(`  balancer: ${JSON.stringify(stats)} over ${Object.keys(per_replica).length} replica addresses`);
+  return { ...seen, balancer: balancer.stats };
+}
 
 function summarise(name: string, report: InvariantReport, extra: Record<string, unknown>) {
   log(
@@ -102,9 +124,11 @@ async function killDrill(): Promise<boolean> {
     COUNTERSIGN_DATA_DIR: db.dataDir,
     ...SERVER_ENV,
   });
+  // Every client, and the chair, goes through a round-robin balancer whose health check lags a kill.
+  const balancer = await startBalancer(() => cluster.live(), { healthCheckMs: HEALTH_CHECK_MS });
   try {
     const load = startWorkload({
-      pick: pickFrom(cluster),
+      url: balancer.url,
       token: db.token,
       chair: db.chair,
       readers: 6,
@@ -131,13 +155,17 @@ async function killDrill(): Promise<boolean> {
     log(
       `  ${kills.length} SIGKILLs; ${load.tally.total} requests: ${JSON.stringify(load.tally.counts)}; codes ${JSON.stringify(load.tally.codes)}`,
     );
+    const seen = traffic(load, balancer);
     return summarise('kill', report, {
       seconds,
       kill_every_s: every,
+      health_check_ms: HEALTH_CHECK_MS,
       kills: kills.length,
       requests: load.tally,
+      ...seen,
     });
   } finally {
+    await balancer.close();
     await cluster.stop();
     await db.dispose();
   }
@@ -181,9 +209,10 @@ async function cutDrill(): Promise<boolean> {
     ...SERVER_ENV,
   });
   const pids = cluster.children().map((c) => c!.pid);
+  const balancer = await startBalancer(() => cluster.live());
   try {
     const load = startWorkload({
-      pick: pickFrom(cluster),
+      url: balancer.url,
       token: db.token,
       chair: db.chair,
       readers: 4,
@@ -223,14 +252,17 @@ async function cutDrill(): Promise<boolean> {
     });
     report.ok &&= sameProcesses && recoveryMs !== null;
     log(`  during the cut: ${JSON.stringify(during)}; codes so far ${JSON.stringify(codesDuring)}`);
+    const seen = traffic(load, balancer);
     return summarise('cut', report, {
       cut_seconds: cutSeconds,
       load_seconds_each_side: around,
       during_cut: during,
       recovery_ms: recoveryMs,
       requests: load.tally,
+      ...seen,
     });
   } finally {
+    await balancer.close();
     await cluster.stop();
     await proxy.close();
     await db.dispose();
@@ -251,8 +283,9 @@ async function soakDrill(): Promise<boolean> {
   const pid = cluster.children()[0]!.pid;
   try {
     const readers = 8;
+    // One server: the clients talk to it directly (a balancer would add a hop and nothing else).
     const load = startWorkload({
-      pick: pickFrom(cluster),
+      url: cluster.live()[0]!,
       token: db.token,
       chair: db.chair,
       readers,
@@ -310,7 +343,8 @@ async function soakDrill(): Promise<boolean> {
     log(
       `  ${calls} requests (${(calls / (minutes * 60)).toFixed(1)}/s): ${JSON.stringify(load.tally.counts)}`,
     );
-    return summarise('soak', report, { minutes, rate, rss, samples, requests: load.tally });
+    const seen = traffic(load);
+    return summarise('soak', report, { minutes, rate, rss, samples, requests: load.tally, ...seen });
   } finally {
     await cluster.stop();
     await db.dispose();

@@ -1,52 +1,111 @@
 import { randomBytes } from 'node:crypto';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { connect } from '../lib/server.ts';
+import { Client, SdkError, SdkErrorCode, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { sleep } from '../lib/stats.ts';
 import { ChairSession } from '../lib/web.ts';
 import { classifyError, classifyResult, Tally, type Classified } from './outcome.ts';
 
 type Envelope = Record<string, unknown>;
 
-/** An MCP client that talks to one live server at a time and moves to another when its server is gone. */
+/** The protocol revisions the workload's clients speak: the v2 client's default handshake, and the pin. */
+export const REVISIONS = ['2025', '2026-07-28'] as const;
+export type Revision = (typeof REVISIONS)[number];
+
+/**
+ * A fetch whose SSE answers report a connection cut mid-stream. A 2025-mode client reads a tools/call
+ * answer as an SSE stream; the server sends no event ids, so when the stream is cut the SDK has nothing
+ * to resume from and only reports the error to `onerror`, leaving the call pending until its timeout.
+ * An agent's HTTP client knows at once that the connection is gone: so does this one.
+ */
+function reportingCuts(onCut: (err: unknown) => void): typeof fetch {
+  return async (input, init) => {
+    const res = await fetch(input, init);
+    if (!res.body || !res.headers.get('content-type')?.startsWith('text/event-stream')) return res;
+    const reader = res.body.getReader();
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        try {
+          const { done, value } = await reader.read();
+          if (done) controller.close();
+          else controller.enqueue(value);
+        } catch (err) {
+          onCut(err);
+          controller.error(err);
+        }
+      },
+      cancel: (reason) => reader.cancel(reason),
+    });
+    return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
+  };
+}
+
+/**
+ * An MCP client of one endpoint (a balancer in front of the replicas, or one server). The endpoint is
+ * stateless: the client connects once (the 2025 handshake, or server/discover when pinned to
+ * 2026-07-28) and keeps going whichever replica answers, and whichever dies; it reconnects only when the
+ * handshake itself got no answer, or after an unstructured one.
+ */
 class Agent {
-  private conn?: { url: string; client: Client };
+  private client?: Client;
+  /** The call in flight (one at a time), aborted when its answer stream is cut. */
+  private inflight?: AbortController;
   constructor(
-    private readonly pick: () => string | undefined,
+    private readonly url: string,
     private readonly token: string,
-    private readonly tally: Tally,
+    readonly revision: Revision,
+    private readonly tallies: Tally[],
   ) {}
 
+  private count(c: Classified): Classified {
+    for (const t of this.tallies) t.add(c);
+    return c;
+  }
+
+  private async connect(): Promise<Client> {
+    const client = new Client(
+      { name: 'countersign-drill', version: '1.0.0' },
+      this.revision === '2025' ? undefined : { versionNegotiation: { mode: { pin: this.revision } } },
+    );
+    client.onerror = () => {}; // cut streams are reported through the call they belong to
+    const onCut = (err: unknown) =>
+      this.inflight?.abort(new SdkError(SdkErrorCode.ConnectionClosed, `answer stream cut: ${String(err)}`));
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL('/mcp', this.url), {
+        fetch: reportingCuts(onCut),
+        requestInit: { headers: { Authorization: `Bearer ${this.token}` } },
+      }),
+    );
+    return client;
+  }
+
   private drop(): void {
-    const client = this.conn?.client;
-    this.conn = undefined;
+    const client = this.client;
+    this.client = undefined;
     void client?.close().catch(() => {});
   }
 
   async call(name: string, args: Record<string, unknown>): Promise<{ c: Classified; env?: Envelope }> {
-    if (!this.conn) {
-      const url = this.pick();
-      if (!url) return { c: { outcome: 'lost', detail: 'no server up' } };
-      try {
-        this.conn = { url, client: await connect(url, this.token) };
-      } catch (err) {
-        const c = classifyError(err);
-        this.tally.add(c);
-        return { c };
-      }
+    try {
+      this.client ??= await this.connect();
+    } catch (err) {
+      return { c: this.count(classifyError(err)) };
     }
     let c: Classified;
     let env: Envelope | undefined;
+    this.inflight = new AbortController();
     try {
-      const result = await this.conn.client.callTool({ name, arguments: args }, undefined, {
-        timeout: 20_000,
-      });
+      const result = await this.client.callTool(
+        { name, arguments: args },
+        { timeout: 20_000, signal: this.inflight.signal },
+      );
       c = classifyResult(result);
       env = (result as { structuredContent?: Envelope }).structuredContent;
     } catch (err) {
       c = classifyError(err);
+    } finally {
+      this.inflight = undefined;
     }
-    this.tally.add(c);
-    if (c.outcome === 'lost' || c.outcome === 'unstructured') this.drop();
+    this.count(c);
+    if (c.outcome === 'unstructured') this.drop();
     return { c, env };
   }
 
@@ -57,16 +116,20 @@ class Agent {
 
 export interface WriteRecord {
   content: string;
+  /** The protocol revision its writer speaks. */
+  revision: Revision;
   approval_request_id?: string;
   approval_id?: string;
   /** The approval's status once settled: succeeded, failed, unknown — or how far it got. */
   status: string;
   execute_attempts: number;
+  /** How each execution request ended: ok, lost, or the refusal's code (e.g. APPROVAL_CONSUMED). */
+  executions: string[];
 }
 
 export interface WorkloadOptions {
-  /** A live server's URL, or undefined when none is up. */
-  pick(): string | undefined;
+  /** Where every client and the chair's browser go: the balancer's URL, or one server's. */
+  url: string;
   token: string;
   chair: { name: string; password: string };
   readers: number;
@@ -81,6 +144,8 @@ export interface WorkloadOptions {
 
 export interface Workload {
   tally: Tally;
+  /** The same requests, by the protocol revision of the client that sent them. */
+  byRevision: Record<Revision, Tally>;
   writes: WriteRecord[];
   /** Stops issuing new work; resolves once every write in flight has settled or been given up. */
   stop(): Promise<void>;
@@ -89,28 +154,28 @@ export interface Workload {
 const QUERIES = ['mar', 'alice', 'דוד', '王', 'legal', 'board'];
 const SETTLED = new Set(['succeeded', 'failed', 'unknown']);
 
-/** Readers searching the directory and writers sending messages through dry run → approve → execute. */
+/**
+ * Readers searching the directory and writers sending messages through dry run → approve (the chair, on
+ * the review form) → execute, all at one URL; half the clients speak the 2025 handshake, half are pinned
+ * to 2026-07-28.
+ */
 export function startWorkload(o: WorkloadOptions): Workload {
   const tally = new Tally();
   const writes: WriteRecord[] = [];
   const run = randomBytes(3).toString('hex');
   let stopping = false;
   const stepTimeout = o.stepTimeoutMs ?? 60_000;
-  const chair = new ChairSession('');
+  // The chair's browser: its session lives in the database, so whichever replica answers takes its cookie.
+  const chair = new ChairSession(o.url);
   let chairReady: Promise<void> | undefined;
   const signIn = () =>
     (chairReady ??= (async () => {
       for (;;) {
-        const url = o.pick();
-        if (url) {
-          chair.base = url;
-          try {
-            return await chair.login(o.chair.name, o.chair.password);
-          } catch {
-            // the server went away mid sign-in: try another
-          }
+        try {
+          return await chair.login(o.chair.name, o.chair.password);
+        } catch {
+          await sleep(200); // the replica went away mid sign-in: again
         }
-        await sleep(200);
       }
     })());
 
@@ -131,7 +196,13 @@ export function startWorkload(o: WorkloadOptions): Workload {
 
   async function write(agent: Agent, w: number, i: number) {
     const content = `drill ${run} writer ${w} message ${i}`;
-    const record: WriteRecord = { content, status: 'not drafted', execute_attempts: 0 };
+    const record: WriteRecord = {
+      content,
+      revision: agent.revision,
+      status: 'not drafted',
+      execute_attempts: 0,
+      executions: [],
+    };
     writes.push(record);
     const args = { target_type: 'contact', target_id: 'ct_david', content_text: content };
     const deadline = () => Date.now() + stepTimeout;
@@ -154,11 +225,7 @@ export function startWorkload(o: WorkloadOptions): Workload {
         break;
       }
       if (approval?.status === 'pending') {
-        const url = o.pick();
-        if (url) {
-          chair.base = url;
-          await chair.decide(record.approval_request_id).catch(() => undefined);
-        }
+        await chair.decide(record.approval_request_id).catch(() => undefined);
         continue;
       }
       await sleep(200);
@@ -172,6 +239,7 @@ export function startWorkload(o: WorkloadOptions): Workload {
         dry_run: false,
         approval_id: record.approval_id,
       });
+      record.executions.push(r.c.code ?? r.c.outcome);
       if (r.c.outcome === 'ok' && r.env!.send_status === 'sent') {
         record.status = 'succeeded';
         return;
@@ -195,10 +263,19 @@ export function startWorkload(o: WorkloadOptions): Workload {
     }
   }
 
-  const agents = Array.from({ length: o.readers + o.writers }, () => new Agent(o.pick, o.token, tally));
-  const loops = agents.map((a, k) => (k < o.readers ? reader(a, k) : writer(a, k - o.readers)));
+  // Readers, then writers; within each, every other client pinned to 2026-07-28.
+  const byRevision = { '2025': new Tally(), '2026-07-28': new Tally() } satisfies Record<Revision, Tally>;
+  const agent = (n: number) => {
+    const revision = REVISIONS[n % 2]!;
+    return new Agent(o.url, o.token, revision, [tally, byRevision[revision]]);
+  };
+  const readers = Array.from({ length: o.readers }, (_, n) => agent(n));
+  const writers = Array.from({ length: o.writers }, (_, n) => agent(n));
+  const agents = [...readers, ...writers];
+  const loops = [...readers.map((a, n) => reader(a, n)), ...writers.map((a, n) => writer(a, n))];
   return {
     tally,
+    byRevision,
     writes,
     async stop() {
       stopping = true;

@@ -1,5 +1,5 @@
 import path from 'node:path';
-import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import type { Client } from '@modelcontextprotocol/client';
 import { closedLoop, type LoadResult } from '../lib/load.ts';
 import { cpuSeconds, statusMb } from '../lib/proc.ts';
 import { figure, type Figure } from '../lib/report.ts';

@@ -1,8 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import type { CallToolResult } from '@modelcontextprotocol/client';
 
 export const ROOT = path.resolve(import.meta.dirname, '../..');
 
@@ -127,6 +126,6 @@ export async function callTool(
   args: Record<string, unknown>,
   timeout = 60_000,
 ): Promise<{ envelope: Record<string, unknown>; isError: boolean }> {
-  const result = (await client.callTool({ name, arguments: args }, undefined, { timeout })) as CallToolResult;
+  const result = (await client.callTool({ name, arguments: args }, { timeout })) as CallToolResult;
   return { envelope: (result.structuredContent ?? {}) as Record<string, unknown>, isError: !!result.isError };
 }

@@ -21,6 +21,7 @@ export function createApp(services: Services) {
     knex: services.knex,
     pipeline: services.pipeline,
     audit: services.audit,
+    bus: services.bus,
     config: services.config,
     log: services.log,
     version: VERSION,

@@ -1,8 +1,13 @@
-import { randomUUID } from 'node:crypto';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import type { Knex } from 'knex';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import { toNodeHandler } from '@modelcontextprotocol/node';
+import {
+  createMcpHandler,
+  ProtocolError,
+  ProtocolErrorCode,
+  type AuthInfo,
+  type ServerEventBus,
+} from '@modelcontextprotocol/server';
 import { AuditUnavailableError, type AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import { isConnectionError } from '../db/knex.ts';
@@ -26,14 +31,6 @@ export function sendProblem(
     .set({ 'Content-Type': 'application/problem+json', ...headers })
     .send(JSON.stringify({ type: `urn:countersign:problem:${code}`, title, status, detail, code }));
 }
-
-interface Session {
-  transport: StreamableHTTPServerTransport;
-  agentId: string;
-  lastSeen: number;
-}
-
-const SESSION_IDLE_MS = 60 * 60 * 1000;
 
 function bearer(req: Request): string | undefined {
   const header = req.get('authorization');
@@ -85,41 +82,61 @@ export interface McpHttpDeps {
   knex: Knex;
   pipeline: CallPipeline;
   audit: AuditLog;
+  /** Where change events go to reach `subscriptions/listen` streams on every replica. */
+  bus: ServerEventBus;
   config: Config;
   log: Logger;
   version: string;
 }
 
+/** The agent the auth step put on a request, as the SDK hands it to the server factory. */
+function agentOf(authInfo: AuthInfo | undefined): Agent {
+  const agent = authInfo?.extra?.agent as Agent | undefined;
+  // The route below authenticates before it hands a request on, so this cannot happen.
+  if (!agent) throw new ProtocolError(ProtocolErrorCode.InvalidRequest, 'unauthenticated request');
+  return agent;
+}
+
 /**
- * Streamable HTTP at /mcp with stateful sessions. Every request is authenticated by its bearer token,
- * and a session only answers the agent that opened it.
+ * Streamable HTTP at /mcp, stateless: every request is authenticated by its own bearer token and answered
+ * by a fresh server instance, whatever protocol revision it speaks (2026-07-28 natively; 2025-era
+ * clients through the SDK's stateless fallback). Nothing is kept between requests, so any replica of a
+ * cluster answers any request.
  */
 export function createMcpRouter(deps: McpHttpDeps) {
-  const sessions = new Map<string, Session>();
   const router = express.Router();
+  const onerror = (err: Error) => deps.log.debug({ err: err.message }, 'MCP request refused');
+  const handler = createMcpHandler(
+    ({ authInfo }) =>
+      createMcpServer({
+        authorize: async () => agentOf(authInfo),
+        pipeline: deps.pipeline,
+        version: deps.version,
+      }),
+    { bus: deps.bus, maxRequestBodySize: deps.config.http.max_body_bytes, onerror },
+  );
+  const serve = toNodeHandler(handler, { maxRequestBodySize: deps.config.http.max_body_bytes, onerror });
+  // An upstream's tool list changed: every open listen stream, on every replica, hears of it.
+  const unsubscribe = deps.pipeline.onListChanged(() => handler.notify.toolsChanged());
 
-  const deny = async (req: Request, res: Response, status: number, reason: string, agent?: Agent) => {
+  const deny = async (req: Request, res: Response, reason: string, agent?: Agent) => {
     await deps.audit.append({
       kind: 'auth.denied',
       agent_id: agent?.id ?? null,
       result: 'error',
-      error_code: status === 401 ? 'UNAUTHENTICATED' : 'PERMISSION_DENIED',
+      error_code: 'UNAUTHENTICATED',
       details: { reason, transport: 'http', ip: req.ip ?? null },
     });
-    if (status === 401) {
-      sendProblem(
-        res,
-        401,
-        reason,
-        'Unauthorized',
-        'a valid agent token is required (Authorization: Bearer …)',
-        {
-          'WWW-Authenticate': 'Bearer realm="countersign"',
-        },
-      );
-    } else {
-      sendProblem(res, 403, reason, 'Forbidden', 'this MCP session belongs to another agent');
-    }
+    sendProblem(
+      res,
+      401,
+      reason,
+      'Unauthorized',
+      'a valid agent token is required (Authorization: Bearer …)',
+      {
+        'WWW-Authenticate': 'Bearer realm="countersign"',
+      },
+    );
   };
 
   router.use(hostGuard(deps.config));
@@ -127,48 +144,15 @@ export function createMcpRouter(deps: McpHttpDeps) {
 
   router.all('/', async (req: Request, res: Response) => {
     const auth = await authenticate(deps.knex, bearer(req));
-    if ('failure' in auth) return deny(req, res, 401, auth.failure, auth.agent);
-    const agent = auth.agent;
-
-    const sessionId = req.get('mcp-session-id');
-    if (sessionId) {
-      const session = sessions.get(sessionId);
-      if (!session)
-        return sendProblem(res, 404, 'session_not_found', 'Session not found', 'start a new session');
-      if (session.agentId !== agent.id) return deny(req, res, 403, 'session_of_other_agent', agent);
-      session.lastSeen = Date.now();
-      return session.transport.handleRequest(req, res, req.body);
-    }
-
-    if (req.method !== 'POST' || !isInitializeRequest(req.body)) {
-      return sendProblem(
-        res,
-        400,
-        'session_required',
-        'Bad request',
-        'send initialize first, then use mcp-session-id',
-      );
-    }
-
-    const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
-      sessionIdGenerator: () => randomUUID(),
-      // Not enableJsonResponse: SDK 1.32.2 then keeps every answered request of a session in memory
-      // until the session closes (seen as a steady RSS climb in the soak drill, docs/reliability.md).
-      onsessioninitialized: (id) => {
-        sessions.set(id, { transport, agentId: agent.id, lastSeen: Date.now() });
-      },
-    });
-    transport.onclose = () => {
-      if (transport.sessionId) sessions.delete(transport.sessionId);
+    if ('failure' in auth) return deny(req, res, auth.failure, auth.agent);
+    // Handed to the server factory as authInfo; the token itself goes no further.
+    (req as Request & { auth?: AuthInfo }).auth = {
+      token: '',
+      clientId: auth.agent.id,
+      scopes: [],
+      extra: { agent: auth.agent },
     };
-    const server = createMcpServer({
-      // The request was authenticated above; each later request of the session is checked the same way.
-      authorize: async () => agent,
-      pipeline: deps.pipeline,
-      version: deps.version,
-    });
-    await server.connect(transport);
-    await transport.handleRequest(req, res, req.body);
+    await serve(req, res, req.body);
   });
 
   router.use(
@@ -208,19 +192,11 @@ export function createMcpRouter(deps: McpHttpDeps) {
     },
   );
 
-  const sweep = setInterval(() => {
-    const cutoff = Date.now() - SESSION_IDLE_MS;
-    for (const [, s] of sessions) if (s.lastSeen < cutoff) void s.transport.close();
-  }, 60_000);
-  sweep.unref();
-
   return {
     router,
-    sessionCount: () => sessions.size,
     async close() {
-      clearInterval(sweep);
-      await Promise.allSettled([...sessions.values()].map((s) => s.transport.close()));
-      sessions.clear();
+      unsubscribe();
+      await handler.close();
     },
   };
 }

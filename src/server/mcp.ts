@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import { Server } from '@modelcontextprotocol/server';
 import { AuditUnavailableError } from '../audit/log.ts';
 import { isConnectionError } from '../db/knex.ts';
 import type { Agent } from './agents.ts';
@@ -8,30 +7,25 @@ import { databaseUnavailable, type CallPipeline } from './pipeline.ts';
 
 export const SERVER_NAME = 'countersign';
 
+const INSTRUCTIONS =
+  'Read tools run freely. Write tools default to dry_run and only execute with an approval_id ' +
+  'issued by a human approver for exactly that content; every call is audited.';
+
 /**
- * One low-level MCP Server per session, bound to the agent that opened it. Only tools/list and tools/call
- * are handled; every other method gets the SDK's -32601.
+ * One low-level MCP Server for one serving unit: an HTTP request (any protocol revision) or a stdio
+ * connection. Only tools/list and tools/call are handled; every other method gets the SDK's -32601.
+ * The instance holds nothing a later request needs, so any replica can answer any request.
  */
 export function createMcpServer(opts: {
-  /** Resolves the session's agent for each request (auth step of the pipeline); throws McpError if refused. */
+  /** Resolves the caller for each request (auth step of the pipeline); throws ProtocolError if refused. */
   authorize(): Promise<Agent>;
   pipeline: CallPipeline;
   version: string;
 }): Server {
   const server = new Server(
     { name: SERVER_NAME, version: opts.version },
-    {
-      capabilities: { tools: { listChanged: true } },
-      instructions:
-        'Read tools run freely. Write tools default to dry_run and only execute with an approval_id ' +
-        'issued by a human approver for exactly that content; every call is audited.',
-    },
+    { capabilities: { tools: { listChanged: true } }, instructions: INSTRUCTIONS },
   );
-  // Upstream tool lists change at run time: tell this session's client to list again.
-  const unsubscribe = opts.pipeline.onListChanged(() => {
-    server.sendToolListChanged().catch(() => undefined);
-  });
-  server.onclose = unsubscribe;
   // Authorising needs the database: an outage is answered as such, not as an internal error.
   const authorize = () =>
     opts.authorize().catch((err: unknown) => {
@@ -40,13 +34,13 @@ export function createMcpServer(opts: {
       }
       throw err;
     });
-  server.setRequestHandler(ListToolsRequestSchema, async () => {
+  server.setRequestHandler('tools/list', async () => {
     const agent = await authorize();
     return { tools: opts.pipeline.listTools(agent) };
   });
-  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+  server.setRequestHandler('tools/call', async (request, ctx) => {
     const agent = await authorize();
-    return opts.pipeline.call(agent, request.params.name, request.params.arguments, extra.signal);
+    return opts.pipeline.call(agent, request.params.name, request.params.arguments, ctx.mcpReq.signal);
   });
   return server;
 }

@@ -1,11 +1,7 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import canonicalize from 'canonicalize';
-import {
-  ErrorCode as RpcCode,
-  McpError,
-  type CallToolResult,
-  type Tool,
-} from '@modelcontextprotocol/sdk/types.js';
+import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
+import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { Approvals } from '../approval/index.ts';
 import { runWrite, type WriteControls } from '../approval/gate.ts';
@@ -26,7 +22,7 @@ import { Overrun, withDeadline } from './deadline.ts';
 import type { MemoryStore } from './memory.ts';
 import type { Metrics } from './metrics.ts';
 import type { Profile } from './profiles.ts';
-import { createRateLimiter } from './rate-limit.ts';
+import type { RateLimiter } from './rate-limit.ts';
 
 export interface PipelineDeps {
   tools: readonly AnyToolDef[];
@@ -38,6 +34,8 @@ export interface PipelineDeps {
   approvals: Approvals;
   blobs: BlobStore;
   memory: MemoryStore;
+  /** Calls per agent per minute, counted across the cluster. */
+  limiter: RateLimiter;
   profiles: ReadonlyMap<string, Profile>;
   metrics: Metrics;
   config: Config;
@@ -131,7 +129,7 @@ export const DATABASE_UNAVAILABLE = -32003;
  * whose data carries SOURCE_UNAVAILABLE and when to retry. Nothing was written without its audit row.
  */
 export const databaseUnavailable = (trace_id: string) =>
-  new McpError(
+  new ProtocolError(
     DATABASE_UNAVAILABLE,
     'The database is unavailable: the call was not completed; retry shortly',
     {
@@ -181,7 +179,6 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
   const downUpstreamOf = (name: string) =>
     upstreams.find((u) => name.startsWith(`${u.name}__`) && u.status().state !== 'up');
 
-  const limiter = createRateLimiter();
   const profileOf = (agent: Agent) => deps.profiles.get(agent.profile);
 
   async function call(
@@ -241,7 +238,7 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
         details: { args_sha256: argsSha256 },
       });
       deps.metrics.record(name.slice(0, 64), 'UNKNOWN_TOOL', seconds());
-      throw new McpError(RpcCode.InvalidParams, `Unknown tool: ${name}`);
+      throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool: ${name}`);
     }
 
     const profile = profileOf(agent);
@@ -260,17 +257,26 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
         details: { facet: tool.facet, profile: agent.profile, reason },
       });
       deps.metrics.denied();
-      throw new McpError(-32002, `Tool ${name} is not available to this agent: ${reason}`, {
-        code: 'TOOL_DENIED',
-        reason,
-        trace_id,
-      });
+      // SPEC §4 says -32002; SDK v2 answers any handler's -32002 as -32602 on every revision (2026-07-28
+      // reserves -32002), so it is said as it will be sent. data.code TOOL_DENIED tells it apart.
+      throw new ProtocolError(
+        ProtocolErrorCode.InvalidParams,
+        `Tool ${name} is not available to this agent: ${reason}`,
+        {
+          code: 'TOOL_DENIED',
+          reason,
+          trace_id,
+        },
+      );
     }
 
     let outcome: ToolOutcome<Record<string, unknown>> | undefined;
     let failure: ToolError | undefined;
     try {
-      const wait = limiter.take(agent.id, agent.rate_limit_per_min ?? deps.config.policy.rate_limit_per_min);
+      const wait = await deps.limiter.take(
+        agent.id,
+        agent.rate_limit_per_min ?? deps.config.policy.rate_limit_per_min,
+      );
       if (wait > 0) {
         throw new ToolError('RATE_LIMITED', `too many calls: retry in ${wait} s`, 'rate_limited', {
           details: { retry_after_s: wait },
@@ -327,7 +333,7 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
           details: { args_sha256: argsSha256 },
         });
         deps.metrics.record(name, errorCode, seconds());
-        return new McpError(rpcCode, message, { code: dataCode, trace_id });
+        return new ProtocolError(rpcCode, message, { code: dataCode, trace_id });
       };
       if (err instanceof Overrun) {
         deps.metrics.overrun();
@@ -356,7 +362,7 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
         deps.log.error({ err, trace_id, tool: name, agent: agent.name }, 'tool handler crashed');
         throw await protocolError(
           'INTERNAL_ERROR',
-          RpcCode.InternalError,
+          ProtocolErrorCode.InternalError,
           `Internal error (trace_id ${trace_id})`,
           'INTERNAL',
         );

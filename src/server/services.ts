@@ -20,10 +20,14 @@ import type { Logger } from '../log.ts';
 import { createCursorCodec } from '../tools/cursor.ts';
 import { builtinTools } from '../tools/index.ts';
 import { createNotifier } from '../web/webhook.ts';
+import { createLocalBus, createPgBus, type ClusterBus } from '../cluster/bus.ts';
+import { createLeadership, soleLeader, type Leadership } from '../cluster/leadership.ts';
+import { assertClusterSigningKey } from '../cluster/signing-key.ts';
 import { createMemoryStore } from './memory.ts';
 import { createMetrics, type Metrics } from './metrics.ts';
 import { createCallPipeline, type CallPipeline } from './pipeline.ts';
 import { loadProfiles } from './profiles.ts';
+import { createRateLimiter } from './rate-limit.ts';
 import { VERSION } from './version.ts';
 
 /** Everything a transport needs, built once per process. */
@@ -41,10 +45,14 @@ export interface Services {
   /** Upstream MCP servers (config `upstreams`), each reconnecting on its own. */
   upstreams: readonly Upstream[];
   metrics: Metrics;
+  /** Change events shared by the replicas of a cluster (in-process on PGlite). */
+  bus: ClusterBus;
+  /** Whether this replica runs the cluster's periodic work. */
+  leadership: Leadership;
   startedAt: Date;
   /** Tells the services where the HTTP server listens (used for links unless http.public_url is set). */
   listeningAt(url: string): void;
-  /** Runs expiry and reconciliation once (also done periodically). */
+  /** Runs expiry and reconciliation once (also done periodically, by the cluster's leader). */
   maintain(): Promise<void>;
   /** Set on the first start of an empty database: credentials to be shown once. */
   firstRun?: FirstRun;
@@ -72,6 +80,16 @@ export async function openServices(config: Config, log: Logger, command: string)
     const blobs = createBlobStore(path.join(config.data_dir, 'blobs'));
     const audit = createAuditLog(db.knex);
     closers.push(() => audit.drain());
+
+    // A cluster is one server (SPEC §11): one signing key, one leader for periodic work, one event bus.
+    const checkpoints = await checkpointDeps(db.knex, audit, config);
+    await assertClusterSigningKey(db.knex, checkpoints.signer.public_key);
+    const url = config.database_url;
+    const bus = url ? await createPgBus(url, log) : createLocalBus(log);
+    closers.push(() => bus.close());
+    const leadership = url ? await createLeadership(url, log) : soleLeader;
+    closers.push(() => leadership.close());
+    const limiter = createRateLimiter(db.knex);
     const local = createLocalConnector(db.knex, blobs);
     const bridge = config.bridge && createBridgeConnector(config.bridge, log);
     const connectors = createConnectorSet(
@@ -109,11 +127,17 @@ export async function openServices(config: Config, log: Logger, command: string)
       Promise.all(upstreams.map((u) => u.firstAttempt)),
       new Promise((r) => setTimeout(r, UPSTREAM_START_WAIT_MS).unref()),
     ]);
+    // Another replica heard an upstream's list change: list ours again, so that every replica answers alike.
+    const stopRelisting = bus.onForeign((event) => {
+      if (event.kind === 'tools_list_changed') for (const u of upstreams) void u.refresh();
+    });
+    closers.push(async () => stopRelisting());
 
     const pipeline = createCallPipeline({
       tools: builtinTools,
       upstreams,
       memory,
+      limiter,
       profiles,
       metrics,
       audit,
@@ -143,23 +167,29 @@ export async function openServices(config: Config, log: Logger, command: string)
             log,
           );
           await memory.purge();
+          await limiter.purge();
         } catch (err) {
           log.error({ err }, 'approval maintenance failed');
         } finally {
           maintaining = undefined;
         }
       })());
-    await maintain();
-    const timer = setInterval(() => void maintain(), config.approval.maintenance_interval_s * 1000);
+    // Periodic work runs once per cluster: on the replica that leads (always, on PGlite), and at once
+    // whenever a replica takes the lead (the one before may have died mid-execution).
+    leadership.onLead(() => void maintain());
+    await maintaining;
+    const timer = setInterval(() => {
+      if (leadership.isLeader()) void maintain();
+    }, config.approval.maintenance_interval_s * 1000);
     timer.unref();
     closers.push(async () => {
       clearInterval(timer);
       await maintaining;
     });
 
-    // Signed checkpoints of the audit chain, periodically (and at every export).
-    const checkpoints = await checkpointDeps(db.knex, audit, config);
+    // Signed checkpoints of the audit chain, periodically by the leader (and at every export).
     const checkpointTimer = setInterval(() => {
+      if (!leadership.isLeader()) return;
       createCheckpoint(checkpoints).catch((err: unknown) => log.error({ err }, 'audit checkpoint failed'));
     }, config.audit.checkpoint_interval_s * 1000);
     checkpointTimer.unref();
@@ -183,6 +213,8 @@ export async function openServices(config: Config, log: Logger, command: string)
       pipeline,
       upstreams,
       metrics,
+      bus,
+      leadership,
       startedAt: new Date(),
       maintain,
       listeningAt(url) {

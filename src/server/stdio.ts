@@ -1,5 +1,5 @@
-import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
-import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
+import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
+import { serveStdio as serveMcpStdio } from '@modelcontextprotocol/server/stdio';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { authenticate, type AuthFailure } from './agents.ts';
@@ -32,29 +32,42 @@ export async function serveStdio(config: Config, log: Logger, token: string | un
     throw new StdioAuthError(`COUNTERSIGN_AGENT_TOKEN refused: ${first.failure.replace(/_/g, ' ')}`);
   }
 
-  const server = createMcpServer({
-    version: VERSION,
-    pipeline: services.pipeline,
-    async authorize() {
-      const now = await authenticate(services.knex, token);
-      if ('failure' in now) {
-        await denied(now);
-        throw new McpError(ErrorCode.InvalidRequest, `agent token refused: ${now.failure}`);
-      }
-      return now.agent;
+  const handle = serveMcpStdio(
+    () => {
+      const server = createMcpServer({
+        version: VERSION,
+        pipeline: services.pipeline,
+        async authorize() {
+          const now = await authenticate(services.knex, token);
+          if ('failure' in now) {
+            await denied(now);
+            throw new ProtocolError(ProtocolErrorCode.InvalidRequest, `agent token refused: ${now.failure}`);
+          }
+          return now.agent;
+        },
+      });
+      // Upstream tool lists change at run time: this connection's client is told to list again.
+      const unsubscribe = services.pipeline.onListChanged(() => {
+        server.sendToolListChanged().catch(() => undefined);
+      });
+      server.onclose = unsubscribe;
+      return server;
     },
-  });
-  const transport = new StdioServerTransport();
-  await server.connect(transport);
+    { onerror: (err) => log.debug({ err: err.message }, 'stdio message refused') },
+  );
   log.info({ agent: first.agent.name, database: services.db.dialect }, 'countersign serving on stdio');
 
+  // The client closing stdin ends the connection: close once, whichever way the end is seen.
   return new Promise<void>((resolve) => {
+    let stopping = false;
     const stop = async () => {
-      await server.close().catch(() => undefined);
+      if (stopping) return;
+      stopping = true;
+      await handle.close().catch(() => undefined);
       await services.close();
       resolve();
     };
-    transport.onclose = () => void stop();
     process.stdin.once('end', () => void stop());
+    process.stdin.once('close', () => void stop());
   });
 }

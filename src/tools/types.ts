@@ -1,4 +1,4 @@
-import type { Tool } from '@modelcontextprotocol/sdk/types.js';
+import type { Tool } from '@modelcontextprotocol/server';
 import type { z } from 'zod';
 import type { Approvals } from '../approval/index.ts';
 import type { ApprovalSummary, Target } from '../approval/view.ts';

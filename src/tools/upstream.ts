@@ -1,6 +1,5 @@
-import type { Tool } from '@modelcontextprotocol/sdk/types.js';
-import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
-import type { JsonSchemaType } from '@modelcontextprotocol/sdk/validation/types.js';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/server/validators/ajv';
+import type { Tool, JsonSchemaType } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { Target } from '../approval/view.ts';
 import type { UpstreamToolMode } from '../config.ts';
@@ -49,10 +48,11 @@ const writeOutput = z.object({
 const validators = new AjvJsonSchemaValidator();
 
 /** The gate's controls as JSON Schema, added to each gated tool's listed input schema. */
-const controlSchemas = Object.fromEntries(
+type JsonSchemaProperties = NonNullable<Tool['inputSchema']['properties']>;
+const controlSchemas: JsonSchemaProperties = Object.fromEntries(
   Object.entries(controls).map(([k, schema]) => {
     const { $schema: _drop, ...json } = z.toJSONSchema(schema, { io: 'input' }) as Record<string, unknown>;
-    return [k, json];
+    return [k, json as JsonSchemaProperties[string]];
   }),
 );
 

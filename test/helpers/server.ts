@@ -1,8 +1,7 @@
 import path from 'node:path';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import type { CallToolResult } from '@modelcontextprotocol/client';
 import { loadConfig } from '../../src/config.ts';
 import { createLogger } from '../../src/log.ts';
 import { createAgent } from '../../src/server/agents.ts';
@@ -55,8 +54,18 @@ export async function startTestServer(
   };
 }
 
-export async function connectHttp(url: string, token: string): Promise<Client> {
-  const client = new Client({ name: 'countersign-test', version: '1.0.0' });
+/** The protocol eras a client can speak: the 2025 handshake (the SDK client's default) or 2026-07-28. */
+export type Era = 'legacy' | 'modern';
+export const ERAS: readonly Era[] = ['legacy', 'modern'];
+
+export const newClient = (era: Era = 'legacy') =>
+  new Client(
+    { name: 'countersign-test', version: '1.0.0' },
+    era === 'modern' ? { versionNegotiation: { mode: { pin: '2026-07-28' } } } : {},
+  );
+
+export async function connectHttp(url: string, token: string, era: Era = 'legacy'): Promise<Client> {
+  const client = newClient(era);
   await client.connect(
     new StreamableHTTPClientTransport(new URL('/mcp', url), {
       requestInit: { headers: { Authorization: `Bearer ${token}` } },
@@ -68,6 +77,7 @@ export async function connectHttp(url: string, token: string): Promise<Client> {
 /** countersign serve --stdio as a child process, driven by the SDK's stdio client. */
 export async function connectStdio(
   env: Record<string, string>,
+  era: Era = 'legacy',
 ): Promise<{ client: Client; stderr: () => string }> {
   const transport = new StdioClientTransport({
     command: process.execPath,
@@ -78,7 +88,7 @@ export async function connectStdio(
   });
   let stderr = '';
   transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  const client = new Client({ name: 'countersign-test', version: '1.0.0' });
+  const client = newClient(era);
   await client.connect(transport);
   return { client, stderr: () => stderr };
 }
@@ -93,7 +103,7 @@ export async function call(
   args: Record<string, unknown> = {},
   opts: { timeout?: number } = {},
 ): Promise<Envelope> {
-  const result = (await client.callTool({ name, arguments: args }, undefined, opts)) as CallToolResult;
+  const result = (await client.callTool({ name, arguments: args }, opts)) as CallToolResult;
   const env = result.structuredContent as Envelope;
   if (Boolean(result.isError) !== (env.ok === false)) throw new Error('isError and ok disagree');
   return env;

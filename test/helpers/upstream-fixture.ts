@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { McpServer, type RegisteredTool } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { NodeStreamableHTTPServerTransport } from '@modelcontextprotocol/node';
+import { McpServer } from '@modelcontextprotocol/server';
+import type { RegisteredTool } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 
 /**
@@ -15,43 +16,47 @@ export interface UpstreamFixture {
   port: number;
   /** Every set_note the fixture performed, in order. */
   notes: string[];
-  /** Adds a required `priority` parameter to set_note, on every open session. */
-  reshape(): void;
+  /**
+   * Adds a required `priority` parameter to set_note, on every open session; with `notify: 'first'` only
+   * the first session's client is told (as when one replica of a cluster hears of a change).
+   */
+  reshape(opts?: { notify?: 'all' | 'first' }): void;
   close(): Promise<void>;
 }
 
 export async function startUpstreamFixture(port = 0): Promise<UpstreamFixture> {
   const notes: string[] = [];
-  const setNoteTools: RegisteredTool[] = [];
+  const setNoteTools: { server: McpServer; tool: RegisteredTool }[] = [];
+  const reshapedInput = z.object({ text: z.string().min(1), priority: z.number().int() });
   let reshaped = false;
 
   function newServer() {
     const server = new McpServer({ name: 'fixture-crm', version: '1.0.0' });
     server.registerTool(
       'get_note',
-      { description: 'The last note.', inputSchema: {}, annotations: { readOnlyHint: true } },
+      { description: 'The last note.', inputSchema: z.object({}), annotations: { readOnlyHint: true } },
       async () => ({ content: [{ type: 'text', text: notes.at(-1) ?? '' }] }),
     );
     const setNote = server.registerTool(
       'set_note',
-      { description: 'Replace the note.', inputSchema: { text: z.string().min(1) } },
+      { description: 'Replace the note.', inputSchema: z.object({ text: z.string().min(1) }) },
       async (args: { text: string; priority?: number }) => {
         notes.push(args.text);
         return { content: [{ type: 'text', text: `noted #${notes.length}` }] };
       },
     );
-    if (reshaped) setNote.update({ paramsSchema: { text: z.string().min(1), priority: z.number().int() } });
-    setNoteTools.push(setNote);
+    if (reshaped) setNote.update({ paramsSchema: reshapedInput });
+    setNoteTools.push({ server, tool: setNote });
     server.registerTool(
       'broken',
-      { description: 'Always fails.', inputSchema: {}, annotations: { readOnlyHint: true } },
+      { description: 'Always fails.', inputSchema: z.object({}), annotations: { readOnlyHint: true } },
       async () => ({ isError: true, content: [{ type: 'text', text: 'disk on fire' }] }),
     );
     server.registerTool(
       'slow',
       {
         description: 'Answers after `ms` milliseconds.',
-        inputSchema: { ms: z.number().int().min(0).max(60_000) },
+        inputSchema: z.object({ ms: z.number().int().min(0).max(60_000) }),
         annotations: { readOnlyHint: true },
       },
       async ({ ms }) => {
@@ -62,7 +67,7 @@ export async function startUpstreamFixture(port = 0): Promise<UpstreamFixture> {
     server.registerTool(
       'wipe',
       // The annotation claims a read; countersign's config says otherwise.
-      { description: 'Clears every note.', inputSchema: {}, annotations: { readOnlyHint: true } },
+      { description: 'Clears every note.', inputSchema: z.object({}), annotations: { readOnlyHint: true } },
       async () => {
         notes.push('(wiped)');
         return { content: [{ type: 'text', text: 'wiped' }] };
@@ -71,7 +76,7 @@ export async function startUpstreamFixture(port = 0): Promise<UpstreamFixture> {
     return server;
   }
 
-  const transports = new Map<string, StreamableHTTPServerTransport>();
+  const transports = new Map<string, NodeStreamableHTTPServerTransport>();
   const httpServer = http.createServer(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
@@ -79,7 +84,7 @@ export async function startUpstreamFixture(port = 0): Promise<UpstreamFixture> {
     const sessionId = req.headers['mcp-session-id'];
     let transport = typeof sessionId === 'string' ? transports.get(sessionId) : undefined;
     if (!transport) {
-      const created: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+      const created: NodeStreamableHTTPServerTransport = new NodeStreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
         onsessioninitialized: (id) => void transports.set(id, created),
       });
@@ -98,10 +103,18 @@ export async function startUpstreamFixture(port = 0): Promise<UpstreamFixture> {
     url: `http://127.0.0.1:${bound}/mcp`,
     port: bound,
     notes,
-    reshape() {
+    reshape(opts = {}) {
       reshaped = true;
-      for (const tool of setNoteTools) {
-        tool.update({ paramsSchema: { text: z.string().min(1), priority: z.number().int() } });
+      for (const [i, { server, tool }] of setNoteTools.entries()) {
+        if (opts.notify === 'first' && i > 0) {
+          // Changed for this session too, but it is not told: only the first session's client hears of it.
+          const notify = server.sendToolListChanged.bind(server);
+          server.sendToolListChanged = () => undefined;
+          tool.update({ paramsSchema: reshapedInput });
+          server.sendToolListChanged = notify;
+        } else {
+          tool.update({ paramsSchema: reshapedInput });
+        }
       }
     },
     async close() {

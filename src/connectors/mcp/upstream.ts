@@ -1,16 +1,14 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
+import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import {
-  ErrorCode as RpcCode,
-  McpError,
-  ToolListChangedNotificationSchema,
-  type CallToolResult,
-  type Tool,
-} from '@modelcontextprotocol/sdk/types.js';
+  Client,
+  StreamableHTTPClientTransport,
+  ProtocolError,
+  SdkError,
+  SdkErrorCode,
+} from '@modelcontextprotocol/client';
+import type { Transport, CallToolResult, Tool } from '@modelcontextprotocol/client';
 import type { UpstreamConfig } from '../../config.ts';
 import type { Logger } from '../../log.ts';
 import { ToolError } from '../../tools/errors.ts';
@@ -47,6 +45,8 @@ export interface Upstream {
   unavailable(): ToolError;
   /** Throws SOURCE_UNAVAILABLE unless the upstream is connected. */
   assertUp(): void;
+  /** Lists the tools again (another replica heard that they changed); a failure is logged, not thrown. */
+  refresh(): Promise<void>;
   /** Calls a tool; upstream failures come back as ToolError (SOURCE_UNAVAILABLE, TIMEOUT, CONNECTOR_FAILED). */
   call(tool: string, args: Record<string, unknown>, signal: AbortSignal): Promise<CallToolResult>;
   /** The stdio child's process id, when there is one running. */
@@ -165,7 +165,7 @@ export function connectUpstream(
         await c.close();
         return;
       }
-      c.setNotificationHandler(ToolListChangedNotificationSchema, async () => {
+      c.setNotificationHandler('notifications/tools/list_changed', async () => {
         await refreshTools(c).catch((err: unknown) =>
           log.warn({ err: messageOf(err) }, 'relisting upstream tools failed'),
         );
@@ -203,17 +203,17 @@ export function connectUpstream(
     if (signal.aborted) {
       return new ToolError('TIMEOUT', `the call to upstream "${cfg.name}" was cancelled`, 'cancelled');
     }
-    if (err instanceof McpError) {
-      if (err.code === RpcCode.RequestTimeout) {
-        return new ToolError('TIMEOUT', `upstream "${cfg.name}" did not answer in time`, 'upstream_timeout');
+    if (err instanceof SdkError && err.code === SdkErrorCode.RequestTimeout) {
+      return new ToolError('TIMEOUT', `upstream "${cfg.name}" did not answer in time`, 'upstream_timeout');
+    }
+    if (err instanceof SdkError && err.code === SdkErrorCode.ConnectionClosed) {
+      if (client === c) {
+        client = undefined;
+        setDown('connection closed during a call');
       }
-      if (err.code === RpcCode.ConnectionClosed) {
-        if (client === c) {
-          client = undefined;
-          setDown('connection closed during a call');
-        }
-        return unavailable('connection closed during the call');
-      }
+      return unavailable('connection closed during the call');
+    }
+    if (err instanceof ProtocolError) {
       return new ToolError(
         'CONNECTOR_FAILED',
         `upstream "${cfg.name}" answered with an error: ${err.message}`.slice(0, MAX_ERROR_TEXT),
@@ -258,14 +258,24 @@ export function connectUpstream(
     assertUp() {
       if (!client || state !== 'up') throw unavailable(lastError);
     },
+    async refresh() {
+      const c = client;
+      if (!c || state !== 'up') return;
+      await refreshTools(c).catch((err: unknown) =>
+        log.warn({ err: messageOf(err) }, 'relisting upstream tools failed'),
+      );
+    },
     async call(tool, args, signal) {
       const c = client;
       if (!c || state !== 'up') throw unavailable(lastError);
       try {
-        return (await c.callTool({ name: tool, arguments: args }, undefined, {
-          signal,
-          timeout: opts.timeoutMs,
-        })) as CallToolResult;
+        return (await c.callTool(
+          { name: tool, arguments: args },
+          {
+            signal,
+            timeout: opts.timeoutMs,
+          },
+        )) as CallToolResult;
       } catch (err) {
         throw failure(err, c, signal);
       }

@@ -1,0 +1,119 @@
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { InMemoryServerEventBus, type ServerEvent, type ServerEventBus } from '@modelcontextprotocol/server';
+import type { Logger } from '../log.ts';
+
+/** The PostgreSQL channel replicas exchange change events on. */
+export const EVENTS_CHANNEL = 'countersign_events';
+
+/** What the bus carries between replicas: the event, and which replica published it. */
+interface Envelope {
+  origin: string;
+  event: ServerEvent;
+}
+
+export interface ClusterBus extends ServerEventBus {
+  /** This replica's id on the bus. */
+  readonly origin: string;
+  /** Calls `listener` for every event another replica published (not for this replica's own). */
+  onForeign(listener: (event: ServerEvent) => void): () => void;
+  close(): Promise<void>;
+}
+
+/**
+ * The change-event bus that `subscriptions/listen` streams read from, shared by every replica through
+ * PostgreSQL LISTEN/NOTIFY: an event published on one replica is delivered to the open listen streams of
+ * all (this one included, when its own NOTIFY comes back). A dedicated connection listens; if it drops,
+ * it reconnects with backoff, and the events NOTIFY sent meanwhile are lost — they only say "list again",
+ * and a reconnect is followed by one such event so that nothing stays stale.
+ */
+export async function createPgBus(url: string, log: Logger): Promise<ClusterBus> {
+  const origin = randomUUID();
+  const local = new InMemoryServerEventBus((err) => log.warn({ err }, 'change-event listener failed'));
+  const foreign = new Set<(event: ServerEvent) => void>();
+  const notifier = new pg.Pool({ connectionString: url, max: 1 });
+  notifier.on('error', (err) => log.warn({ err: err.message }, 'event bus connection failed'));
+  let listener: pg.Client | undefined;
+  let closed = false;
+  let retry: NodeJS.Timeout | undefined;
+  let attempt = 0;
+
+  const deliver = (msg: pg.Notification) => {
+    let envelope: Envelope;
+    try {
+      envelope = JSON.parse(msg.payload ?? '') as Envelope;
+    } catch {
+      return;
+    }
+    local.publish(envelope.event);
+    if (envelope.origin !== origin) for (const l of foreign) l(envelope.event);
+  };
+
+  async function listen(): Promise<void> {
+    const client = new pg.Client({ connectionString: url });
+    client.on('notification', deliver);
+    client.on('error', (err) => {
+      log.warn({ err: err.message }, 'event bus listener lost its connection; reconnecting');
+      if (listener === client) listener = undefined;
+      void client.end().catch(() => undefined);
+      schedule();
+    });
+    await client.connect();
+    await client.query(`listen ${EVENTS_CHANNEL}`);
+    if (closed) {
+      await client.end();
+      return;
+    }
+    const reconnected = attempt > 0;
+    listener = client;
+    attempt = 0;
+    if (reconnected) {
+      // What was published while we were away is lost: every listener lists again.
+      local.publish({ kind: 'tools_list_changed' });
+      for (const l of foreign) l({ kind: 'tools_list_changed' });
+    }
+  }
+  function schedule() {
+    if (closed || retry) return;
+    const delay = Math.min(10_000, 100 * 2 ** attempt++);
+    retry = setTimeout(() => {
+      retry = undefined;
+      listen().catch(() => schedule());
+    }, delay);
+    retry.unref();
+  }
+  await listen();
+
+  return {
+    origin,
+    publish(event) {
+      const payload: Envelope = { origin, event };
+      notifier
+        .query('select pg_notify($1, $2)', [EVENTS_CHANNEL, JSON.stringify(payload)])
+        .catch((err: Error) => log.warn({ err: err.message }, 'could not publish a change event'));
+    },
+    subscribe: (l) => local.subscribe(l),
+    onForeign(l) {
+      foreign.add(l);
+      return () => foreign.delete(l);
+    },
+    async close() {
+      closed = true;
+      clearTimeout(retry);
+      await listener?.end().catch(() => undefined);
+      await notifier.end().catch(() => undefined);
+    },
+  };
+}
+
+/** One process (PGlite): the bus is the SDK's in-process one; nothing is foreign. */
+export function createLocalBus(log: Logger): ClusterBus {
+  const local = new InMemoryServerEventBus((err) => log.warn({ err }, 'change-event listener failed'));
+  return {
+    origin: 'local',
+    publish: (event) => local.publish(event),
+    subscribe: (l) => local.subscribe(l),
+    onForeign: () => () => undefined,
+    async close() {},
+  };
+}
