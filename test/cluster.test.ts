@@ -6,7 +6,10 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ProtocolError, SdkHttpError, type Client } from '@modelcontextprotocol/client';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
+import { createPgBus } from '../src/cluster/bus.ts';
 import { openDatabase, type Database } from '../src/db/knex.ts';
+import { createLogger } from '../src/log.ts';
+import { createAgentAuth } from '../src/server/agent-cache.ts';
 import { startBalancer, type Balancer } from './helpers/balancer.ts';
 import { runCli, spawnServer, stopChild } from './helpers/cli.ts';
 import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
@@ -140,7 +143,11 @@ for (const _kind of databaseKinds().filter((k) => k === 'postgres')) {
           name: 'isphere_send_message',
           arguments: { target_type: 'contact', target_id: 'ct_alice', content_text: 'draft' },
         });
-      assert.equal(await rpcCode(write(modern)), 'answered');
+      // Every replica has seen (and may cache) both agents before the change.
+      for (let i = 0; i < REPLICAS; i++) {
+        assert.equal(await rpcCode(write(modern)), 'answered');
+        assert.equal(await rpcCode(write(legacy)), 'answered');
+      }
       await cli(['agent', 'set', 'changeling', '--profile', 'readonly']);
       await cli(['agent', 'set', 'changeling-2', '--profile', 'readonly']);
       for (let i = 0; i < REPLICAS; i++) {
@@ -207,6 +214,39 @@ for (const _kind of databaseKinds().filter((k) => k === 'postgres')) {
         }
         return seen.every(Boolean) ? true : undefined;
       });
+    });
+
+    it('caches an agent per replica only while PostgreSQL announces its changes', async () => {
+      const log = createLogger('silent');
+      const bus = await createPgBus(db.url!, log);
+      const own = await openDatabase({ url: db.url, pgliteDir: '', command: 'test' });
+      let queries = 0;
+      own.knex.on('query', () => queries++);
+      try {
+        const auth = createAgentAuth(own.knex, bus);
+        const token = tokenOf(await cli(['agent', 'add', 'cached']));
+        const profileNow = async () => {
+          const res = await auth(token);
+          assert.ok(!('failure' in res));
+          return res.agent.profile;
+        };
+        assert.equal(await profileNow(), 'all');
+        assert.equal(await profileNow(), 'all');
+        assert.equal(queries, 1, 'the second call was answered from the cache');
+        // Changed behind the cache's back, by another process: the trigger's NOTIFY drops the entry.
+        await cli(['agent', 'set', 'cached', '--profile', 'drafting']);
+        await waitFor('the change to be announced', async () =>
+          (await profileNow()) === 'drafting' ? true : undefined,
+        );
+        // Without a listening connection nothing is served from the cache.
+        await bus.close();
+        assert.equal(bus.listening(), false);
+        await direct.knex('agents').where({ name: 'cached' }).update({ profile: 'readonly' });
+        assert.equal(await profileNow(), 'readonly');
+      } finally {
+        await bus.close();
+        await own.close();
+      }
     });
 
     it('leaves one verifiable chain, written by all replicas', async () => {

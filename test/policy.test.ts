@@ -186,6 +186,24 @@ for (const kind of databaseKinds()) {
       assert.equal(await limiter.take(randomUUID(), 7), 0, 'per agent');
     });
 
+    it('takes calls from the database in leases when the limit is high, never exceeding it', async () => {
+      // Two limiters stand for two replicas; 1000 a minute is taken 10 at a time.
+      const replicas = [createRateLimiter(server.services.knex), createRateLimiter(server.services.knex)];
+      const { agent } = await createAgent(server.services.knex, { name: 'busy' });
+      let queries = 0;
+      const count = () => queries++;
+      server.services.knex.on('query', count);
+      const waits = await Promise.all(
+        Array.from({ length: 1200 }, (_, i) => replicas[i % 2]!.take(agent.id, 1000)),
+      );
+      server.services.knex.off('query', count);
+      const admitted = waits.filter((w) => w === 0).length;
+      assert.ok(admitted <= 1000, `admitted ${admitted}`);
+      // Unused leases are held by at most the two replicas: 10 calls each.
+      assert.ok(admitted >= 1000 - 2 * 10, `admitted ${admitted}`);
+      assert.ok(queries < 400, `${queries} queries for 1200 calls`);
+    });
+
     it('remembers and recalls per agent, with a TTL', async () => {
       const a = await agentWith('memo-a');
       const b = await agentWith('memo-b');

@@ -5,6 +5,8 @@ import type { Logger } from '../log.ts';
 
 /** The PostgreSQL channel replicas exchange change events on. */
 export const EVENTS_CHANNEL = 'countersign_events';
+/** The channel a trigger on `agents` announces every changed agent's id on (a migration creates it). */
+export const AGENTS_CHANNEL = 'countersign_agents';
 
 /** What the bus carries between replicas: the event, and which replica published it. */
 interface Envelope {
@@ -17,6 +19,13 @@ export interface ClusterBus extends ServerEventBus {
   readonly origin: string;
   /** Calls `listener` for every event another replica published (not for this replica's own). */
   onForeign(listener: (event: ServerEvent) => void): () => void;
+  /**
+   * Calls `listener` with the id of every agent that changed, on any replica or by any command, and
+   * with '*' when changes may have been missed (the listening connection was lost).
+   */
+  onAgentChanged(listener: (agentId: string) => void): () => void;
+  /** Whether change announcements reach this replica right now (the listening connection is up). */
+  listening(): boolean;
   close(): Promise<void>;
 }
 
@@ -31,6 +40,7 @@ export async function createPgBus(url: string, log: Logger): Promise<ClusterBus>
   const origin = randomUUID();
   const local = new InMemoryServerEventBus((err) => log.warn({ err }, 'change-event listener failed'));
   const foreign = new Set<(event: ServerEvent) => void>();
+  const agentListeners = new Set<(agentId: string) => void>();
   const notifier = new pg.Pool({ connectionString: url, max: 1 });
   notifier.on('error', (err) => log.warn({ err: err.message }, 'event bus connection failed'));
   let listener: pg.Client | undefined;
@@ -39,6 +49,10 @@ export async function createPgBus(url: string, log: Logger): Promise<ClusterBus>
   let attempt = 0;
 
   const deliver = (msg: pg.Notification) => {
+    if (msg.channel === AGENTS_CHANNEL) {
+      for (const l of agentListeners) l(msg.payload ?? '*');
+      return;
+    }
     let envelope: Envelope;
     try {
       envelope = JSON.parse(msg.payload ?? '') as Envelope;
@@ -50,16 +64,18 @@ export async function createPgBus(url: string, log: Logger): Promise<ClusterBus>
   };
 
   async function listen(): Promise<void> {
-    const client = new pg.Client({ connectionString: url });
+    const client = new pg.Client({ connectionString: url, keepAlive: true });
     client.on('notification', deliver);
     client.on('error', (err) => {
       log.warn({ err: err.message }, 'event bus listener lost its connection; reconnecting');
       if (listener === client) listener = undefined;
+      for (const l of agentListeners) l('*');
       void client.end().catch(() => undefined);
       schedule();
     });
     await client.connect();
     await client.query(`listen ${EVENTS_CHANNEL}`);
+    await client.query(`listen ${AGENTS_CHANNEL}`);
     if (closed) {
       await client.end();
       return;
@@ -97,10 +113,17 @@ export async function createPgBus(url: string, log: Logger): Promise<ClusterBus>
       foreign.add(l);
       return () => foreign.delete(l);
     },
+    onAgentChanged(l) {
+      agentListeners.add(l);
+      return () => agentListeners.delete(l);
+    },
+    listening: () => listener !== undefined,
     async close() {
       closed = true;
       clearTimeout(retry);
-      await listener?.end().catch(() => undefined);
+      const open = listener;
+      listener = undefined;
+      await open?.end().catch(() => undefined);
       await notifier.end().catch(() => undefined);
     },
   };
@@ -114,6 +137,9 @@ export function createLocalBus(log: Logger): ClusterBus {
     publish: (event) => local.publish(event),
     subscribe: (l) => local.subscribe(l),
     onForeign: () => () => undefined,
+    onAgentChanged: () => () => undefined,
+    // Nothing announces agent changes in-process, so nothing may be cached on their strength.
+    listening: () => false,
     async close() {},
   };
 }

@@ -28,7 +28,7 @@ export async function createLeadership(url: string, log: Logger, retryMs = 2_000
   async function attempt() {
     try {
       if (!client) {
-        const c = new pg.Client({ connectionString: url });
+        const c = new pg.Client({ connectionString: url, keepAlive: true });
         c.on('error', (err) => {
           if (leader) log.warn({ err: err.message }, 'lost the leader lock connection');
           leader = false;

@@ -18,7 +18,7 @@ export interface RunningServer {
 /** Builds the express app (MCP at /mcp; the web UI mounts here too) around already-open services. */
 export function createApp(services: Services) {
   const mcp = createMcpRouter({
-    knex: services.knex,
+    authenticate: services.authenticate,
     pipeline: services.pipeline,
     audit: services.audit,
     bus: services.bus,

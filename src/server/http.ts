@@ -1,5 +1,4 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
-import type { Knex } from 'knex';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import {
   createMcpHandler,
@@ -12,7 +11,8 @@ import { AuditUnavailableError, type AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import { isConnectionError } from '../db/knex.ts';
 import type { Logger } from '../log.ts';
-import { authenticate, type Agent } from './agents.ts';
+import type { Agent } from './agents.ts';
+import type { Authenticate } from './agent-cache.ts';
 import { createMcpServer } from './mcp.ts';
 import type { CallPipeline } from './pipeline.ts';
 
@@ -79,7 +79,8 @@ export function hostGuard(config: Config) {
 }
 
 export interface McpHttpDeps {
-  knex: Knex;
+  /** Resolves each request's bearer token to its agent. */
+  authenticate: Authenticate;
   pipeline: CallPipeline;
   audit: AuditLog;
   /** Where change events go to reach `subscriptions/listen` streams on every replica. */
@@ -143,7 +144,7 @@ export function createMcpRouter(deps: McpHttpDeps) {
   router.use(express.json({ limit: deps.config.http.max_body_bytes, type: ['application/json'] }));
 
   router.all('/', async (req: Request, res: Response) => {
-    const auth = await authenticate(deps.knex, bearer(req));
+    const auth = await deps.authenticate(bearer(req));
     if ('failure' in auth) return deny(req, res, auth.failure, auth.agent);
     // Handed to the server factory as authInfo; the token itself goes no further.
     (req as Request & { auth?: AuthInfo }).auth = {

@@ -8,35 +8,91 @@ export interface RateLimiter {
 }
 
 /**
+ * How many calls one replica takes from the database at a time: one under 200 a minute (so the limits
+ * people set are exact), a hundredth of the limit above that (so an agent allowed thousands of calls a
+ * minute costs a query per hundredth, not per call). A replica that took calls it does not use keeps
+ * them until the minute ends: across replicas the limit is never exceeded, and is at worst reached
+ * early by what the other replicas hold.
+ */
+export const leaseSize = (limit: number) => Math.min(1000, Math.max(1, Math.floor(limit / 100)));
+
+/**
  * Calls per agent in a sliding minute, counted in the database so that all replicas of a cluster count
  * against one limit. O(1) per call and per agent: the current minute's count and the previous minute's,
  * the previous weighted by how much of it the sliding minute still covers (the estimate commonly used
  * for sliding windows). One statement both decides and counts; concurrent calls of one agent serialise
- * on the row of its current minute, so the limit holds under races, on any number of replicas.
+ * on the row of its current minute, so the limit holds under races, on any number of replicas. The
+ * minute is the database's, so replicas with skewed clocks agree.
  */
 export function createRateLimiter(knex: Knex): RateLimiter {
+  /** Calls taken from the database and not used yet, per agent, until the minute they count in ends. */
+  const leases = new Map<string, { left: number; until: number }>();
+  /** The lease request in flight per agent: calls that find none left wait for it rather than ask too. */
+  const asking = new Map<string, Promise<number>>();
+
+  const fromLease = (agentId: string) => {
+    const lease = leases.get(agentId);
+    if (!lease || lease.left <= 0 || performance.now() >= lease.until) return false;
+    lease.left--;
+    return true;
+  };
+
+  /** One statement: counts up to `lease` calls if the estimate allows; the first is this call's. */
+  async function ask(agentId: string, limit: number, lease: number): Promise<number> {
+    const asked = performance.now();
+    const { rows } = (await knex.raw(
+      `with t as (select extract(epoch from clock_timestamp())::float8 as e),
+            m as (select floor(e / 60)::bigint as minute, 1 - (e - floor(e / 60) * 60) / 60 as w from t),
+            p as (select coalesce((select calls from rate_windows
+                                    where agent_id = :agent and minute = (select minute from m) - 1), 0) as n),
+            c as (select coalesce((select calls from rate_windows
+                                    where agent_id = :agent and minute = (select minute from m)), 0) as n),
+            g as (select least(:lease, floor(:limit - p.n * m.w - c.n))::int as n from m, p, c),
+            ins as (
+              insert into rate_windows as r (agent_id, minute, calls)
+              select :agent, m.minute, g.n from m, g where g.n >= 1
+              on conflict (agent_id, minute) do update set calls = r.calls + excluded.calls
+                where r.calls + excluded.calls + (select n from p) * (select w from m) <= :limit
+              returning calls)
+       select (select calls from ins) is not null as admitted, g.n as granted, p.n as prev, m.w as weight,
+              c.n as current
+         from m, p, c, g`,
+      { agent: agentId, limit, lease },
+    )) as {
+      rows: { admitted: boolean; granted: number; prev: number; weight: number; current: number }[];
+    };
+    const row = rows[0]!;
+    if (!row.admitted) {
+      return retryAfterSeconds(Number(row.current), Number(row.prev), Number(row.weight), limit);
+    }
+    const granted = Number(row.granted);
+    if (granted > 1) {
+      const until = asked + Number(row.weight) * 60_000;
+      const held = leases.get(agentId);
+      const left = held && performance.now() < held.until ? held.left : 0;
+      leases.set(agentId, { left: left + granted - 1, until });
+    }
+    return 0;
+  }
+
   return {
     async take(agentId, limit) {
-      const { rows } = (await knex.raw(
-        `with t as (select extract(epoch from clock_timestamp())::float8 as e),
-              m as (select floor(e / 60)::bigint as minute, 1 - (e - floor(e / 60) * 60) / 60 as w from t),
-              p as (select coalesce((select calls from rate_windows
-                                      where agent_id = :agent and minute = (select minute from m) - 1), 0) as n),
-              ins as (
-                insert into rate_windows as r (agent_id, minute, calls)
-                select :agent, m.minute, 1 from m, p where p.n * m.w + 1 <= :limit
-                on conflict (agent_id, minute) do update set calls = r.calls + 1
-                  where r.calls + 1 + (select n from p) * (select w from m) <= :limit
-                returning calls)
-         select (select calls from ins) as admitted, p.n as prev, m.w as weight,
-                coalesce((select calls from rate_windows
-                           where agent_id = :agent and minute = m.minute), 0) as current
-           from m, p`,
-        { agent: agentId, limit },
-      )) as { rows: { admitted: number | null; prev: number; weight: number; current: number }[] };
-      const row = rows[0]!;
-      if (row.admitted !== null) return 0;
-      return retryAfterSeconds(Number(row.current), Number(row.prev), Number(row.weight), limit);
+      const lease = leaseSize(limit);
+      // Exact limits: one statement per call, racing calls settled by the database.
+      if (lease === 1) return ask(agentId, limit, 1);
+      for (;;) {
+        if (fromLease(agentId)) return 0;
+        const inFlight = asking.get(agentId);
+        if (!inFlight) break;
+        await inFlight.catch(() => undefined);
+      }
+      const asked = ask(agentId, limit, lease);
+      asking.set(agentId, asked);
+      try {
+        return await asked;
+      } finally {
+        if (asking.get(agentId) === asked) asking.delete(agentId);
+      }
     },
     async purge() {
       await knex.raw(

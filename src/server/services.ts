@@ -23,6 +23,7 @@ import { createNotifier } from '../web/webhook.ts';
 import { createLocalBus, createPgBus, type ClusterBus } from '../cluster/bus.ts';
 import { createLeadership, soleLeader, type Leadership } from '../cluster/leadership.ts';
 import { assertClusterSigningKey } from '../cluster/signing-key.ts';
+import { createAgentAuth, type Authenticate } from './agent-cache.ts';
 import { createMemoryStore } from './memory.ts';
 import { createMetrics, type Metrics } from './metrics.ts';
 import { createCallPipeline, type CallPipeline } from './pipeline.ts';
@@ -49,6 +50,8 @@ export interface Services {
   bus: ClusterBus;
   /** Whether this replica runs the cluster's periodic work. */
   leadership: Leadership;
+  /** Token → agent, cached while the cluster bus announces agent changes. */
+  authenticate: Authenticate;
   startedAt: Date;
   /** Tells the services where the HTTP server listens (used for links unless http.public_url is set). */
   listeningAt(url: string): void;
@@ -90,6 +93,7 @@ export async function openServices(config: Config, log: Logger, command: string)
     const leadership = url ? await createLeadership(url, log) : soleLeader;
     closers.push(() => leadership.close());
     const limiter = createRateLimiter(db.knex);
+    const authenticate = createAgentAuth(db.knex, bus);
     const local = createLocalConnector(db.knex, blobs);
     const bridge = config.bridge && createBridgeConnector(config.bridge, log);
     const connectors = createConnectorSet(
@@ -215,6 +219,7 @@ export async function openServices(config: Config, log: Logger, command: string)
       metrics,
       bus,
       leadership,
+      authenticate,
       startedAt: new Date(),
       maintain,
       listeningAt(url) {

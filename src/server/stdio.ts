@@ -2,7 +2,7 @@ import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import { serveStdio as serveMcpStdio } from '@modelcontextprotocol/server/stdio';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
-import { authenticate, type AuthFailure } from './agents.ts';
+import type { AuthFailure } from './agents.ts';
 import { createMcpServer } from './mcp.ts';
 import { openServices } from './services.ts';
 import { VERSION } from './version.ts';
@@ -25,7 +25,7 @@ export async function serveStdio(config: Config, log: Logger, token: string | un
       error_code: 'UNAUTHENTICATED',
       details: { reason: refused.failure, transport: 'stdio' },
     });
-  const first = await authenticate(services.knex, token);
+  const first = await services.authenticate(token);
   if ('failure' in first) {
     await denied(first);
     await services.close();
@@ -38,7 +38,7 @@ export async function serveStdio(config: Config, log: Logger, token: string | un
         version: VERSION,
         pipeline: services.pipeline,
         async authorize() {
-          const now = await authenticate(services.knex, token);
+          const now = await services.authenticate(token);
           if ('failure' in now) {
             await denied(now);
             throw new ProtocolError(ProtocolErrorCode.InvalidRequest, `agent token refused: ${now.failure}`);
