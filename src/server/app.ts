@@ -1,4 +1,4 @@
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import type { Config } from '../config.ts';
@@ -32,7 +32,9 @@ export function createApp(services: Services) {
   app.use('/mcp', mcp.router);
   app.get('/healthz', hostGuard(services.config), async (_req, res) => {
     const health = await healthOf(services);
-    res.status(health.status === 'ok' ? 200 : 503).json(health);
+    // 503 only when this replica cannot serve at all (no database): a balancer's health check must not
+    // drop every replica because one upstream MCP server is down (the body still says "degraded").
+    res.status(health.database.reachable ? 200 : 503).json(health);
   });
   app.get('/metrics', hostGuard(services.config), async (_req, res) => {
     res.type(services.metrics.registry.contentType).send(await services.metrics.registry.metrics());
@@ -52,15 +54,46 @@ export function createApp(services: Services) {
   return { app, close: () => mcp.close() };
 }
 
-/** Opens the database, applies migrations and serves HTTP on the configured host and port. */
+/** The configured port is taken: said with the fix, before anything was set up. */
+export class PortInUseError extends Error {
+  override name = 'PortInUseError';
+}
+
+/** Binds the configured address, so that a taken port is known before the database is touched. */
+async function bind(config: Config): Promise<Server> {
+  const server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EADDRINUSE') {
+        reject(
+          new PortInUseError(
+            `port ${config.http.port} on ${config.http.host} is in use; set COUNTERSIGN_PORT (http.port) ` +
+              'to a free port, or stop what listens there',
+          ),
+        );
+      } else reject(err);
+    });
+    server.listen(config.http.port, config.http.host, () => resolve());
+  });
+  return server;
+}
+
+/**
+ * Binds HTTP first, then opens the database, applies migrations and sets up a first run: a port that is
+ * taken stops start-up before anything (first-run credentials included) is created.
+ */
 export async function startHttpServer(config: Config, log: Logger): Promise<RunningServer> {
-  const services = await openServices(config, log, 'countersign serve');
+  const server = await bind(config);
+  let services: Services;
+  try {
+    services = await openServices(config, log, 'countersign serve');
+  } catch (err) {
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    throw err;
+  }
   try {
     const { app, close: closeApp } = createApp(services);
-    const server: Server = await new Promise((resolve, reject) => {
-      const s = app.listen(config.http.port, config.http.host, () => resolve(s));
-      s.once('error', reject);
-    });
+    server.on('request', app);
     const { port } = server.address() as AddressInfo;
     const host = config.http.host.includes(':') ? `[${config.http.host}]` : config.http.host;
     const url = `http://${host}:${port}`;
@@ -77,6 +110,7 @@ export async function startHttpServer(config: Config, log: Logger): Promise<Runn
       },
     };
   } catch (err) {
+    server.close();
     await services.close();
     throw err;
   }
