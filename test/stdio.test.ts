@@ -24,7 +24,7 @@ for (const kind of databaseKinds()) {
 
     for (const era of ERAS) {
       it(`serves the read tools to the agent named by COUNTERSIGN_AGENT_TOKEN, logging only to stderr (${era} client)`, async () => {
-        const { client, stderr } = await connectStdio(
+        const { client, stderr, exited } = await connectStdio(
           { ...env, LOG_LEVEL: 'info', COUNTERSIGN_AGENT_TOKEN: token },
           era,
         );
@@ -44,6 +44,9 @@ for (const kind of databaseKinds()) {
         } finally {
           await client.close();
         }
+        // The client closing stdin ends the server cleanly: nothing but its own log lines on stderr.
+        await exited();
+        assert.doesNotMatch(stderr(), /Error|Warning|Maximum call stack/);
       });
     }
 

@@ -78,7 +78,7 @@ export async function connectHttp(url: string, token: string, era: Era = 'legacy
 export async function connectStdio(
   env: Record<string, string>,
   era: Era = 'legacy',
-): Promise<{ client: Client; stderr: () => string }> {
+): Promise<{ client: Client; stderr: () => string; exited: () => Promise<void> }> {
   const transport = new StdioClientTransport({
     command: process.execPath,
     args: ['--import', 'tsx', path.join(ROOT, 'src/cli.ts'), 'serve', '--stdio'],
@@ -90,7 +90,19 @@ export async function connectStdio(
   transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   const client = newClient(era);
   await client.connect(transport);
-  return { client, stderr: () => stderr };
+  const pid = transport.pid;
+  /** Resolves once the server process is gone (after the client closed its stdin). */
+  const exited = () =>
+    waitFor('the stdio server to exit', async () => {
+      if (pid === null || pid === undefined) return true;
+      try {
+        process.kill(pid, 0);
+        return undefined;
+      } catch {
+        return true;
+      }
+    }).then(() => undefined);
+  return { client, stderr: () => stderr, exited };
 }
 
 /** The envelope of a tool result (structuredContent), typed loosely for assertions. */
