@@ -1,9 +1,20 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Command } from 'commander';
+import { Command, CommanderError, Option } from 'commander';
 import { z } from 'zod';
+import {
+  CHOICES,
+  formatOfFile,
+  installedProfile,
+  isoTime,
+  positiveInt,
+  positiveIntOrDefault,
+  roles,
+} from './admin/cli-input.ts';
 import type { AdminCommand } from './admin/commands.ts';
+import { describePgError, postgresProblem } from './admin/pg-errors.ts';
+import { PromptInterruptedError, readHiddenLine } from './admin/secret.ts';
 import type { Manifest } from './audit/export.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { DataDirLockedError, lockHolder } from './db/lock.ts';
@@ -21,6 +32,34 @@ const err = (line: string) => process.stderr.write(`${line}\n`);
 
 class CliError extends Error {
   override name = 'CliError';
+}
+
+/** A command line that cannot be right whatever the data: exit code 2, like commander's own refusals. */
+class UsageError extends CliError {
+  override name = 'UsageError';
+}
+
+/** Commands that need data already there: on a missing data directory they must not create one. */
+const NEEDS_EXISTING = new Set<AdminCommand['command']>([
+  'agent.list',
+  'agent.set',
+  'agent.revoke',
+  'audit.export',
+  'audit.verify_db',
+  'approvals.list',
+  'approvals.show',
+  'approvals.decide',
+]);
+
+/** Refuses, before anything is opened, an embedded database that is not there. */
+function checkDataExists(cfg: Config, command: AdminCommand): void {
+  if (cfg.database_url || !NEEDS_EXISTING.has(command.command) || fs.existsSync(cfg.pglite_dir)) return;
+  const what = fs.existsSync(cfg.data_dir)
+    ? `the data directory ${cfg.data_dir} holds no database (no ${cfg.pglite_dir})`
+    : `the data directory ${cfg.data_dir} does not exist`;
+  throw new CliError(
+    `${what}; set COUNTERSIGN_DATA_DIR or run from the right directory. Nothing was created.`,
+  );
 }
 
 function config(): Config {
@@ -47,7 +86,11 @@ async function runData(cfg: Config, command: AdminCommand): Promise<Record<strin
     }
   };
 
-  if (!cfg.database_url) {
+  checkDataExists(cfg, command);
+  if (cfg.database_url) {
+    const problem = await postgresProblem(cfg.database_url);
+    if (problem) throw new CliError(problem);
+  } else {
     const holder = lockHolder(cfg.pglite_dir);
     if (holder) return viaServer(holder.pid);
   }
@@ -79,9 +122,14 @@ async function runData(cfg: Config, command: AdminCommand): Promise<Record<strin
   }
 }
 
-/** The first line of stdin (prompting on stderr when it is a terminal). */
+/** The first line of stdin: typed without echo at a terminal (prompted on stderr), else piped. */
 async function readSecretLine(prompt: string): Promise<string> {
-  if (process.stdin.isTTY) process.stderr.write(prompt);
+  if (process.stdin.isTTY) {
+    process.stderr.write(prompt);
+    const line = await readHiddenLine(process.stdin, process.stderr);
+    if (!line) throw new CliError('no password given');
+    return line;
+  }
   let data = '';
   for await (const chunk of process.stdin) {
     data += String(chunk);
@@ -155,11 +203,60 @@ async function serve(opts: { stdio?: boolean }): Promise<void> {
   await server.close();
 }
 
+/** Only an installed profile; the profiles directory comes from the configuration. */
+const profile = installedProfile(() => config().policy.profiles_dir);
+
+type ExportOptions = Record<'since' | 'until' | 'agent' | 'tool' | 'kind' | 'result', string | undefined> & {
+  format?: 'jsonl' | 'csv';
+  output?: string;
+  force?: boolean;
+};
+
+/**
+ * The export's format and file: the format from --format or else from the extension of -o FILE, the two
+ * never contradicting, and FILE (or its manifest) never overwritten without --force.
+ */
+function exportTarget(opts: ExportOptions): { format: 'jsonl' | 'csv'; file: string } {
+  const fromName = opts.output === undefined ? undefined : formatOfFile(opts.output);
+  if (opts.output !== undefined && !fromName && !opts.format)
+    throw new UsageError(
+      `option '-o, --output <file>': ${opts.output} must end in .jsonl or .csv, or give --format`,
+    );
+  if (opts.format && fromName && opts.format !== fromName)
+    throw new UsageError(`option '--format ${opts.format}' contradicts -o ${opts.output} (.${fromName})`);
+  const format = opts.format ?? fromName;
+  if (!format) throw new UsageError(`option '--format <format>' (jsonl or csv) is required without -o FILE`);
+  const file = path.resolve(
+    opts.output ?? `audit-${new Date().toISOString().replace(/[:.]/g, '-')}.${format}`,
+  );
+  for (const existing of [file, `${file}.manifest.json`].filter((f) => fs.existsSync(f))) {
+    if (!opts.force)
+      throw new UsageError(`option '-o, --output <file>': ${existing} exists; give --force to overwrite it`);
+  }
+  return { format, file };
+}
+
+/**
+ * `serve` is the default command, so commander would hand an unknown word to it as an argument
+ * ("too many arguments for 'serve'"): a first operand that names no command is refused here instead.
+ */
+function refuseUnknownCommand(cli: Command, argv: string[]): void {
+  const first = argv.slice(2).find((a) => !a.startsWith('-'));
+  const names = cli.commands.map((c) => c.name());
+  if (first === undefined || first === 'help' || names.includes(first)) return;
+  cli.error(`error: unknown command '${first}' (commands: ${names.join(', ')})`, {
+    code: 'commander.unknownCommand',
+  });
+}
+
 function program(): Command {
   const cli = new Command('countersign')
     .description('MCP server: reads run freely, writes need a human approval bound to the exact content')
     .version(VERSION)
-    .showHelpAfterError();
+    .showHelpAfterError()
+    // Usage errors are thrown, not exited on, so that the catch below can give them exit code 2.
+    // Set before the subcommands are made: they inherit it.
+    .exitOverride();
 
   cli
     .command('serve', { isDefault: true })
@@ -206,17 +303,17 @@ function program(): Command {
   agent
     .command('add')
     .argument('<name>')
-    .option('--profile <profile>', 'tool profile', 'all')
+    .option('--profile <profile>', 'tool profile (an installed one)', profile, 'all')
     .option('--owner <user>', 'the user who owns this agent (may not approve its requests)')
-    .option('--rate-limit <n>', 'calls per minute (default: policy.rate_limit_per_min)')
+    .option('--rate-limit <n>', 'calls per minute (default: policy.rate_limit_per_min)', positiveInt)
     .description('create an agent; its token is printed once, alone on the last line')
-    .action(async (name: string, opts: { profile: string; owner?: string; rateLimit?: string }) => {
+    .action(async (name: string, opts: { profile: string; owner?: string; rateLimit?: number }) => {
       const result = (await runData(config(), {
         command: 'agent.add',
         name,
         profile: opts.profile,
         owner: opts.owner,
-        rate_limit_per_min: opts.rateLimit === undefined ? undefined : Number(opts.rateLimit),
+        rate_limit_per_min: opts.rateLimit,
       })) as {
         agent: { id: string; name: string };
         token: string;
@@ -229,21 +326,17 @@ function program(): Command {
   agent
     .command('set')
     .argument('<name>')
-    .option('--profile <profile>', 'another tool profile')
-    .option('--rate-limit <n>', 'calls per minute, or "default"')
+    .option('--profile <profile>', 'another tool profile (an installed one)', profile)
+    .option('--rate-limit <n>', 'calls per minute, or "default"', positiveIntOrDefault)
     .description("change an agent's profile or rate limit")
-    .action(async (name: string, opts: { profile?: string; rateLimit?: string }) => {
-      const rate =
-        opts.rateLimit === undefined
-          ? undefined
-          : opts.rateLimit === 'default'
-            ? null
-            : Number(opts.rateLimit);
+    .action(async (name: string, opts: { profile?: string; rateLimit?: number | 'default' }) => {
+      if (opts.profile === undefined && opts.rateLimit === undefined)
+        throw new UsageError('agent set: give --profile or --rate-limit');
       await runData(config(), {
         command: 'agent.set',
         name,
         profile: opts.profile,
-        rate_limit_per_min: rate,
+        rate_limit_per_min: opts.rateLimit === 'default' ? null : opts.rateLimit,
       });
       out(`agent "${name}" updated`);
     });
@@ -279,24 +372,23 @@ function program(): Command {
   const audit = cli.command('audit').description('export and verify the audit log');
   audit
     .command('export')
-    .requiredOption('--format <format>', 'jsonl or csv')
-    .option('--since <time>', 'ISO-8601: rows at or after')
-    .option('--until <time>', 'ISO-8601: rows before')
+    .addOption(
+      new Option('--format <format>', 'default: from the extension of -o FILE').choices(CHOICES.format),
+    )
+    .option('--since <time>', 'ISO-8601: rows at or after', isoTime)
+    .option('--until <time>', 'ISO-8601: rows before', isoTime)
     .option('--agent <name>', 'only rows of this agent')
     .option('--tool <tool>', 'only rows of this tool')
-    .option('--kind <kind>', 'only rows of this kind (tool.call, write.started, …)')
-    .option('--result <result>', 'ok or error')
+    .addOption(new Option('--kind <kind>', 'only rows of this kind').choices(CHOICES.kind))
+    .addOption(new Option('--result <result>', 'only ok or error rows').choices(CHOICES.result))
     .option(
       '-o, --output <file>',
       'where to write (default audit-<time>.<format>); the manifest goes beside it',
     )
+    .option('--force', 'overwrite FILE and its manifest if they exist')
     .description('export the log with a signed manifest (FILE.manifest.json)')
-    .action(async (opts: Record<string, string | undefined>) => {
-      const format = opts.format;
-      if (format !== 'jsonl' && format !== 'csv') throw new CliError('--format must be jsonl or csv');
-      const file = path.resolve(
-        opts.output ?? `audit-${new Date().toISOString().replace(/[:.]/g, '-')}.${format}`,
-      );
+    .action(async (opts: ExportOptions) => {
+      const { format, file } = exportTarget(opts);
       const filter = Object.fromEntries(
         (['since', 'until', 'tool', 'kind', 'result'] as const)
           .filter((k) => opts[k])
@@ -335,7 +427,7 @@ function program(): Command {
         if (!result.ok) process.exitCode = 1;
         return;
       }
-      if (!file) throw new CliError('give an export file, or --db');
+      if (!file) throw new UsageError('audit verify: give an export file, or --db');
       const manifestPath = opts.manifest ?? `${file}.manifest.json`;
       let manifest: Manifest;
       let pubkey: string | undefined;
@@ -359,15 +451,14 @@ function program(): Command {
     .description('manage people: chairs decide, compliance reviews, admins administer')
     .command('add')
     .argument('<name>')
-    .requiredOption('--role <roles>', 'chair, compliance or admin (comma-separated for several)')
+    .requiredOption('--role <roles>', 'chair, compliance or admin (comma-separated for several)', roles)
     .description('create a user; the password is read from stdin (first line)')
-    .action(async (name: string, opts: { role: string }) => {
-      const roles = opts.role.split(',').map((r) => r.trim());
+    .action(async (name: string, opts: { role: string[] }) => {
       const password = await readSecretLine('password for the new user: ');
       const { user } = (await runData(config(), {
         command: 'user.add',
         name,
-        roles,
+        roles: opts.role,
         password,
       } as AdminCommand)) as {
         user: { name: string; roles: string[] };
@@ -383,11 +474,7 @@ function program(): Command {
   approvals
     .command('list')
     .requiredOption('--as <user>', 'your user name')
-    .option(
-      '--status <status>',
-      'pending, approved, rejected, expired, executing, succeeded, failed, unknown',
-      'pending',
-    )
+    .addOption(new Option('--status <status>', 'which requests').choices(CHOICES.status).default('pending'))
     .action(async (opts: { as: string; status: string }) => {
       const password = await chairPassword();
       const { approvals: rows } = (await runData(config(), {
@@ -430,7 +517,7 @@ function program(): Command {
         decision === 'reject' ? 'why (required)' : 'a note for the agent and the audit log',
       )
       .action(async (id: string, opts: { as: string; note?: string }) => {
-        if (decision === 'reject' && !opts.note) throw new CliError('reject needs --note');
+        if (decision === 'reject' && !opts.note) throw new UsageError('reject needs --note');
         const password = await chairPassword();
         const { approval } = (await runData(config(), {
           command: 'approvals.decide',
@@ -454,19 +541,31 @@ const isNamed = (e: unknown, name: string): e is Error => e instanceof Error && 
 async function explain(e: unknown): Promise<string> {
   if (e instanceof ConfigError) return `configuration error: ${e.message}`;
   if (e instanceof z.ZodError) return (await import('./admin/commands.ts')).describeZodError(e);
+  if (e instanceof PromptInterruptedError) return e.message;
   if (e instanceof CliError || isNamed(e, 'AdminCommandError') || e instanceof DataDirLockedError)
     return e.message;
-  if (isNamed(e, 'StdioAuthError') || isNamed(e, 'SigningKeyMismatchError')) return e.message;
+  if (isNamed(e, 'StdioAuthError') || isNamed(e, 'SigningKeyMismatchError') || isNamed(e, 'PortInUseError'))
+    return e.message;
+  const pg = describePgError(e, process.env.DATABASE_URL);
+  if (pg) return pg;
   if (isNamed(e, 'ProfileError')) return `profile error: ${e.message}`;
   if (e instanceof Error && e.name === 'AgentExistsError') return e.message;
   if (e instanceof Error && 'code' in e && e.code === 'EADDRINUSE') return `cannot listen: ${e.message}`;
   return e instanceof Error ? (e.stack ?? e.message) : String(e);
 }
 
+/** Exit codes: 0 done, 1 the command failed, 2 the command line was wrong (nothing was done). */
 try {
-  await program().parseAsync(process.argv);
+  const cli = program();
+  refuseUnknownCommand(cli, process.argv);
+  await cli.parseAsync(process.argv);
   process.exitCode ??= 0;
 } catch (e) {
-  err(`countersign: ${await explain(e)}`);
-  process.exitCode = 1;
+  if (e instanceof CommanderError) {
+    // commander has already printed its message (or the help or version asked for).
+    process.exitCode = e.exitCode === 0 ? 0 : 2;
+  } else {
+    err(`countersign: ${await explain(e)}`);
+    process.exitCode = e instanceof UsageError ? 2 : 1;
+  }
 }

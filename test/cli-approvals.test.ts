@@ -37,7 +37,8 @@ for (const kind of databaseKinds()) {
       const role = await runCli(['user', 'add', 'quinn', '--role', 'king'], server.env, {
         input: 'a long enough password\n',
       });
-      assert.equal(role.code, 1);
+      assert.equal(role.code, 2);
+      assert.match(role.stderr, /--role/);
       const dup = await runCli(['user', 'add', 'nadia', '--role', 'chair'], server.env, {
         input: 'a long enough password\n',
       });
@@ -78,7 +79,7 @@ for (const kind of databaseKinds()) {
       assert.equal(auditor.code, 1);
       assert.match(auditor.stderr, /not_chair/);
       const noNote = await runCli(['approvals', 'reject', id, '--as', 'nadia'], chair);
-      assert.equal(noNote.code, 1);
+      assert.equal(noNote.code, 2);
       assert.match(noNote.stderr, /reject needs --note/);
 
       const approve = await runCli(['approvals', 'approve', id, '--as', 'nadia', '--note', 'ok'], chair);

@@ -151,8 +151,9 @@ for (const kind of databaseKinds()) {
         'readonly',
       );
       const bad = await runCli(['agent', 'set', 'switcher', '--profile', 'nonesuch'], server.env);
-      assert.equal(bad.code, 1);
-      assert.match(bad.stderr, /no profile "nonesuch"/);
+      assert.equal(bad.code, 2, 'a usage error');
+      assert.match(bad.stderr, /--profile/);
+      assert.match(bad.stderr, /installed: all, drafting, readonly/);
     });
 
     it('rate-limits per agent across its sessions, with retry_after_s', async () => {
