@@ -3,6 +3,7 @@ import {
   createPrivateKey,
   createPublicKey,
   generateKeyPairSync,
+  randomBytes,
   sign,
   verify,
   type KeyObject,
@@ -36,6 +37,25 @@ function signerFrom(privateKey: KeyObject): Signer {
 }
 
 /**
+ * Writes a new key to `file` unless one is there. Written aside and linked into place, which fails if
+ * the name exists: replicas starting at once on one data directory all end up reading the one key that
+ * won, and never a half-written file.
+ */
+function createKeyFile(file: string): void {
+  const { privateKey } = generateKeyPairSync('ed25519');
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const aside = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  fs.writeFileSync(aside, privateKey.export({ format: 'pem', type: 'pkcs8' }), { mode: 0o600, flag: 'wx' });
+  try {
+    fs.linkSync(aside, file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  } finally {
+    fs.rmSync(aside, { force: true });
+  }
+}
+
+/**
  * The signing key: from `keyPath` when configured, else `<data dir>/audit-signing-key.pem`, generated
  * (mode 0600) on first use. Several instances on one database should be given the same key by config.
  */
@@ -43,9 +63,7 @@ export function loadSigner(dataDir: string, keyPath?: string): Signer {
   const file = keyPath ?? path.join(dataDir, 'audit-signing-key.pem');
   if (!fs.existsSync(file)) {
     if (keyPath) throw new Error(`audit signing key ${keyPath} does not exist`);
-    const { privateKey } = generateKeyPairSync('ed25519');
-    fs.mkdirSync(path.dirname(file), { recursive: true });
-    fs.writeFileSync(file, privateKey.export({ format: 'pem', type: 'pkcs8' }), { mode: 0o600, flag: 'wx' });
+    createKeyFile(file);
   }
   const key = createPrivateKey(fs.readFileSync(file));
   if (key.asymmetricKeyType !== 'ed25519') throw new Error(`${file} is not an Ed25519 private key`);
