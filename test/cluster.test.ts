@@ -218,8 +218,8 @@ for (const _kind of databaseKinds().filter((k) => k === 'postgres')) {
 
     it('caches an agent per replica only while PostgreSQL announces its changes', async () => {
       const log = createLogger('silent');
-      const bus = await createPgBus(db.url!, log);
       const own = await openDatabase({ url: db.url, pgliteDir: '', command: 'test' });
+      const bus = await createPgBus(own.knex, db.url!, log);
       let queries = 0;
       own.knex.on('query', () => queries++);
       try {

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
 import pg from 'pg';
 import { InMemoryServerEventBus, type ServerEvent, type ServerEventBus } from '@modelcontextprotocol/server';
 import type { Logger } from '../log.ts';
@@ -15,8 +16,6 @@ interface Envelope {
 }
 
 export interface ClusterBus extends ServerEventBus {
-  /** This replica's id on the bus. */
-  readonly origin: string;
   /** Calls `listener` for every event another replica published (not for this replica's own). */
   onForeign(listener: (event: ServerEvent) => void): () => void;
   /**
@@ -36,13 +35,11 @@ export interface ClusterBus extends ServerEventBus {
  * it reconnects with backoff, and the events NOTIFY sent meanwhile are lost — they only say "list again",
  * and a reconnect is followed by one such event so that nothing stays stale.
  */
-export async function createPgBus(url: string, log: Logger): Promise<ClusterBus> {
+export async function createPgBus(knex: Knex, url: string, log: Logger): Promise<ClusterBus> {
   const origin = randomUUID();
   const local = new InMemoryServerEventBus((err) => log.warn({ err }, 'change-event listener failed'));
   const foreign = new Set<(event: ServerEvent) => void>();
   const agentListeners = new Set<(agentId: string) => void>();
-  const notifier = new pg.Pool({ connectionString: url, max: 1 });
-  notifier.on('error', (err) => log.warn({ err: err.message }, 'event bus connection failed'));
   let listener: pg.Client | undefined;
   let closed = false;
   let retry: NodeJS.Timeout | undefined;
@@ -101,11 +98,11 @@ export async function createPgBus(url: string, log: Logger): Promise<ClusterBus>
   await listen();
 
   return {
-    origin,
     publish(event) {
       const payload: Envelope = { origin, event };
-      notifier
-        .query('select pg_notify($1, $2)', [EVENTS_CHANNEL, JSON.stringify(payload)])
+      // Sent on the ordinary pool: only LISTEN needs a connection of its own.
+      knex
+        .raw('select pg_notify(?, ?)', [EVENTS_CHANNEL, JSON.stringify(payload)])
         .catch((err: Error) => log.warn({ err: err.message }, 'could not publish a change event'));
     },
     subscribe: (l) => local.subscribe(l),
@@ -124,7 +121,6 @@ export async function createPgBus(url: string, log: Logger): Promise<ClusterBus>
       const open = listener;
       listener = undefined;
       await open?.end().catch(() => undefined);
-      await notifier.end().catch(() => undefined);
     },
   };
 }
@@ -133,7 +129,6 @@ export async function createPgBus(url: string, log: Logger): Promise<ClusterBus>
 export function createLocalBus(log: Logger): ClusterBus {
   const local = new InMemoryServerEventBus((err) => log.warn({ err }, 'change-event listener failed'));
   return {
-    origin: 'local',
     publish: (event) => local.publish(event),
     subscribe: (l) => local.subscribe(l),
     onForeign: () => () => undefined,

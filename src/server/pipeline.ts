@@ -296,19 +296,6 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
           details: { issues: parsed.error.issues.map(describeIssue) },
         });
       }
-      const ctxFor = (callSignal: AbortSignal): ToolContext => ({
-        agent,
-        request_id,
-        trace_id,
-        connectors: deps.connectors,
-        cursors: deps.cursors,
-        config: deps.config,
-        approvals: deps.approvals,
-        blobs: deps.blobs,
-        memory: deps.memory,
-        dryRunOnly: profile.dry_run_only.includes(tool.facet),
-        signal: callSignal,
-      });
       // A result that arrives after the deadline is thrown away, and counted.
       outcome = await withDeadline(
         signal,
@@ -316,7 +303,19 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
         async (callSignal) => {
           if (deps.config.testing.delay_ms)
             await new Promise((r) => setTimeout(r, deps.config.testing.delay_ms));
-          const ctx = ctxFor(callSignal);
+          const ctx: ToolContext = {
+            agent,
+            request_id,
+            trace_id,
+            connectors: deps.connectors,
+            cursors: deps.cursors,
+            config: deps.config,
+            approvals: deps.approvals,
+            blobs: deps.blobs,
+            memory: deps.memory,
+            dryRunOnly: profile.dry_run_only.includes(tool.facet),
+            signal: callSignal,
+          };
           return tool.kind === 'write'
             ? runWrite(tool, parsed.data as WriteControls & Record<string, unknown>, ctx)
             : tool.handler(parsed.data, ctx);

@@ -88,7 +88,7 @@ export async function openServices(config: Config, log: Logger, command: string)
     const checkpoints = await checkpointDeps(db.knex, audit, config);
     await assertClusterSigningKey(db.knex, checkpoints.signer.public_key);
     const url = config.database_url;
-    const bus = url ? await createPgBus(url, log) : createLocalBus(log);
+    const bus = url ? await createPgBus(db.knex, url, log) : createLocalBus(log);
     closers.push(() => bus.close());
     const leadership = url ? await createLeadership(url, log) : soleLeader;
     closers.push(() => leadership.close());

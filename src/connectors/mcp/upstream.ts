@@ -150,6 +150,12 @@ export function connectUpstream(
     }
   }
 
+  /** Lists again after word of a change (the upstream's own, or another replica's); failures are logged. */
+  const relist = (c: Client) =>
+    refreshTools(c).catch((err: unknown) =>
+      log.warn({ err: messageOf(err) }, 'relisting upstream tools failed'),
+    );
+
   async function connect() {
     if (closed()) return;
     const c = new Client({ name: 'countersign', version: opts.clientVersion });
@@ -165,11 +171,7 @@ export function connectUpstream(
         await c.close();
         return;
       }
-      c.setNotificationHandler('notifications/tools/list_changed', async () => {
-        await refreshTools(c).catch((err: unknown) =>
-          log.warn({ err: messageOf(err) }, 'relisting upstream tools failed'),
-        );
-      });
+      c.setNotificationHandler('notifications/tools/list_changed', () => relist(c));
       await refreshTools(c);
       client = c;
       transport = t;
@@ -259,11 +261,7 @@ export function connectUpstream(
       if (!client || state !== 'up') throw unavailable(lastError);
     },
     async refresh() {
-      const c = client;
-      if (!c || state !== 'up') return;
-      await refreshTools(c).catch((err: unknown) =>
-        log.warn({ err: messageOf(err) }, 'relisting upstream tools failed'),
-      );
+      if (client && state === 'up') await relist(client);
     },
     async call(tool, args, signal) {
       const c = client;
