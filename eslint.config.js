@@ -14,6 +14,10 @@ export default tseslint.config(
       '@typescript-eslint/no-dynamic-delete': 'off',
     },
   },
+  {
+    files: ['**/*.cjs'],
+    languageOptions: { sourceType: 'commonjs', globals: { module: 'writable', require: 'readonly' } },
+  },
   // stdout is the MCP channel under stdio: nothing in src/ may print with console.
   { files: ['src/**/*.ts'], rules: { 'no-console': 'error' } },
 );

@@ -177,11 +177,11 @@ async function serve(opts: { stdio?: boolean }): Promise<void> {
   const { createLogger } = await import('./log.ts');
   const log = createLogger(cfg.log_level);
   if (opts.stdio) {
-    const { serveStdio } = await import('./server/stdio.ts');
+    const { serveStdio } = await import('./app/serve-stdio.ts');
     await serveStdio(cfg, log, process.env.COUNTERSIGN_AGENT_TOKEN);
     return;
   }
-  const { startHttpServer } = await import('./server/app.ts');
+  const { startHttpServer } = await import('./app/serve-http.ts');
   const server = await startHttpServer(cfg, log);
   const first = server.services.firstRun;
   if (first) {

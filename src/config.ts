@@ -157,14 +157,6 @@ export const ConfigSchema = z
       })
       .prefault({}),
     /** Fault injection for the reliability tests. */
-    testing: z
-      .strictObject({
-        /** The process kills itself at this step of an execution. */
-        crash_at: z.enum(['after_write_started', 'after_connector_write']).optional(),
-        /** Every tool handler waits this long first (deadline tests). */
-        delay_ms: z.number().int().min(0).optional(),
-      })
-      .prefault({}),
     /** The connector the contract tools use when source_preference is auto. */
     connectors: z
       .strictObject({
@@ -256,8 +248,6 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_MAINTENANCE_INTERVAL_S: { path: ['approval', 'maintenance_interval_s'], kind: 'int' },
   COUNTERSIGN_CALL_TIMEOUT_MS: { path: ['limits', 'call_timeout_ms'], kind: 'int' },
   COUNTERSIGN_MAX_MESSAGE_BYTES: { path: ['limits', 'max_message_bytes'], kind: 'int' },
-  COUNTERSIGN_TEST_CRASH_AT: { path: ['testing', 'crash_at'], kind: 'string' },
-  COUNTERSIGN_TEST_DELAY_MS: { path: ['testing', 'delay_ms'], kind: 'int' },
   COUNTERSIGN_RATE_LIMIT_PER_MIN: { path: ['policy', 'rate_limit_per_min'], kind: 'int' },
   COUNTERSIGN_PROFILES_DIR: { path: ['policy', 'profiles_dir'], kind: 'string' },
   COUNTERSIGN_AUDIT_SIGNING_KEY: { path: ['audit', 'signing_key_path'], kind: 'string' },
@@ -385,7 +375,6 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
       required_approvers: Object.freeze({ ...parsed.approval.required_approvers }),
     }),
     limits: Object.freeze(parsed.limits),
-    testing: Object.freeze(parsed.testing),
     policy: Object.freeze(parsed.policy),
     web: Object.freeze(parsed.web),
     audit: Object.freeze(parsed.audit),

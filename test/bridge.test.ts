@@ -5,9 +5,10 @@ import path from 'node:path';
 import { after, afterEach, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
-import { startReferenceBridge, type ReferenceBridge } from '../src/connectors/bridge/reference.ts';
+import { startReferenceBridge, type ReferenceBridge } from './helpers/bridge/reference.ts';
 import { BridgeErrorKind, ERROR_CODE } from '../src/connectors/bridge/wire.ts';
-import { createUser, type User } from '../src/server/users.ts';
+import { createUser } from '../src/accounts/users.ts';
+import { type User } from '../src/core/identity.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type Envelope, type TestServer } from './helpers/server.ts';
 

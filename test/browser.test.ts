@@ -4,7 +4,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
 import { chromium, type Browser } from 'playwright-core';
-import { createUser } from '../src/server/users.ts';
+import { createUser } from '../src/accounts/users.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, ROOT, startTestServer, type TestServer } from './helpers/server.ts';
 

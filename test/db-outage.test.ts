@@ -7,10 +7,11 @@ import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { loadConfig } from '../src/config.ts';
 import { createLogger } from '../src/log.ts';
 import { DATABASE_UNAVAILABLE } from '../src/server/pipeline.ts';
-import { startHttpServer, type RunningServer } from '../src/server/app.ts';
-import { createUser } from '../src/server/users.ts';
+import { startHttpServer, type RunningServer } from '../src/app/serve-http.ts';
+import { createUser } from '../src/accounts/users.ts';
 import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
 import { call, connectHttp, waitFor, testEnv } from './helpers/server.ts';
+import { slowHandlers } from './helpers/faults.ts';
 
 // The connection is cut with a TCP proxy in front of PostgreSQL; the embedded database has no connection.
 for (const _kind of databaseKinds().filter((k) => k === 'postgres')) {
@@ -27,8 +28,10 @@ for (const _kind of databaseKinds().filter((k) => k === 'postgres')) {
       const viaProxy = new URL(db.url!);
       viaProxy.port = String(proxy.port);
       // Handlers wait a little first, so that a cut can land between authentication and the audit row.
-      const env = testEnv(db, { DATABASE_URL: viaProxy.href, COUNTERSIGN_TEST_DELAY_MS: '300' });
-      server = await startHttpServer(loadConfig(env, db.dataDir), createLogger('silent'));
+      const env = testEnv(db, { DATABASE_URL: viaProxy.href });
+      server = await startHttpServer(loadConfig(env, db.dataDir), createLogger('silent'), {
+        faults: slowHandlers(300),
+      });
       agent = await connectHttp(server.url, server.services.firstRun!.token);
     });
     after(async () => {

@@ -34,7 +34,7 @@ for (const kind of databaseKinds()) {
           });
           assert.equal(user.code, 0, user.stderr);
 
-          const doomed = await spawnServer({ ...env, COUNTERSIGN_TEST_CRASH_AT: step });
+          const doomed = await spawnServer(env, { crashAt: step });
           const client = await connectHttp(doomed.url, token);
           const args = { target_type: 'contact', target_id: 'ct_alice', content_text: `crash ${step}` };
           const draft = await call(client, 'isphere_send_message', args);

@@ -6,7 +6,7 @@ import { createAuditLog } from '../src/audit/log.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { loadConfig } from '../src/config.ts';
 import { openDatabase, type Database } from '../src/db/knex.ts';
-import { createUser } from '../src/server/users.ts';
+import { createUser } from '../src/accounts/users.ts';
 import { runCli, spawnServer, stopChild } from './helpers/cli.ts';
 import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
 import { call, connectHttp, testEnv } from './helpers/server.ts';

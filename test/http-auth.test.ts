@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { revokeAgent } from '../src/server/agents.ts';
+import { revokeAgent } from '../src/accounts/agents.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
 

@@ -6,11 +6,12 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ProtocolError } from '@modelcontextprotocol/client';
 import type { Client } from '@modelcontextprotocol/client';
-import { createAgent } from '../src/server/agents.ts';
+import { createAgent } from '../src/accounts/agents.ts';
 import { loadProfiles, PROFILES_DIR, ProfileError, validateProfile } from '../src/server/profiles.ts';
 import { createRateLimiter, retryAfterSeconds } from '../src/server/rate-limit.ts';
 import { builtinTools } from '../src/tools/index.ts';
 import { runCli } from './helpers/cli.ts';
+import { slowHandlers } from './helpers/faults.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
 
@@ -277,10 +278,11 @@ for (const kind of databaseKinds()) {
     let server: TestServer;
     let client: Client;
     before(async () => {
-      server = await startTestServer('pglite', {
-        COUNTERSIGN_CALL_TIMEOUT_MS: '150',
-        COUNTERSIGN_TEST_DELAY_MS: '400',
-      });
+      server = await startTestServer(
+        'pglite',
+        { COUNTERSIGN_CALL_TIMEOUT_MS: '150' },
+        { faults: slowHandlers(400) },
+      );
       client = await connectHttp(server.url, server.demoToken);
     });
     after(async () => {

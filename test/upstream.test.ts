@@ -5,8 +5,9 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
-import { createAgent } from '../src/server/agents.ts';
-import { createUser, type User } from '../src/server/users.ts';
+import { createAgent } from '../src/accounts/agents.ts';
+import { createUser } from '../src/accounts/users.ts';
+import { type User } from '../src/core/identity.ts';
 import { databaseKinds } from './helpers/db.ts';
 import {
   call,

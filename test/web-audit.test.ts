@@ -5,7 +5,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
 import type { Manifest } from '../src/audit/export.ts';
 import { verifyExport } from '../src/audit/verify-export.ts';
-import { createUser } from '../src/server/users.ts';
+import { createUser } from '../src/accounts/users.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';

@@ -7,8 +7,8 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
 import { importData } from '../src/connectors/local/import.ts';
-import { createAgent } from '../src/server/agents.ts';
-import { createUser } from '../src/server/users.ts';
+import { createAgent } from '../src/accounts/agents.ts';
+import { createUser } from '../src/accounts/users.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
@@ -317,7 +317,7 @@ describe('web limits on pglite', () => {
 
   it('ends a session at its absolute lifetime even when it is in use', async () => {
     const { createSessionStore } = await import('../src/web/sessions.ts');
-    const user = (await import('../src/server/users.ts')).checkCredentials;
+    const user = (await import('../src/accounts/users.ts')).checkCredentials;
     const ivy = (await user(server.services.knex, 'ivy', 'ivy password'))!;
     const session = await createSessionStore(server.services.knex, server.services.config).create(ivy);
     const web = new WebClient(server.url);

@@ -7,8 +7,9 @@ import type { Client } from '@modelcontextprotocol/client';
 import { DecisionError } from '../src/approval/decide.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { importData } from '../src/connectors/local/import.ts';
-import { createAgent } from '../src/server/agents.ts';
-import { createUser, type User } from '../src/server/users.ts';
+import { createAgent } from '../src/accounts/agents.ts';
+import { createUser } from '../src/accounts/users.ts';
+import { type User } from '../src/core/identity.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type Envelope, type TestServer } from './helpers/server.ts';
 

@@ -5,8 +5,8 @@ import { demoData } from '../../src/connectors/local/demo.ts';
 import { importData } from '../../src/connectors/local/import.ts';
 import { openDatabase } from '../../src/db/knex.ts';
 import { migrateLatest } from '../../src/db/migrations.ts';
-import { createAgent } from '../../src/server/agents.ts';
-import { createUser } from '../../src/server/users.ts';
+import { createAgent } from '../../src/accounts/agents.ts';
+import { createUser } from '../../src/accounts/users.ts';
 
 export const DEFAULT_ADMIN_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { ApprovalStatus } from '../approval/view.ts';
 import { AuditKind } from '../audit/kinds.ts';
 import { loadProfiles } from '../server/profiles.ts';
-import { Role } from '../server/users.ts';
+import { Role } from '../core/identity.ts';
 
 /**
  * Parsers for the command line's option values. Each throws commander's InvalidArgumentError, so the

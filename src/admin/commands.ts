@@ -14,9 +14,11 @@ import { ChainBrokenError } from '../audit/checkpoints.ts';
 import { ExportFilter, exportAudit, NothingToExportError } from '../audit/export.ts';
 import { createAuditLog } from '../audit/log.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
-import { AgentName, createAgent, listAgents, revokeAgent, updateAgent } from '../server/agents.ts';
+import { createAgent, listAgents, revokeAgent, updateAgent } from '../accounts/agents.ts';
+import { AgentName } from '../core/identity.ts';
 import { loadProfiles } from '../server/profiles.ts';
-import { checkCredentials, createUser, Role, UserName, type User } from '../server/users.ts';
+import { checkCredentials, createUser } from '../accounts/users.ts';
+import { Role, UserName, type User } from '../core/identity.ts';
 
 /**
  * The data-changing operator commands. They run in the CLI's own process when it can open the database,

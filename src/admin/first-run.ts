@@ -4,8 +4,8 @@ import { toCount } from '../db/knex.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
 import { demoData } from '../connectors/local/demo.ts';
 import { importData } from '../connectors/local/import.ts';
-import { createAgent } from '../server/agents.ts';
-import { createUser } from '../server/users.ts';
+import { createAgent } from '../accounts/agents.ts';
+import { createUser } from '../accounts/users.ts';
 
 export interface FirstRun {
   token: string;

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { User } from '../server/users.ts';
+import type { User } from '../core/identity.ts';
 import { approversOf, expireRows, loadRow, viewOf, type ApprovalDeps } from './deps.ts';
 import { toView, type ApprovalView, type RequestRow } from './view.ts';
 

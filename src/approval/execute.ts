@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
-import type { Agent } from '../server/agents.ts';
-import { ToolError } from '../tools/errors.ts';
+import type { Agent } from '../core/identity.ts';
+import { AppError } from '../core/errors.ts';
 import { approversOf, expireRows, loadRow, policyVersion, requestFacts, type ApprovalDeps } from './deps.ts';
 import type { RequestRow, Target } from './view.ts';
 
@@ -19,7 +19,7 @@ const MESSAGES: Record<RefusalReason, string> = {
 };
 
 export const approvalRequired = (reason: RefusalReason, detail?: string) =>
-  new ToolError('APPROVAL_REQUIRED', detail ? `${MESSAGES[reason]} (${detail})` : MESSAGES[reason], reason);
+  new AppError('APPROVAL_REQUIRED', detail ? `${MESSAGES[reason]} (${detail})` : MESSAGES[reason], reason);
 
 export interface ExecutionRequest {
   agent: Agent;
@@ -50,7 +50,7 @@ async function checkIdempotencyKey(
     .first()) as { tool: string; content_sha256: string; approval_request_id: string } | undefined;
   if (!prior) return undefined;
   if (prior.tool !== req.tool || prior.content_sha256 !== req.content_sha256) {
-    throw new ToolError(
+    throw new AppError(
       'IDEMPOTENCY_CONFLICT',
       'this idempotency_key was already used for a different write',
       'key_reused_for_other_content',
@@ -143,7 +143,7 @@ export async function beginExecution(
     .catch((err: unknown) => {
       // Two calls racing with one new idempotency key: the loser sees the key's primary key taken.
       if ((err as { code?: string }).code === '23505' && /idempotency_keys/.test(String(err))) {
-        throw new ToolError(
+        throw new AppError(
           'IDEMPOTENCY_CONFLICT',
           'a write with this idempotency_key is in progress',
           'in_progress',

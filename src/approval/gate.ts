@@ -1,8 +1,12 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
-import { ToolError } from '../tools/errors.ts';
-import type { ToolContext, ToolOutcome, WriteToolDef } from '../tools/types.ts';
+import type { z } from 'zod';
+import { AppError } from '../core/errors.ts';
+import type { Faults } from '../core/faults.ts';
+import type { Agent } from '../core/identity.ts';
 import { approvalRequired } from './execute.ts';
+import type { Approvals } from './index.ts';
+import type { ApprovalSummary, Target } from './view.ts';
 
 /** The controls every write tool's input carries. */
 export interface WriteControls {
@@ -30,11 +34,59 @@ const INDETERMINATE = new Set(['TIMEOUT', 'SOURCE_UNAVAILABLE']);
 const UNREADABLE_ANSWER = new Set(['malformed_answer', 'upstream_protocol_error']);
 
 /** Whether a failed perform may still have written: then reconciliation, not the caller, settles it. */
-const indeterminate = (err: ToolError) =>
+const indeterminate = (err: AppError) =>
   INDETERMINATE.has(err.code) || (err.reason !== undefined && UNREADABLE_ANSWER.has(err.reason));
 
-function crashIf(ctx: ToolContext, step: 'after_write_started' | 'after_connector_write') {
-  if (ctx.config.testing.crash_at === step) process.kill(process.pid, 'SIGKILL');
+/** What the gate shapes a write tool's output from. */
+export interface WriteResult {
+  dry_run: boolean;
+  send_status: 'planned' | 'sent';
+  content_sha256: string;
+  /** The connector's references once written (message_ref, file_ref …). */
+  result: Record<string, unknown> | null;
+  approval: z.infer<typeof ApprovalSummary> | null;
+}
+
+/** A write, resolved and checked but not performed: what the gate hashes, shows the chair, and runs. */
+export interface PreparedWrite<T> {
+  /** The connector's `source` (local, bridge, mcp:<name>). */
+  source: string;
+  target: Target;
+  /** The exact write; hashed with the tool and target into content_sha256. */
+  content: Record<string, unknown>;
+  /** What the chair reviews. */
+  review: Record<string, unknown>;
+  file_sha256: string | null;
+  /** Performs the write exactly once per key (the approval_id). */
+  perform(key: string): Promise<Record<string, unknown>>;
+  present(r: WriteResult): T;
+}
+
+/** What the gate needs of the call: who asks, for which request, and the approval steps (never decide()). */
+export interface GateContext {
+  agent: Agent;
+  request_id: string;
+  trace_id: string;
+  /** The agent's profile allows this tool's writes in dry run only. */
+  dryRunOnly: boolean;
+  approvals: Pick<Approvals, 'request' | 'beginExecution' | 'finishExecution'>;
+  /** Test hooks; production wiring never provides them. */
+  faults?: Faults;
+}
+
+/** The audit facts of a write and the tool's own output fields. */
+export interface GateOutcome {
+  data: Record<string, unknown>;
+  audit: {
+    source: string;
+    target_type: string;
+    target_ref: string;
+    dry_run: boolean;
+    content_sha256: string;
+    file_sha256: string | null;
+    approval_id?: string | null;
+    details: Record<string, unknown>;
+  };
 }
 
 /**
@@ -44,12 +96,12 @@ function crashIf(ctx: ToolContext, step: 'after_write_started' | 'after_connecto
  * outcome in a second transaction (write.succeeded / write.failed).
  */
 export async function runWrite(
-  tool: WriteToolDef,
-  args: WriteControls & Record<string, unknown>,
-  ctx: ToolContext,
-): Promise<ToolOutcome<Record<string, unknown>>> {
-  const prepared = await tool.prepare(args, ctx);
-  const content_sha256 = contentSha256(tool.name, prepared.target, prepared.content);
+  toolName: string,
+  prepared: PreparedWrite<Record<string, unknown>>,
+  args: WriteControls,
+  ctx: GateContext,
+): Promise<GateOutcome> {
+  const content_sha256 = contentSha256(toolName, prepared.target, prepared.content);
   const facts = {
     source: prepared.source,
     target_type: prepared.target.target_type,
@@ -61,7 +113,7 @@ export async function runWrite(
   if (args.dry_run) {
     const { view, created } = await ctx.approvals.request({
       agent: ctx.agent,
-      tool: tool.name,
+      tool: toolName,
       target: prepared.target,
       content_sha256,
       file_sha256: prepared.file_sha256,
@@ -88,7 +140,7 @@ export async function runWrite(
   }
 
   if (ctx.dryRunOnly) {
-    throw new ToolError(
+    throw new AppError(
       'DRY_RUN_ONLY',
       "this agent's profile allows this tool in dry run only",
       'profile_dry_run_only',
@@ -97,7 +149,7 @@ export async function runWrite(
   if (!args.approval_id) throw approvalRequired('missing');
   const { row, replay } = await ctx.approvals.beginExecution({
     agent: ctx.agent,
-    tool: tool.name,
+    tool: toolName,
     approval_id: args.approval_id,
     target: prepared.target,
     content_sha256,
@@ -123,25 +175,25 @@ export async function runWrite(
       };
     }
     if (row.status === 'failed') {
-      throw new ToolError(
+      throw new AppError(
         'CONNECTOR_FAILED',
         `the write with this idempotency_key failed (${row.execution_error})`,
         'replayed_failure',
       );
     }
-    throw new ToolError(
+    throw new AppError(
       'IDEMPOTENCY_CONFLICT',
       `the write with this idempotency_key is ${row.status}`,
       'in_progress',
     );
   }
 
-  crashIf(ctx, 'after_write_started');
+  await ctx.faults?.at('after_write_started');
   let result: Record<string, unknown>;
   try {
     result = await prepared.perform(row.approval_id!);
   } catch (err) {
-    const known = err instanceof ToolError;
+    const known = err instanceof AppError;
     if (!known || indeterminate(err)) throw err; // outcome unknown: reconciliation settles it
     await ctx.approvals.finishExecution(
       row,
@@ -150,7 +202,7 @@ export async function runWrite(
     );
     throw err;
   }
-  crashIf(ctx, 'after_connector_write');
+  await ctx.faults?.at('after_connector_write');
   await ctx.approvals.finishExecution(
     row,
     { status: 'succeeded', result },

@@ -1,6 +1,6 @@
 import type { Logger } from '../log.ts';
-import type { Agent } from '../server/agents.ts';
-import type { User } from '../server/users.ts';
+import type { Agent } from '../core/identity.ts';
+import type { User } from '../core/identity.ts';
 import { decide } from './decide.ts';
 import { countByStatus, listForReview, showForReview, type QueueFilter } from './review.ts';
 import type { ApprovalDeps } from './deps.ts';

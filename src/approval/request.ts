@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Agent } from '../server/agents.ts';
+import type { Agent } from '../core/identity.ts';
 import { expireRows, policyVersion, requiredApprovers, viewOf, viewsOf, type ApprovalDeps } from './deps.ts';
 import { requestFromDb, toView, type ApprovalStatus, type ApprovalView, type Target } from './view.ts';
 

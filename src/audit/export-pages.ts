@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { canonicalJson } from './canonical.ts';
 import { AUDIT_FIELDS, rowFromDb, type AuditRow } from './chain.ts';
-import type { ExportFilter } from './export.ts';
+import type { ExportFilter } from './export-filter.ts';
 
 export const EXPORT_PAGE = 500;
 /** Pages read ahead while the rows are dense. */

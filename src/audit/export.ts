@@ -2,22 +2,13 @@ import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import type { Writable } from 'node:stream';
 import { stringify } from 'csv-stringify/sync';
-import { z } from 'zod';
 import type { AuditRow } from './chain.ts';
 import { createCheckpoint, type Checkpoint, type CheckpointDeps } from './checkpoints.ts';
 import { exportLines, exportPages } from './export-pages.ts';
 import { EXPORT_COLUMNS, toCsvRecord } from './format.ts';
-import { AuditKind } from './kinds.ts';
+import { ExportFilter } from './export-filter.ts';
 
-export const ExportFilter = z.strictObject({
-  since: z.iso.datetime({ offset: true }).optional(),
-  until: z.iso.datetime({ offset: true }).optional(),
-  agent_id: z.string().min(1).optional(),
-  tool: z.string().min(1).optional(),
-  kind: AuditKind.optional(),
-  result: z.enum(['ok', 'error']).optional(),
-});
-export type ExportFilter = z.infer<typeof ExportFilter>;
+export { ExportFilter };
 
 export interface Manifest {
   version: 1;

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ToolError } from '../tools/errors.ts';
+import { AppError } from '../core/errors.ts';
 import type { Connector } from './types.ts';
 
 /** `source_preference` values: the contract's, plus `local` (the built-in store). */
@@ -17,7 +17,7 @@ export function createConnectorSet(byName: Record<string, Connector>, defaultNam
       const name = preference === 'auto' ? defaultName : preference;
       const connector = byName[name];
       if (!connector) {
-        throw new ToolError(
+        throw new AppError(
           'SOURCE_UNAVAILABLE',
           `source "${preference}" is not configured on this server (configured: ${Object.keys(byName).join(', ')})`,
           'source_not_configured',

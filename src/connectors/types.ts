@@ -112,7 +112,7 @@ export interface Connector {
   ): Promise<Page<FileRecord>>;
   /**
    * Resolves a write target by id, or else by exact name or account; several matches are
-   * AMBIGUOUS_TARGET, none TARGET_NOT_FOUND (both as ToolError).
+   * AMBIGUOUS_TARGET, none TARGET_NOT_FOUND (both as AppError).
    */
   resolveTarget(type: TargetType, ref: string): Promise<ResolvedTarget>;
   /** Sends once per `key` (the approval_id): a repeated key returns the first write's reference. */

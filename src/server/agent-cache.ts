@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { ClusterBus } from '../cluster/bus.ts';
-import { authenticate, hashToken, type Agent } from './agents.ts';
+import { authenticate, hashToken } from '../accounts/agents.ts';
+import { type Agent } from '../core/identity.ts';
 
 /** Resolves an agent token (missing, unknown and revoked ones are failures). */
 export type Authenticate = (token: string | undefined) => ReturnType<typeof authenticate>;

@@ -11,7 +11,7 @@ import { AuditUnavailableError, type AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import { isConnectionError } from '../db/knex.ts';
 import type { Logger } from '../log.ts';
-import type { Agent } from './agents.ts';
+import type { Agent } from '../core/identity.ts';
 import type { Authenticate } from './agent-cache.ts';
 import { createMcpServer } from './mcp.ts';
 import type { CallPipeline } from './pipeline.ts';

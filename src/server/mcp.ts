@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Server } from '@modelcontextprotocol/server';
 import { AuditUnavailableError } from '../audit/log.ts';
 import { isConnectionError } from '../db/knex.ts';
-import type { Agent } from './agents.ts';
+import type { Agent } from '../core/identity.ts';
 import { databaseUnavailable, type CallPipeline } from './pipeline.ts';
 
 export const SERVER_NAME = 'countersign';

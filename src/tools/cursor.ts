@@ -1,6 +1,6 @@
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 import canonicalize from 'canonicalize';
-import { ToolError } from './errors.ts';
+import { AppError } from '../core/errors.ts';
 
 /**
  * Opaque, tamper-checked page cursors: base64url(JSON payload) + "." + HMAC.
@@ -29,7 +29,7 @@ function queryDigest(tool: string, query: unknown): string {
 export function createCursorCodec(secret: string): CursorCodec {
   const sign = (body: string) => createHmac('sha256', secret).update(body).digest('base64url');
   const bad = (reason: string) =>
-    new ToolError('INVALID_ARGUMENT', 'cursor is not valid for this query', reason);
+    new AppError('INVALID_ARGUMENT', 'cursor is not valid for this query', reason);
 
   const codec: CursorCodec = {
     async page(tool, query, cursor, fetch) {

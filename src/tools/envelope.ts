@@ -1,5 +1,7 @@
+import type { CallToolResult } from '@modelcontextprotocol/server';
 import { z } from 'zod';
-import { ErrorCode } from './errors.ts';
+import { ErrorCode, type AppError } from '../core/errors.ts';
+import type { ToolOutcome } from './types.ts';
 
 export const AuditBlock = z.object({
   tool: z.string(),
@@ -49,4 +51,75 @@ export function envelopeSchema(fields: z.ZodObject) {
 /** The exact shape of a successful result, for tests and clients that want the strict form. */
 export function successSchema(fields: z.ZodObject) {
   return z.object({ ...fields.shape, ...EnvelopeFields, ok: z.literal(true) });
+}
+
+/** What a call's audit row recorded, as the envelope reports it. */
+export interface CallFacts {
+  tool: string;
+  request_id: string;
+  trace_id: string;
+  operator_id: string;
+  started: Date;
+  audit_seq: number;
+}
+
+/** A call's outcome as the tool gave it: its own fields and audit facts, or the failure. */
+export type Settled =
+  | { outcome: ToolOutcome<Record<string, unknown>>; failure?: undefined }
+  | { outcome?: undefined; failure: AppError };
+
+/**
+ * The tool result every call answers with (SPEC §4): the envelope as structuredContent and the same
+ * JSON as text; `isError` exactly when `ok` is false.
+ */
+export function toCallResult(call: CallFacts, settled: Settled): CallToolResult {
+  const facts = settled.outcome?.audit ?? {};
+  const audit: AuditBlock = {
+    tool: call.tool,
+    request_id: call.request_id,
+    trace_id: call.trace_id,
+    source: facts.source ?? null,
+    operator_id: call.operator_id,
+    approval_id: facts.approval_id ?? null,
+    dry_run: facts.dry_run ?? false,
+    target_ref: facts.target_ref ?? null,
+    content_sha256: facts.content_sha256 ?? null,
+    file_sha256: facts.file_sha256 ?? null,
+    started_at: call.started.toISOString(),
+    finished_at: new Date().toISOString(),
+    result: settled.failure ? 'error' : 'ok',
+    audit_seq: call.audit_seq,
+  };
+  const envelope = settled.failure
+    ? {
+        ok: false,
+        status: 'error',
+        next_cursor: null,
+        error: errorBlock(settled.failure, call.trace_id),
+        audit,
+      }
+    : {
+        ok: true,
+        status: settled.outcome.empty ? 'empty' : 'ok',
+        ...settled.outcome.data,
+        next_cursor: settled.outcome.next_cursor ?? null,
+        audit,
+      };
+  return {
+    structuredContent: envelope,
+    content: [{ type: 'text', text: JSON.stringify(envelope) }],
+    ...(settled.failure ? { isError: true } : {}),
+  };
+}
+
+function errorBlock(failure: AppError, trace_id: string): ErrorBlock {
+  const retry = failure.details?.retry_after_s;
+  return {
+    code: failure.code,
+    message: failure.message,
+    reason: failure.reason ?? null,
+    trace_id,
+    ...(failure.details ? { details: failure.details } : {}),
+    ...(typeof retry === 'number' ? { retry_after_s: retry } : {}),
+  };
 }

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { ToolError } from './errors.ts';
+import { AppError } from '../core/errors.ts';
 
 /** The real path of `p`, or of its nearest existing ancestor with the rest appended (for paths to create). */
 function realpathAllowingMissing(p: string): string {
@@ -30,7 +30,7 @@ function isInside(root: string, candidate: string): boolean {
  */
 export function resolveInside(root: string, requested: string, param: string): string {
   if (requested.includes('\0'))
-    throw new ToolError('INVALID_ARGUMENT', `${param} contains a NUL byte`, 'bad_path');
+    throw new AppError('INVALID_ARGUMENT', `${param} contains a NUL byte`, 'bad_path');
   fs.mkdirSync(root, { recursive: true });
   const realRoot = fs.realpathSync(root);
   let real: string;
@@ -40,12 +40,12 @@ export function resolveInside(root: string, requested: string, param: string): s
     // A path the file system cannot even look at (a name over 255 bytes, a file used as a directory).
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENAMETOOLONG' || code === 'ENOTDIR') {
-      throw new ToolError('INVALID_ARGUMENT', `${param} is not a usable path (${code})`, 'bad_path');
+      throw new AppError('INVALID_ARGUMENT', `${param} is not a usable path (${code})`, 'bad_path');
     }
     throw err;
   }
   if (!isInside(realRoot, real)) {
-    throw new ToolError(
+    throw new AppError(
       'PERMISSION_DENIED',
       `${param} must stay inside the configured directory ${root}`,
       'path_outside_allowed_dir',

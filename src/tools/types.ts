@@ -1,12 +1,13 @@
 import type { Tool } from '@modelcontextprotocol/server';
 import type { z } from 'zod';
+import type { PreparedWrite } from '../approval/gate.ts';
 import type { Approvals } from '../approval/index.ts';
-import type { ApprovalSummary, Target } from '../approval/view.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet } from '../connectors/index.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
-import type { Agent } from '../server/agents.ts';
-import type { MemoryStore } from '../server/memory.ts';
+import type { Agent } from '../core/identity.ts';
+export type { PreparedWrite, WriteResult } from '../approval/gate.ts';
+import type { MemoryStore } from './memory/store.ts';
 import type { CursorCodec } from './cursor.ts';
 
 /** Every tool belongs to exactly one facet; profiles allow or deny facets. */
@@ -15,20 +16,33 @@ export type Facet =
 /** read: no side effect; internal: changes only countersign's own state (no approval); write: gated. */
 export type ToolKind = 'read' | 'internal' | 'write';
 
-/** What a handler may use. Tools never reach the database or the raw MCP server directly. */
-export interface ToolContext {
+/** What every handler knows of its call. Tools never reach the database or the raw MCP server directly. */
+interface CallContext {
   agent: Agent;
   request_id: string;
   trace_id: string;
+  signal: AbortSignal;
+}
+
+/** A read tool's reach: the connectors' reads, and the calling agent's own approval requests (never a decision). */
+export interface ReadContext extends CallContext {
   connectors: ConnectorSet;
   cursors: CursorCodec;
   config: Config;
-  approvals: Approvals;
   blobs: BlobStore;
+  approvals: Pick<Approvals, 'getOwn' | 'listOwn'>;
+}
+
+/** A memory tool's reach: the notes countersign keeps for the calling agent, nothing else. */
+export interface MemoryContext extends CallContext {
   memory: MemoryStore;
-  /** The agent's profile allows this tool's writes in dry run only. */
-  dryRunOnly: boolean;
-  signal: AbortSignal;
+}
+
+/** A write tool's reach while preparing: it resolves and checks; the approval gate decides and performs. */
+export interface WriteContext extends CallContext {
+  connectors: ConnectorSet;
+  config: Config;
+  blobs: BlobStore;
 }
 
 /** What a handler returns besides its own fields: the audit facts the pipeline records. */
@@ -69,33 +83,19 @@ export interface ReadToolDef<
   I extends z.ZodObject = z.ZodObject,
   O extends z.ZodObject = z.ZodObject,
 > extends ToolBase<I, O> {
+  kind: 'read';
+  facet: Exclude<Facet, 'memory'>;
+  handler(args: z.output<I>, ctx: ReadContext): Promise<ToolOutcome<z.output<O>>>;
+}
+
+/** remember (internal: changes only countersign's own state) and recall (read). */
+export interface MemoryToolDef<
+  I extends z.ZodObject = z.ZodObject,
+  O extends z.ZodObject = z.ZodObject,
+> extends ToolBase<I, O> {
   kind: 'read' | 'internal';
-  handler(args: z.output<I>, ctx: ToolContext): Promise<ToolOutcome<z.output<O>>>;
-}
-
-/** What the approval gate passes to a write tool's `present`, to shape the tool's output. */
-export interface WriteResult {
-  dry_run: boolean;
-  send_status: 'planned' | 'sent' | 'rejected';
-  content_sha256: string;
-  /** The connector's references once written (message_ref, file_ref …). */
-  result: Record<string, unknown> | null;
-  approval: z.infer<typeof ApprovalSummary> | null;
-}
-
-/** A write, resolved and checked but not performed: what the gate hashes, shows the chair, and runs. */
-export interface PreparedWrite<T> {
-  /** The connector's `source` (local, bridge, mcp:<name>). */
-  source: string;
-  target: Target;
-  /** The exact write; hashed with the tool and target into content_sha256. */
-  content: Record<string, unknown>;
-  /** What the chair reviews. */
-  review: Record<string, unknown>;
-  file_sha256: string | null;
-  /** Performs the write exactly once per key (the approval_id). */
-  perform(key: string): Promise<Record<string, unknown>>;
-  present(r: WriteResult): T;
+  facet: 'memory';
+  handler(args: z.output<I>, ctx: MemoryContext): Promise<ToolOutcome<z.output<O>>>;
 }
 
 /** A write tool never writes by itself: the approval gate in src/approval/gate.ts decides. */
@@ -104,12 +104,12 @@ export interface WriteToolDef<
   O extends z.ZodObject = z.ZodObject,
 > extends ToolBase<I, O> {
   kind: 'write';
-  prepare(args: z.output<I>, ctx: ToolContext): Promise<PreparedWrite<z.output<O>>>;
+  prepare(args: z.output<I>, ctx: WriteContext): Promise<PreparedWrite<z.output<O>>>;
 }
 
 export type ToolDef<I extends z.ZodObject = z.ZodObject, O extends z.ZodObject = z.ZodObject> =
-  ReadToolDef<I, O> | WriteToolDef<I, O>;
+  ReadToolDef<I, O> | MemoryToolDef<I, O> | WriteToolDef<I, O>;
 
 /** Erases a definition's parameter types so the registry can hold them all. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- handlers are typed at their definition; the registry only passes validated args through
-export type AnyToolDef = ReadToolDef<any, any> | WriteToolDef<any, any>;
+export type AnyToolDef = ReadToolDef<any, any> | MemoryToolDef<any, any> | WriteToolDef<any, any>;

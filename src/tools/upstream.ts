@@ -5,7 +5,7 @@ import { Target } from '../approval/view.ts';
 import type { UpstreamToolMode } from '../config.ts';
 import { errorText, type Upstream, type UpstreamTool } from '../connectors/mcp/upstream.ts';
 import type { Logger } from '../log.ts';
-import { ToolError } from './errors.ts';
+import { AppError } from '../core/errors.ts';
 import type { AnyToolDef, ReadToolDef, WriteToolDef } from './types.ts';
 import { writeControlParams, writeOutputFields } from './write/controls.ts';
 
@@ -67,7 +67,7 @@ export function modeOf(tool: Tool, overrides: Readonly<Record<string, UpstreamTo
 }
 
 function failed(upstream: Upstream, tool: string, text: string) {
-  return new ToolError(
+  return new AppError(
     'CONNECTOR_FAILED',
     `upstream "${upstream.name}" tool "${tool}" failed: ${text}`,
     'upstream_error',

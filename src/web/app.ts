@@ -14,7 +14,7 @@ import type { Config } from '../config.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
 import type { Logger } from '../log.ts';
 import { hostGuard } from '../server/http.ts';
-import { checkCredentials } from '../server/users.ts';
+import { checkCredentials } from '../accounts/users.ts';
 import { mountAuditPages } from './audit-pages.ts';
 import { loginBlocked } from './login-limit.ts';
 import { createSessionStore, readCookies, SESSION_COOKIE, tokensMatch, type WebSession } from './sessions.ts';

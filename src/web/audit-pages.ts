@@ -7,13 +7,15 @@ import { verifyDatabase } from '../audit/context.ts';
 import { exportAudit, ExportFilter, NothingToExportError, type Manifest } from '../audit/export.ts';
 import { AuditKind } from '../audit/kinds.ts';
 import { auditRow, AuditQuery, headSeq, queryAudit } from '../audit/query.ts';
-import type { Services } from '../server/services.ts';
+import type { Knex } from 'knex';
+import type { CheckpointDeps } from '../audit/checkpoints.ts';
+import type { Config } from '../config.ts';
 import type { WebSession } from './sessions.ts';
 
 const PAGE = 50;
 
 export interface PageKit {
-  services: Pick<Services, 'knex' | 'checkpoints' | 'config'>;
+  services: { knex: Knex; checkpoints: CheckpointDeps; config: Config };
   render(res: Response, status: number, view: string, ctx?: Record<string, unknown>): void;
   requireUser(req: Request, res: Response, next: NextFunction): void;
   requireCsrf(req: Request, res: Response, next: NextFunction): void;

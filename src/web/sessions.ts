@@ -2,7 +2,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { Config } from '../config.ts';
-import { Role, type User } from '../server/users.ts';
+import { Role, type User } from '../core/identity.ts';
 
 export const SESSION_COOKIE = 'cs_session';
 

@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
+import type { FaultPoint } from '../../src/core/faults.ts';
 import { ROOT } from './server.ts';
 
 export interface CliResult {
@@ -39,11 +40,21 @@ export function runCli(
 /** Starts `countersign serve` in a child process and waits until it listens; resolves with its URL. */
 export function spawnServer(
   env: Record<string, string>,
+  opts: { crashAt?: FaultPoint } = {},
 ): Promise<{ child: ChildProcess; url: string; stderr: () => string }> {
+  // With a fault to inject, the test's own entry point (the CLI never takes one).
+  const entry = opts.crashAt
+    ? [path.join(ROOT, 'test/helpers/faulty-server.ts')]
+    : [path.join(ROOT, 'src/cli.ts'), 'serve'];
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'src/cli.ts'), 'serve'], {
+    const child = spawn(process.execPath, ['--import', 'tsx', ...entry], {
       cwd: ROOT,
-      env: { PATH: process.env.PATH ?? '', ...env, LOG_LEVEL: 'info' },
+      env: {
+        PATH: process.env.PATH ?? '',
+        ...env,
+        LOG_LEVEL: 'info',
+        ...(opts.crashAt ? { TEST_CRASH_AT: opts.crashAt } : {}),
+      },
     });
     let stderr = '';
     const timer = setTimeout(() => reject(new Error(`server did not start: ${stderr}`)), 60_000);

@@ -4,8 +4,9 @@ import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/cli
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import { loadConfig } from '../../src/config.ts';
 import { createLogger } from '../../src/log.ts';
-import { createAgent } from '../../src/server/agents.ts';
-import { startHttpServer, type RunningServer } from '../../src/server/app.ts';
+import { createAgent } from '../../src/accounts/agents.ts';
+import { startHttpServer, type RunningServer } from '../../src/app/serve-http.ts';
+import type { ServiceOptions } from '../../src/app/services.ts';
 import { createTestDatabase, type DbKind, type TestDatabase } from './db.ts';
 
 export const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -36,11 +37,12 @@ export function testEnv(db: TestDatabase, extra: Record<string, string> = {}): R
 export async function startTestServer(
   kind: DbKind,
   extraEnv: Record<string, string> = {},
+  options: ServiceOptions = {},
 ): Promise<TestServer> {
   const db = await createTestDatabase(kind);
   const env = testEnv(db, extraEnv);
   const config = loadConfig(env, db.dataDir);
-  const server = await startHttpServer(config, createLogger(config.log_level));
+  const server = await startHttpServer(config, createLogger(config.log_level), options);
   return {
     ...server,
     db,

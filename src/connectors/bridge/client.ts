@@ -3,7 +3,7 @@ import { pipeline, Readable, Transform } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { z } from 'zod';
 import type { Logger } from '../../log.ts';
-import { ToolError } from '../../tools/errors.ts';
+import { AppError } from '../../core/errors.ts';
 import type { Connector, FileRecord, Page } from '../types.ts';
 import { createBridgeHttp, malformed, type BridgeConfig } from './http.ts';
 import {
@@ -39,7 +39,7 @@ async function unlessNotFound<T>(lookup: Promise<T>): Promise<T | undefined> {
   try {
     return await lookup;
   } catch (err) {
-    if (err instanceof ToolError && err.code === 'TARGET_NOT_FOUND') return undefined;
+    if (err instanceof AppError && err.code === 'TARGET_NOT_FOUND') return undefined;
     throw err;
   }
 }
@@ -215,7 +215,7 @@ export function createBridgeConnector(config: BridgeConfig, log?: Logger): Conne
           return { found: false };
         case 'pending':
           // Still in flight at the bridge: neither answer is true yet, so reconciliation asks again later.
-          throw new ToolError(
+          throw new AppError(
             'CONNECTOR_FAILED',
             'the write is still in progress at the bridge',
             'write_pending',

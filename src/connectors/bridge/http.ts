@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import type { Logger } from '../../log.ts';
-import { ToolError } from '../../tools/errors.ts';
+import { AppError } from '../../core/errors.ts';
 import { BridgeErrorKind, ERROR_CODE, ErrorBody } from './wire.ts';
 
 export interface BridgeConfig {
@@ -24,17 +24,17 @@ const MAX_ERROR_TEXT = 500;
 /** How a request is named in messages and logs: method and first path segment, never ids or query. */
 const describe = (req: BridgeRequest) => `${req.method ?? 'GET'} /${req.path.split('/')[0]}`;
 
-/** The one place that speaks HTTP to the bridge and turns every way it can fail into a ToolError. */
+/** The one place that speaks HTTP to the bridge and turns every way it can fail into a AppError. */
 export function createBridgeHttp(config: BridgeConfig, log?: Logger) {
   // A base without a trailing slash would make relative paths replace its last segment.
   const base = config.url.endsWith('/') ? config.url : `${config.url}/`;
 
   /** Failures before or while reading an answer: our deadline, or the bridge out of reach. */
-  function transportError(err: unknown, what: string): ToolError {
-    if (err instanceof ToolError) return err;
+  function transportError(err: unknown, what: string): AppError {
+    if (err instanceof AppError) return err;
     const name = (err as { name?: string } | null)?.name;
     if (name === 'TimeoutError' || name === 'AbortError') {
-      return new ToolError(
+      return new AppError(
         'TIMEOUT',
         `the bridge did not answer ${what} within ${config.timeout_ms} ms`,
         'bridge_timeout',
@@ -44,23 +44,18 @@ export function createBridgeHttp(config: BridgeConfig, log?: Logger) {
     // fetch reports refused/reset connections and DNS failures as a TypeError with the cause inside.
     if (err instanceof TypeError) {
       const code = (err.cause as { code?: string } | undefined)?.code ?? null;
-      return new ToolError(
-        'SOURCE_UNAVAILABLE',
-        `the bridge is unreachable (${what})`,
-        'bridge_unreachable',
-        {
-          cause: err,
-          details: { network_error: code },
-        },
-      );
+      return new AppError('SOURCE_UNAVAILABLE', `the bridge is unreachable (${what})`, 'bridge_unreachable', {
+        cause: err,
+        details: { network_error: code },
+      });
     }
-    return new ToolError('CONNECTOR_FAILED', `the bridge request ${what} failed`, 'bridge_request_failed', {
+    return new AppError('CONNECTOR_FAILED', `the bridge request ${what} failed`, 'bridge_request_failed', {
       cause: err,
     });
   }
 
   /** A non-2xx answer: a known error kind becomes its code; anything else is the bridge failing. */
-  async function errorFrom(res: Response, what: string): Promise<ToolError> {
+  async function errorFrom(res: Response, what: string): Promise<AppError> {
     const text = await res.text().catch(() => '');
     let parsed: ReturnType<typeof ErrorBody.safeParse> | undefined;
     try {
@@ -71,14 +66,14 @@ export function createBridgeHttp(config: BridgeConfig, log?: Logger) {
     const error = parsed?.success ? parsed.data.error : undefined;
     const kind = error ? BridgeErrorKind.safeParse(error.kind) : undefined;
     if (error && kind?.success) {
-      return new ToolError(
+      return new AppError(
         ERROR_CODE[kind.data],
         `bridge: ${error.message || kind.data}`.slice(0, MAX_ERROR_TEXT),
         `bridge_${kind.data.toLowerCase()}`,
         error.candidates ? { details: { candidates: error.candidates } } : undefined,
       );
     }
-    return new ToolError(
+    return new AppError(
       'CONNECTOR_FAILED',
       `the bridge answered ${what} with HTTP ${res.status}`,
       `bridge_http_${res.status}`,
@@ -149,7 +144,7 @@ export function createBridgeHttp(config: BridgeConfig, log?: Logger) {
 export type BridgeHttp = ReturnType<typeof createBridgeHttp>;
 
 export const malformed = (what: string, problem: string) =>
-  new ToolError(
+  new AppError(
     'CONNECTOR_FAILED',
     `the bridge's answer to ${what} does not match the contract`,
     'malformed_answer',

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { ErrorCode } from '../../tools/errors.ts';
+import type { ErrorCode } from '../../core/errors.ts';
 
 /**
  * The JSON a bridge sends and receives (docs/bridge.md), as zod schemas shared by the client and the

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
-import { ToolError } from '../../tools/errors.ts';
+import { AppError } from '../../core/errors.ts';
 import type { OutgoingFile, ResolvedTarget, TargetType } from '../types.ts';
 import { searchKey } from './keys.ts';
 
@@ -21,9 +21,9 @@ export async function resolveLocalTarget(knex: Knex, type: TargetType, ref: stri
     if (type === 'contact') q.orWhere('account', ref);
     rows = (await q.orderBy('id').limit(10)) as Row[];
   }
-  if (rows.length === 0) throw new ToolError('TARGET_NOT_FOUND', `no ${type} "${ref}"`, `${type}_not_found`);
+  if (rows.length === 0) throw new AppError('TARGET_NOT_FOUND', `no ${type} "${ref}"`, `${type}_not_found`);
   if (rows.length > 1) {
-    throw new ToolError(
+    throw new AppError(
       'AMBIGUOUS_TARGET',
       `${rows.length} ${type}s match "${ref}"; pass the id`,
       'several_matches',
@@ -36,10 +36,10 @@ export async function resolveLocalTarget(knex: Knex, type: TargetType, ref: stri
   }
   const row = rows[0]!;
   if (type === 'contact' && row.active === false) {
-    throw new ToolError('PERMISSION_DENIED', `contact ${String(row.id)} is inactive`, 'contact_inactive');
+    throw new AppError('PERMISSION_DENIED', `contact ${String(row.id)} is inactive`, 'contact_inactive');
   }
   if (type === 'group' && row.archived === true) {
-    throw new ToolError('PERMISSION_DENIED', `group ${String(row.id)} is archived`, 'group_archived');
+    throw new AppError('PERMISSION_DENIED', `group ${String(row.id)} is archived`, 'group_archived');
   }
   return { target_type: type, target_id: String(row.id), display_name: String(row.display_name) };
 }

@@ -11,7 +11,7 @@ import {
 import type { Transport, CallToolResult, Tool } from '@modelcontextprotocol/client';
 import type { UpstreamConfig } from '../../config.ts';
 import type { Logger } from '../../log.ts';
-import { ToolError } from '../../tools/errors.ts';
+import { AppError } from '../../core/errors.ts';
 
 export type UpstreamState = 'connecting' | 'up' | 'down' | 'closed';
 
@@ -42,12 +42,12 @@ export interface Upstream {
   /** Called after every listing that changed the tools (including the first). */
   onToolsChanged(listener: () => void): void;
   /** The SOURCE_UNAVAILABLE its tools answer while it is not connected. */
-  unavailable(): ToolError;
+  unavailable(): AppError;
   /** Throws SOURCE_UNAVAILABLE unless the upstream is connected. */
   assertUp(): void;
   /** Lists the tools again (another replica heard that they changed); a failure is logged, not thrown. */
   refresh(): Promise<void>;
-  /** Calls a tool; upstream failures come back as ToolError (SOURCE_UNAVAILABLE, TIMEOUT, CONNECTOR_FAILED). */
+  /** Calls a tool; upstream failures come back as AppError (SOURCE_UNAVAILABLE, TIMEOUT, CONNECTOR_FAILED). */
   call(tool: string, args: Record<string, unknown>, signal: AbortSignal): Promise<CallToolResult>;
   /** The stdio child's process id, when there is one running. */
   pid(): number | undefined;
@@ -199,14 +199,14 @@ export function connectUpstream(
   }
 
   /** Maps what can go wrong in a call to the envelope's codes; a transport failure also takes the upstream down. */
-  function failure(err: unknown, c: Client, signal: AbortSignal): ToolError {
-    if (err instanceof ToolError) return err;
+  function failure(err: unknown, c: Client, signal: AbortSignal): AppError {
+    if (err instanceof AppError) return err;
     // Our own deadline or the agent's cancellation: the upstream itself is fine.
     if (signal.aborted) {
-      return new ToolError('TIMEOUT', `the call to upstream "${cfg.name}" was cancelled`, 'cancelled');
+      return new AppError('TIMEOUT', `the call to upstream "${cfg.name}" was cancelled`, 'cancelled');
     }
     if (err instanceof SdkError && err.code === SdkErrorCode.RequestTimeout) {
-      return new ToolError('TIMEOUT', `upstream "${cfg.name}" did not answer in time`, 'upstream_timeout');
+      return new AppError('TIMEOUT', `upstream "${cfg.name}" did not answer in time`, 'upstream_timeout');
     }
     if (err instanceof SdkError && err.code === SdkErrorCode.ConnectionClosed) {
       if (client === c) {
@@ -216,7 +216,7 @@ export function connectUpstream(
       return unavailable('connection closed during the call');
     }
     if (err instanceof ProtocolError) {
-      return new ToolError(
+      return new AppError(
         'CONNECTOR_FAILED',
         `upstream "${cfg.name}" answered with an error: ${err.message}`.slice(0, MAX_ERROR_TEXT),
         'upstream_protocol_error',
@@ -233,7 +233,7 @@ export function connectUpstream(
   }
 
   const unavailable = (why: string | null) =>
-    new ToolError(
+    new AppError(
       'SOURCE_UNAVAILABLE',
       `upstream "${cfg.name}" is not connected${why ? ` (${why})` : ''}; countersign keeps reconnecting`,
       'upstream_down',

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { ApprovalView } from '../../approval/view.ts';
-import { ToolError } from '../errors.ts';
+import { AppError } from '../../core/errors.ts';
 import type { ReadToolDef } from '../types.ts';
 
 const input = z
@@ -29,11 +29,7 @@ export const getApproval = {
     const approval = await ctx.approvals.getOwn(ctx.agent, args);
     // Another agent's request is indistinguishable from a missing one.
     if (!approval)
-      throw new ToolError(
-        'TARGET_NOT_FOUND',
-        'no such approval request for this agent',
-        'approval_not_found',
-      );
+      throw new AppError('TARGET_NOT_FOUND', 'no such approval request for this agent', 'approval_not_found');
     return {
       data: { approval },
       audit: {

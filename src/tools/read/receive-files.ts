@@ -4,7 +4,7 @@ import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import type { FileRecord } from '../../connectors/types.ts';
-import { ToolError } from '../errors.ts';
+import { AppError } from '../../core/errors.ts';
 import { resolveInside, safeFileName } from '../paths.ts';
 import { cursorParam, idParam, limitParam, sourceField, sourcePreferenceParam } from '../params.ts';
 import type { ReadToolDef } from '../types.ts';
@@ -88,7 +88,7 @@ export const receiveFiles = {
       : null;
 
     if (args.conversation_id && !(await connector.getConversation(args.conversation_id))) {
-      throw new ToolError(
+      throw new AppError(
         'TARGET_NOT_FOUND',
         `no conversation ${args.conversation_id}`,
         'conversation_not_found',
@@ -110,7 +110,7 @@ export const receiveFiles = {
       }),
     );
     if (args.file_id && page.items.length === 0) {
-      throw new ToolError('TARGET_NOT_FOUND', `no file ${args.file_id}`, 'file_not_found');
+      throw new AppError('TARGET_NOT_FOUND', `no file ${args.file_id}`, 'file_not_found');
     }
 
     const taken = new Set<string>();
@@ -157,11 +157,11 @@ async function save(
   dir: string,
 ): Promise<string> {
   const opened = await connector.openFile(record.file_id);
-  if (!opened) throw new ToolError('TARGET_NOT_FOUND', `no file ${record.file_id}`, 'file_not_found');
+  if (!opened) throw new AppError('TARGET_NOT_FOUND', `no file ${record.file_id}`, 'file_not_found');
   await fs.promises.mkdir(dir, { recursive: true });
   // The directory may have been swapped for a symlink since it was checked; check its real path again.
   if (fs.realpathSync(dir) !== dir) {
-    throw new ToolError(
+    throw new AppError(
       'PERMISSION_DENIED',
       'output_dir changed while downloading',
       'path_outside_allowed_dir',
@@ -182,14 +182,14 @@ async function save(
     );
   } catch (err) {
     await fs.promises.rm(target, { force: true });
-    throw new ToolError('CONNECTOR_FAILED', `could not save ${record.file_name}`, 'download_failed', {
+    throw new AppError('CONNECTOR_FAILED', `could not save ${record.file_name}`, 'download_failed', {
       cause: err,
     });
   }
   const sha256 = hash.digest('hex');
   if (record.sha256 && sha256 !== record.sha256) {
     await fs.promises.rm(target, { force: true });
-    throw new ToolError(
+    throw new AppError(
       'CONNECTOR_FAILED',
       `${record.file_name} does not match its recorded sha256`,
       'hash_mismatch',

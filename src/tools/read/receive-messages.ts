@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ToolError } from '../errors.ts';
+import { AppError } from '../../core/errors.ts';
 import { cursorParam, idParam, limitParam, sourceField, sourcePreferenceParam } from '../params.ts';
 import type { ReadToolDef } from '../types.ts';
 
@@ -95,7 +95,7 @@ export const receiveMessages = {
     if (args.conversation_id) {
       conversation = (await connector.getConversation(args.conversation_id)) ?? null;
       if (!conversation || (type && conversation.conversation_type !== type)) {
-        throw new ToolError(
+        throw new AppError(
           'TARGET_NOT_FOUND',
           `no conversation ${args.conversation_id}`,
           'conversation_not_found',
@@ -104,7 +104,7 @@ export const receiveMessages = {
     } else if (text) {
       const named = await connector.findConversationsByName(text, type);
       if (named.length > 1) {
-        throw new ToolError(
+        throw new AppError(
           'AMBIGUOUS_TARGET',
           `${named.length} conversations are named "${text}"; pass conversation_id`,
           'several_conversations',

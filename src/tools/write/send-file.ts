@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
-import { ToolError } from '../errors.ts';
+import { AppError } from '../../core/errors.ts';
 import { resolveInside } from '../paths.ts';
 import type { WriteToolDef } from '../types.ts';
 import { writeControlParams, writeOutput, writeOutputFields, writeTargetParams } from './controls.ts';
@@ -45,16 +45,16 @@ async function readOutbound(root: string, requested: string, maxBytes: number) {
   try {
     stat = await fs.promises.stat(real);
   } catch {
-    throw new ToolError(
+    throw new AppError(
       'TARGET_NOT_FOUND',
       `no file ${requested} in the outbound directory`,
       'file_not_found',
     );
   }
   if (!stat.isFile())
-    throw new ToolError('INVALID_ARGUMENT', `${requested} is not a regular file`, 'not_a_file');
+    throw new AppError('INVALID_ARGUMENT', `${requested} is not a regular file`, 'not_a_file');
   if (stat.size > maxBytes) {
-    throw new ToolError(
+    throw new AppError(
       'INVALID_ARGUMENT',
       `${requested} is ${stat.size} bytes; the limit is ${maxBytes}`,
       'file_too_large',
@@ -62,7 +62,7 @@ async function readOutbound(root: string, requested: string, maxBytes: number) {
   }
   const bytes = await fs.promises.readFile(real);
   if (bytes.length > maxBytes)
-    throw new ToolError('INVALID_ARGUMENT', `${requested} grew past the limit`, 'file_too_large');
+    throw new AppError('INVALID_ARGUMENT', `${requested} grew past the limit`, 'file_too_large');
   return { bytes, name: path.basename(real) };
 }
 

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ToolError } from '../errors.ts';
+import { AppError } from '../../core/errors.ts';
 import type { WriteToolDef } from '../types.ts';
 import { writeControlParams, writeOutput, writeOutputFields, writeTargetParams } from './controls.ts';
 
@@ -28,7 +28,7 @@ export const sendMessage = {
   async prepare(args, ctx) {
     const bytes = Buffer.byteLength(args.content_text, 'utf8');
     if (bytes > ctx.config.limits.max_message_bytes) {
-      throw new ToolError(
+      throw new AppError(
         'INVALID_ARGUMENT',
         `content_text is ${bytes} bytes; the limit is ${ctx.config.limits.max_message_bytes}`,
         'content_too_large',

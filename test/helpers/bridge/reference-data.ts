@@ -7,7 +7,7 @@ import type {
   WireFile,
   WireGroup,
   WireMessage,
-} from './wire.ts';
+} from '../../../src/connectors/bridge/wire.ts';
 
 type Contact = z.output<typeof WireContact>;
 type Group = z.output<typeof WireGroup>;

@@ -5,7 +5,12 @@ import { BridgeFailure, defaultSeed, type ReferenceSeed } from './reference-data
 import { createReferenceStore, type SentWrite } from './reference-store.ts';
 import { Aborted, createFaults, type FaultRule, type ReferenceFault } from './reference-faults.ts';
 import { decodeCursor, encodeCursor, parse, readJson, sendJson } from './reference-http.ts';
-import { ERROR_STATUS, SendFileBody, SendMessageBody, type ErrorBody } from './wire.ts';
+import {
+  ERROR_STATUS,
+  SendFileBody,
+  SendMessageBody,
+  type ErrorBody,
+} from '../../../src/connectors/bridge/wire.ts';
 
 export type { FaultRule, ReferenceFault, ReferenceSeed, SentWrite };
 

@@ -7,7 +7,7 @@ import type {
   WireFile,
   WireMessage,
   WireTarget,
-} from './wire.ts';
+} from '../../../src/connectors/bridge/wire.ts';
 
 type Conversation = ReferenceSeed['conversations'][number];
 type Target = z.output<typeof WireTarget>;

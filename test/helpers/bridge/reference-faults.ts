@@ -1,6 +1,6 @@
 import type http from 'node:http';
 import { sendJson } from './reference-http.ts';
-import { BridgeErrorKind, ERROR_STATUS, type ErrorBody } from './wire.ts';
+import { BridgeErrorKind, ERROR_STATUS, type ErrorBody } from '../../../src/connectors/bridge/wire.ts';
 
 /**
  * What the reference bridge can be told to do wrong, for the tests of countersign's client:

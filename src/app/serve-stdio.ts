@@ -2,10 +2,10 @@ import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import { serveStdio as serveMcpStdio } from '@modelcontextprotocol/server/stdio';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
-import type { AuthFailure } from './agents.ts';
-import { createMcpServer } from './mcp.ts';
+import type { AuthFailure } from '../accounts/agents.ts';
+import { createMcpServer } from '../server/mcp.ts';
 import { openServices } from './services.ts';
-import { VERSION } from './version.ts';
+import { VERSION } from '../server/version.ts';
 
 export class StdioAuthError extends Error {
   override name = 'StdioAuthError';

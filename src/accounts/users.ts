@@ -7,19 +7,7 @@ import {
 } from 'node:crypto';
 import type { Knex } from 'knex';
 import { z } from 'zod';
-
-export const Role = z.enum(['chair', 'compliance', 'admin']);
-export type Role = z.infer<typeof Role>;
-
-export const UserName = z
-  .string()
-  .regex(/^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/, 'letters, digits, dot, dash, @ and underscore, at most 64');
-
-export interface User {
-  id: string;
-  name: string;
-  roles: Role[];
-}
+import { Role, UserName, type User } from '../core/identity.ts';
 
 const scrypt = (password: string, salt: Buffer, keylen: number, opts: ScryptOptions) =>
   new Promise<Buffer>((resolve, reject) =>

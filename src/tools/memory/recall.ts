@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { ReadToolDef } from '../types.ts';
+import type { MemoryToolDef } from '../types.ts';
 
 const input = z.strictObject({ key: z.string().min(1).max(128) });
 const output = z.object({
@@ -31,4 +31,4 @@ export const recall = {
       audit: { source: 'local', details: { found: Boolean(note) } },
     };
   },
-} satisfies ReadToolDef<typeof input, typeof output>;
+} satisfies MemoryToolDef<typeof input, typeof output>;

@@ -16,20 +16,21 @@ import { sharedValue } from '../db/settings.ts';
 import { checkpointDeps } from '../audit/context.ts';
 import { createCheckpoint, type CheckpointDeps } from '../audit/checkpoints.ts';
 import { migrateLatest } from '../db/migrations.ts';
+import type { Faults } from '../core/faults.ts';
 import type { Logger } from '../log.ts';
 import { createCursorCodec } from '../tools/cursor.ts';
 import { builtinTools } from '../tools/index.ts';
-import { createNotifier } from '../web/webhook.ts';
+import { createNotifier } from '../approval/notify.ts';
 import { createLocalBus, createPgBus, type ClusterBus } from '../cluster/bus.ts';
 import { createLeadership, soleLeader, type Leadership } from '../cluster/leadership.ts';
 import { assertClusterSigningKey } from '../cluster/signing-key.ts';
-import { createAgentAuth, type Authenticate } from './agent-cache.ts';
-import { createMemoryStore } from './memory.ts';
-import { createMetrics, type Metrics } from './metrics.ts';
-import { createCallPipeline, type CallPipeline } from './pipeline.ts';
-import { loadProfiles } from './profiles.ts';
-import { createRateLimiter } from './rate-limit.ts';
-import { VERSION } from './version.ts';
+import { createAgentAuth, type Authenticate } from '../server/agent-cache.ts';
+import { createMemoryStore } from '../tools/memory/store.ts';
+import { createMetrics, type Metrics } from '../server/metrics.ts';
+import { createCallPipeline, type CallPipeline } from '../server/pipeline.ts';
+import { loadProfiles } from '../server/profiles.ts';
+import { createRateLimiter } from '../server/rate-limit.ts';
+import { VERSION } from '../server/version.ts';
 
 /** Everything a transport needs, built once per process. */
 export interface Services {
@@ -69,7 +70,17 @@ const UPSTREAM_START_WAIT_MS = 10_000;
 export const upstreamTimeoutMs = (config: Pick<Config, 'limits'>) =>
   Math.max(100, Math.floor(config.limits.call_timeout_ms * 0.9));
 
-export async function openServices(config: Config, log: Logger, command: string): Promise<Services> {
+/** Set by tests only (test/helpers/faults.ts); production wiring passes none. */
+export interface ServiceOptions {
+  faults?: Faults;
+}
+
+export async function openServices(
+  config: Config,
+  log: Logger,
+  command: string,
+  options: ServiceOptions = {},
+): Promise<Services> {
   const db = await openDatabase({ url: config.database_url, pgliteDir: config.pglite_dir, command });
   const closers: (() => Promise<void>)[] = [() => db.close()];
   const closeAll = async () => {
@@ -151,6 +162,7 @@ export async function openServices(config: Config, log: Logger, command: string)
       blobs,
       config,
       log,
+      faults: options.faults,
     });
 
     // Expiry and reconciliation of interrupted executions: at start-up, then periodically.

@@ -19,8 +19,8 @@ export const ErrorCode = z.enum([
 export type ErrorCode = z.infer<typeof ErrorCode>;
 
 /** The one error class of countersign: a code from the enum, a human message, an optional machine reason. */
-export class ToolError extends Error {
-  override name = 'ToolError';
+export class AppError extends Error {
+  override name = 'AppError';
   constructor(
     readonly code: ErrorCode,
     message: string,
@@ -34,4 +34,4 @@ export class ToolError extends Error {
 }
 
 export const invalidArgument = (message: string, reason?: string) =>
-  new ToolError('INVALID_ARGUMENT', message, reason);
+  new AppError('INVALID_ARGUMENT', message, reason);

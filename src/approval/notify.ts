@@ -1,5 +1,5 @@
 import { createHmac } from 'node:crypto';
-import type { ApprovalView } from '../approval/view.ts';
+import type { ApprovalView } from './view.ts';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 

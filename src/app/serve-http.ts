@@ -5,9 +5,9 @@ import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { createWebRouter } from '../web/app.ts';
 import { healthOf } from './health.ts';
-import { createMcpRouter, hostGuard, sendProblem } from './http.ts';
-import { openServices, type Services } from './services.ts';
-import { VERSION } from './version.ts';
+import { createMcpRouter, hostGuard, sendProblem } from '../server/http.ts';
+import { openServices, type ServiceOptions, type Services } from './services.ts';
+import { VERSION } from '../server/version.ts';
 
 export interface RunningServer {
   url: string;
@@ -82,11 +82,15 @@ async function bind(config: Config): Promise<Server> {
  * Binds HTTP first, then opens the database, applies migrations and sets up a first run: a port that is
  * taken stops start-up before anything (first-run credentials included) is created.
  */
-export async function startHttpServer(config: Config, log: Logger): Promise<RunningServer> {
+export async function startHttpServer(
+  config: Config,
+  log: Logger,
+  options: ServiceOptions = {},
+): Promise<RunningServer> {
   const server = await bind(config);
   let services: Services;
   try {
-    services = await openServices(config, log, 'countersign serve');
+    services = await openServices(config, log, 'countersign serve', options);
   } catch (err) {
     await new Promise<void>((resolve) => server.close(() => resolve()));
     throw err;

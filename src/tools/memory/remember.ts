@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { ToolError } from '../errors.ts';
-import type { ReadToolDef } from '../types.ts';
+import { AppError } from '../../core/errors.ts';
+import type { MemoryToolDef } from '../types.ts';
 
 const MAX_VALUE_BYTES = 64 * 1024;
 
@@ -33,7 +33,7 @@ export const remember = {
   async handler(args, ctx) {
     const bytes = Buffer.byteLength(JSON.stringify(args.value));
     if (bytes > MAX_VALUE_BYTES) {
-      throw new ToolError(
+      throw new AppError(
         'INVALID_ARGUMENT',
         `value is ${bytes} bytes; the limit is ${MAX_VALUE_BYTES}`,
         'value_too_large',
@@ -45,4 +45,4 @@ export const remember = {
       audit: { source: 'local', details: { ttl_s: args.ttl_s, bytes } },
     };
   },
-} satisfies ReadToolDef<typeof input, typeof output>;
+} satisfies MemoryToolDef<typeof input, typeof output>;

@@ -1,19 +1,6 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
-import { z } from 'zod';
-
-export interface Agent {
-  id: string;
-  name: string;
-  profile: string;
-  owner: string | null;
-  /** Calls per minute; null: the configured default. */
-  rate_limit_per_min: number | null;
-}
-
-export const AgentName = z
-  .string()
-  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'letters, digits, dot, dash and underscore, at most 64');
+import { AgentName, type Agent } from '../core/identity.ts';
 
 /** Tokens carry 256 random bits; only their SHA-256 is stored, so a plain hash is enough. */
 export const hashToken = (token: string) => createHash('sha256').update(token).digest('hex');

@@ -1,0 +1,75 @@
+// The floors of src/ (docs/design.md): a module may import from its own floor or any floor below,
+// never from a floor above, and no two modules may import each other, however indirectly.
+const FLOORS = [
+  ['core', '^src/(core/|config\\.ts$|log\\.ts$)'],
+  ['db', '^src/(db|cluster)/'],
+  ['audit', '^src/audit/'],
+  ['accounts', '^src/accounts/'],
+  ['connectors', '^src/connectors/'],
+  ['approval', '^src/approval/'],
+  ['tools', '^src/tools/'],
+  ['server', '^src/server/'],
+  ['web/admin', '^src/(web|admin)/'],
+  ['app', '^src/app/'],
+  ['cli', '^src/cli\\.ts$'],
+];
+
+const upward = FLOORS.flatMap(([name, path], i) =>
+  FLOORS.slice(i + 1).map(([above, abovePath]) => ({
+    name: `no-upward-${name.replace('/', '-')}-to-${above.replace('/', '-')}`,
+    comment: `${name} is below ${above}: it may not import from it`,
+    severity: 'error',
+    from: { path },
+    to: { path: abovePath },
+  })),
+);
+
+/** @type {import('dependency-cruiser').IConfiguration} */
+module.exports = {
+  forbidden: [
+    ...upward,
+    {
+      name: 'no-circular',
+      comment: 'two modules importing each other (directly or through others) are one module in disguise',
+      severity: 'error',
+      from: { path: '^src/' },
+      to: { circular: true },
+    },
+    {
+      name: 'web-and-admin-apart',
+      comment: 'the web UI and the admin commands are rooms on one floor: neither reaches into the other',
+      severity: 'error',
+      from: { path: '^src/web/' },
+      to: { path: '^src/admin/' },
+    },
+    {
+      name: 'admin-and-web-apart',
+      severity: 'error',
+      from: { path: '^src/admin/' },
+      to: { path: '^src/web/' },
+    },
+    {
+      name: 'src-not-from-tests',
+      comment: 'production code never imports test or bench code',
+      severity: 'error',
+      from: { path: '^src/' },
+      to: { path: '^(test|bench)/' },
+    },
+    {
+      name: 'not-to-unresolvable',
+      severity: 'error',
+      from: {},
+      to: { couldNotResolve: true },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    // Type-only imports count: a type import that runs upward ties the floors together just the same.
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+    enhancedResolveOptions: {
+      exportsFields: ['exports'],
+      conditionNames: ['import', 'require', 'node', 'default'],
+    },
+  },
+};

@@ -1,0 +1,10 @@
+/**
+ * Points where a test may inject a fault: the process dying between the steps of an execution, or a
+ * handler that is slow to start. Production wiring never provides a `Faults`; tests pass one to
+ * `openServices` (test/helpers/faults.ts).
+ */
+export type FaultPoint = 'before_handler' | 'after_write_started' | 'after_connector_write';
+
+export interface Faults {
+  at(point: FaultPoint): void | Promise<void>;
+}

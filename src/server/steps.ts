@@ -1,0 +1,327 @@
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import canonicalize from 'canonicalize';
+import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
+import type { CallToolResult } from '@modelcontextprotocol/server';
+import type { z } from 'zod';
+import { runWrite } from '../approval/gate.ts';
+import type { Approvals } from '../approval/index.ts';
+import { AuditUnavailableError, type AuditLog } from '../audit/log.ts';
+import type { Config } from '../config.ts';
+import type { ConnectorSet } from '../connectors/index.ts';
+import type { BlobStore } from '../connectors/local/blobs.ts';
+import { AppError } from '../core/errors.ts';
+import type { Faults } from '../core/faults.ts';
+import type { Agent } from '../core/identity.ts';
+import { isConnectionError } from '../db/knex.ts';
+import type { Logger } from '../log.ts';
+import type { CursorCodec } from '../tools/cursor.ts';
+import { toCallResult, type Settled } from '../tools/envelope.ts';
+import type { MemoryStore } from '../tools/memory/store.ts';
+import type { AnyToolDef, ToolOutcome } from '../tools/types.ts';
+import { Overrun, withDeadline } from './deadline.ts';
+import type { Metrics } from './metrics.ts';
+import type { Profile } from './profiles.ts';
+import type { RateLimiter } from './rate-limit.ts';
+
+/** What the call steps use. Built once per process (src/app/services.ts). */
+export interface StepDeps {
+  audit: AuditLog;
+  connectors: ConnectorSet;
+  cursors: CursorCodec;
+  approvals: Approvals;
+  blobs: BlobStore;
+  memory: MemoryStore;
+  /** Calls per agent per minute, counted across the cluster. */
+  limiter: RateLimiter;
+  profiles: ReadonlyMap<string, Profile>;
+  metrics: Metrics;
+  config: Config;
+  log: Logger;
+  /** Test hooks; production wiring never provides them. */
+  faults?: Faults;
+}
+
+/** One tools/call as it moves through the steps. */
+export interface Call {
+  agent: Agent;
+  /** The tool name as the agent sent it. */
+  name: string;
+  args: unknown;
+  signal: AbortSignal;
+  request_id: string;
+  trace_id: string;
+  started: Date;
+  /** Of the canonical arguments; null when they are nested too deep to canonicalise safely. */
+  args_sha256: string | null;
+}
+
+/** Arguments nested deeper than this are refused before any step walks them (SPEC §4, INVALID_ARGUMENT). */
+export const MAX_ARGUMENT_DEPTH = 32;
+
+export function beginCall(agent: Agent, name: string, args: unknown, signal: AbortSignal): Call {
+  const given = args ?? {};
+  return {
+    agent,
+    name,
+    args: given,
+    signal,
+    request_id: randomUUID(),
+    trace_id: randomBytes(16).toString('hex'),
+    started: new Date(),
+    args_sha256: nestedDeeperThan(given, MAX_ARGUMENT_DEPTH)
+      ? null
+      : createHash('sha256')
+          .update(canonicalize(given) ?? '')
+          .digest('hex'),
+  };
+}
+
+const seconds = (call: Call) => (Date.now() - call.started.getTime()) / 1000;
+
+const callRow = (call: Call) => ({
+  kind: 'tool.call' as const,
+  request_id: call.request_id,
+  trace_id: call.trace_id,
+  agent_id: call.agent.id,
+  tool: call.name,
+});
+
+/** An error answered as a JSON-RPC error, after its audit row is written and it is counted. */
+async function protocolError(
+  deps: StepDeps,
+  call: Call,
+  e: { audit: string; rpc: number; message: string; data: Record<string, unknown> },
+) {
+  await deps.audit.append({
+    ...callRow(call),
+    result: 'error',
+    error_code: e.audit,
+    details: { args_sha256: call.args_sha256 },
+  });
+  deps.metrics.record(call.name.slice(0, 64), e.audit, seconds(call));
+  return new ProtocolError(e.rpc, e.message, { ...e.data, trace_id: call.trace_id });
+}
+
+/** A name that is neither a tool nor an upstream's: -32602, audited. */
+export async function refuseUnknownTool(deps: StepDeps, call: Call): Promise<never> {
+  throw await protocolError(deps, call, {
+    audit: 'UNKNOWN_TOOL',
+    rpc: ProtocolErrorCode.InvalidParams,
+    message: `Unknown tool: ${call.name}`,
+    data: { code: 'UNKNOWN_TOOL' },
+  });
+}
+
+/** The agent's profile must allow the tool's facet; a denial is a protocol error with the profile's reason. */
+export async function admit(deps: StepDeps, call: Call, tool: AnyToolDef): Promise<Profile> {
+  const profile = deps.profiles.get(call.agent.profile);
+  if (profile?.allowed.has(tool.facet)) return profile;
+  const reason = profile
+    ? (profile.deny[tool.facet] ?? `the ${tool.facet} facet is not allowed`)
+    : `this agent's profile "${call.agent.profile}" is not installed on this server`;
+  await deps.audit.append({
+    ...callRow(call),
+    kind: 'auth.denied',
+    result: 'error',
+    error_code: 'TOOL_DENIED',
+    details: { facet: tool.facet, profile: call.agent.profile, reason },
+  });
+  deps.metrics.denied();
+  // SPEC §4 says -32002; SDK v2 answers any handler's -32002 as -32602 on every revision (2026-07-28
+  // reserves -32002), so it is said as it will be sent. data.code TOOL_DENIED tells it apart.
+  throw new ProtocolError(
+    ProtocolErrorCode.InvalidParams,
+    `Tool ${call.name} is not available to this agent: ${reason}`,
+    {
+      code: 'TOOL_DENIED',
+      reason,
+      trace_id: call.trace_id,
+    },
+  );
+}
+
+/** Counts the call against the agent's per-minute limit; over it, RATE_LIMITED with when to retry. */
+export async function takeRate(deps: StepDeps, call: Call): Promise<void> {
+  const wait = await deps.limiter.take(
+    call.agent.id,
+    call.agent.rate_limit_per_min ?? deps.config.policy.rate_limit_per_min,
+  );
+  if (wait > 0) {
+    throw new AppError('RATE_LIMITED', `too many calls: retry in ${wait} s`, 'rate_limited', {
+      details: { retry_after_s: wait },
+    });
+  }
+}
+
+/** The arguments as the tool's input schema reads them, or INVALID_ARGUMENT naming the first problem. */
+export function validate(tool: AnyToolDef, call: Call): Record<string, unknown> {
+  if (call.args_sha256 === null) {
+    throw new AppError(
+      'INVALID_ARGUMENT',
+      `arguments: nested deeper than ${MAX_ARGUMENT_DEPTH} levels`,
+      'too_deep',
+    );
+  }
+  const nul = nulPath(call.args, 'arguments');
+  if (nul) {
+    throw new AppError(
+      'INVALID_ARGUMENT',
+      `${nul.replace(/^arguments\./, '')}: contains a NUL byte`,
+      'nul_byte',
+    );
+  }
+  const parsed = tool.input.safeParse(call.args);
+  if (!parsed.success) {
+    throw new AppError('INVALID_ARGUMENT', describeIssue(parsed.error.issues[0]!), 'invalid_argument', {
+      details: { issues: parsed.error.issues.map(describeIssue) },
+    });
+  }
+  return parsed.data as Record<string, unknown>;
+}
+
+/**
+ * The tool's own work under the call deadline, with the context its kind may reach: a read tool cannot
+ * reach approval decisions, a memory tool only the agent's notes, and a write goes through the gate.
+ * A result that arrives after the deadline is thrown away, and counted.
+ */
+export function runHandler(
+  deps: StepDeps,
+  call: Call,
+  tool: AnyToolDef,
+  profile: Profile,
+  args: Record<string, unknown>,
+): Promise<ToolOutcome<Record<string, unknown>>> {
+  const run = async (signal: AbortSignal): Promise<ToolOutcome<Record<string, unknown>>> => {
+    await deps.faults?.at('before_handler');
+    const base = { agent: call.agent, request_id: call.request_id, trace_id: call.trace_id, signal };
+    const { connectors, config, blobs } = deps;
+    if (tool.kind === 'write') {
+      const prepared = await tool.prepare(args, { ...base, connectors, config, blobs });
+      return runWrite(tool.name, prepared, args as { dry_run: boolean }, {
+        ...base,
+        dryRunOnly: profile.dry_run_only.includes(tool.facet),
+        approvals: deps.approvals,
+        faults: deps.faults,
+      });
+    }
+    if (tool.facet === 'memory') return tool.handler(args, { ...base, memory: deps.memory });
+    return tool.handler(args, {
+      ...base,
+      connectors,
+      config,
+      blobs,
+      cursors: deps.cursors,
+      approvals: deps.approvals,
+    });
+  };
+  return withDeadline(call.signal, deps.config.limits.call_timeout_ms, run, () => deps.metrics.lateResult());
+}
+
+/**
+ * What a thrown error becomes: a tool failure (AppError, answered in the envelope), or a protocol error
+ * for a call over its deadline (-32001) or a crash (-32603, with a trace_id and no stack).
+ */
+export async function asFailure(deps: StepDeps, call: Call, err: unknown): Promise<AppError> {
+  if (err instanceof Overrun) {
+    deps.metrics.overrun();
+    // A write past write.started stays `executing` until reconciliation settles it: never "not sent".
+    throw await protocolError(deps, call, {
+      audit: 'CALL_TIMEOUT',
+      rpc: -32001,
+      message: `Call exceeded its deadline of ${deps.config.limits.call_timeout_ms} ms`,
+      data: { code: 'CALL_TIMEOUT' },
+    });
+  }
+  // The database went away under the handler: said as such, and audited if it is back in time.
+  if (err instanceof AuditUnavailableError || isConnectionError(err)) {
+    return new AppError(
+      'SOURCE_UNAVAILABLE',
+      'the database is unavailable; retry shortly',
+      'database_unavailable',
+      {
+        details: { retry_after_s: 1 },
+      },
+    );
+  }
+  if (err instanceof AppError) return err;
+  deps.log.error(
+    { err, trace_id: call.trace_id, tool: call.name, agent: call.agent.name },
+    'tool handler crashed',
+  );
+  throw await protocolError(deps, call, {
+    audit: 'INTERNAL_ERROR',
+    rpc: ProtocolErrorCode.InternalError,
+    message: `Internal error (trace_id ${call.trace_id})`,
+    data: { code: 'INTERNAL' },
+  });
+}
+
+/** Appends the call's audit row, counts it, and wraps the outcome in the envelope (audit_seq included). */
+export async function record(deps: StepDeps, call: Call, settled: Settled): Promise<CallToolResult> {
+  const facts = settled.outcome?.audit ?? {};
+  const failure = settled.failure;
+  const row = await deps.audit.append({
+    ...callRow(call),
+    source: facts.source ?? null,
+    target_type: facts.target_type ?? null,
+    target_ref: facts.target_ref ?? null,
+    approval_id: facts.approval_id ?? null,
+    dry_run: facts.dry_run ?? false,
+    content_sha256: facts.content_sha256 ?? null,
+    file_sha256: facts.file_sha256 ?? null,
+    result: failure ? 'error' : 'ok',
+    error_code: failure?.code ?? null,
+    details: {
+      args_sha256: call.args_sha256,
+      duration_ms: Date.now() - call.started.getTime(),
+      ...(failure ? { reason: failure.reason ?? null } : {}),
+      ...facts.details,
+    },
+  });
+  deps.metrics.record(call.name, failure?.code ?? null, seconds(call));
+  return toCallResult(
+    {
+      tool: call.name,
+      request_id: call.request_id,
+      trace_id: call.trace_id,
+      operator_id: call.agent.id,
+      started: call.started,
+      audit_seq: row.seq,
+    },
+    settled,
+  );
+}
+
+function describeIssue(issue: z.core.$ZodIssue): string {
+  const where = issue.path.length > 0 ? issue.path.join('.') : 'arguments';
+  return `${where}: ${issue.message}`;
+}
+
+/** Whether objects or arrays nest deeper than `limit` levels; iterative, so no depth can overflow it. */
+function nestedDeeperThan(value: unknown, limit: number): boolean {
+  const pending: [unknown, number][] = [[value, 1]];
+  while (pending.length > 0) {
+    const [v, depth] = pending.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (depth > limit) return true;
+    for (const child of Object.values(v)) pending.push([child, depth + 1]);
+  }
+  return false;
+}
+
+/** The path of the first string (or key) holding a NUL byte, which no PostgreSQL text can store. */
+function nulPath(value: unknown, path: string): string | undefined {
+  if (typeof value === 'string') return value.includes('\0') ? path : undefined;
+  if (Array.isArray(value)) {
+    for (const [i, v] of value.entries()) {
+      const found = nulPath(v, `${path}.${i}`);
+      if (found) return found;
+    }
+  } else if (value && typeof value === 'object') {
+    for (const [k, v] of Object.entries(value)) {
+      const found = k.includes('\0') ? `${path}.${k}` : nulPath(v, `${path}.${k}`);
+      if (found) return found;
+    }
+  }
+  return undefined;
+}
