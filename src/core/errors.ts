@@ -18,11 +18,43 @@ export const ErrorCode = z.enum([
 ]);
 export type ErrorCode = z.infer<typeof ErrorCode>;
 
-/** The one error class of countersign: a code from the enum, a human message, an optional machine reason. */
+/**
+ * Codes of refusals outside a tool call (CLI, admin endpoint, web forms, start-up). They never reach a
+ * tool envelope: there, anything but an ErrorCode is INTERNAL_ERROR.
+ */
+export const OperatorCode = z.enum([
+  /** The name is taken (an agent, a user). */
+  'CONFLICT',
+  /** No such thing (an approval request, a user, an agent, a file). */
+  'NOT_FOUND',
+  /** The configuration, a profile or a command's input is not valid. */
+  'CONFIG_INVALID',
+  /** Something this process needs is held by another (the data directory, the port). */
+  'LOCKED',
+  /** The audit chain or a signature does not verify. */
+  'TAMPERED',
+  /** The user stopped it (Ctrl-C at a prompt). */
+  'INTERRUPTED',
+]);
+export type OperatorCode = z.infer<typeof OperatorCode>;
+
+/** Error codes audit rows may carry: the tool codes plus the protocol-level refusals (SPEC §4, §7). */
+export const AuditErrorCode = z.enum([
+  ...ErrorCode.options,
+  'UNKNOWN_TOOL',
+  'TOOL_DENIED',
+  'CALL_TIMEOUT',
+  'UNAUTHENTICATED',
+]);
+export type AuditErrorCode = z.infer<typeof AuditErrorCode>;
+
+export type AppErrorCode = ErrorCode | OperatorCode;
+
+/** The one error class of countersign: a code from the enums, a human message, an optional machine reason. */
 export class AppError extends Error {
   override name = 'AppError';
   constructor(
-    readonly code: ErrorCode,
+    readonly code: AppErrorCode,
     message: string,
     readonly reason?: string,
     options?: { cause?: unknown; details?: Record<string, unknown> },
@@ -33,5 +65,38 @@ export class AppError extends Error {
   readonly details: Record<string, unknown> | undefined;
 }
 
-export const invalidArgument = (message: string, reason?: string) =>
-  new AppError('INVALID_ARGUMENT', message, reason);
+/** Whether `err` is an AppError with one of these codes (and, when given, this reason). */
+export function isAppError(err: unknown, code?: AppErrorCode, reason?: string): err is AppError {
+  return (
+    err instanceof AppError &&
+    (code === undefined || err.code === code) &&
+    (reason === undefined || err.reason === reason)
+  );
+}
+
+/** The tool-level code an error is answered with in an envelope (SPEC §4). */
+export const toolCodeOf = (err: AppError): ErrorCode =>
+  ErrorCode.safeParse(err.code).success ? (err.code as ErrorCode) : 'INTERNAL_ERROR';
+
+/** HTTP status of a code, for problem+json answers (RFC 9457). */
+export const HTTP_STATUS: Record<AppErrorCode, number> = {
+  INVALID_ARGUMENT: 400,
+  CONFIG_INVALID: 400,
+  NOT_LOGGED_IN: 401,
+  PERMISSION_DENIED: 403,
+  APPROVAL_REQUIRED: 403,
+  DRY_RUN_ONLY: 403,
+  NOT_FOUND: 404,
+  TARGET_NOT_FOUND: 404,
+  AMBIGUOUS_TARGET: 409,
+  CONFLICT: 409,
+  IDEMPOTENCY_CONFLICT: 409,
+  LOCKED: 409,
+  TAMPERED: 422,
+  RATE_LIMITED: 429,
+  INTERRUPTED: 499,
+  INTERNAL_ERROR: 500,
+  CONNECTOR_FAILED: 502,
+  SOURCE_UNAVAILABLE: 503,
+  TIMEOUT: 504,
+};

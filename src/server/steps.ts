@@ -9,7 +9,7 @@ import { AuditUnavailableError, type AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet } from '../connectors/index.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
-import { AppError } from '../core/errors.ts';
+import { AppError, toolCodeOf, type AuditErrorCode } from '../core/errors.ts';
 import type { Faults } from '../core/faults.ts';
 import type { Agent } from '../core/identity.ts';
 import { isConnectionError } from '../db/knex.ts';
@@ -90,7 +90,7 @@ const callRow = (call: Call) => ({
 async function protocolError(
   deps: StepDeps,
   call: Call,
-  e: { audit: string; rpc: number; message: string; data: Record<string, unknown> },
+  e: { audit: AuditErrorCode; rpc: number; message: string; data: Record<string, unknown> },
 ) {
   await deps.audit.append({
     ...callRow(call),
@@ -270,7 +270,7 @@ export async function record(deps: StepDeps, call: Call, settled: Settled): Prom
     content_sha256: facts.content_sha256 ?? null,
     file_sha256: facts.file_sha256 ?? null,
     result: failure ? 'error' : 'ok',
-    error_code: failure?.code ?? null,
+    error_code: failure ? toolCodeOf(failure) : null,
     details: {
       args_sha256: call.args_sha256,
       duration_ms: Date.now() - call.started.getTime(),
@@ -278,7 +278,7 @@ export async function record(deps: StepDeps, call: Call, settled: Settled): Prom
       ...facts.details,
     },
   });
-  deps.metrics.record(call.name, failure?.code ?? null, seconds(call));
+  deps.metrics.record(call.name, failure ? toolCodeOf(failure) : null, seconds(call));
   return toCallResult(
     {
       tool: call.name,

@@ -1,6 +1,6 @@
 import type { CallToolResult } from '@modelcontextprotocol/server';
 import { z } from 'zod';
-import { ErrorCode, type AppError } from '../core/errors.ts';
+import { ErrorCode, toolCodeOf, type AppError } from '../core/errors.ts';
 import type { ToolOutcome } from './types.ts';
 
 export const AuditBlock = z.object({
@@ -115,7 +115,7 @@ export function toCallResult(call: CallFacts, settled: Settled): CallToolResult 
 function errorBlock(failure: AppError, trace_id: string): ErrorBlock {
   const retry = failure.details?.retry_after_s;
   return {
-    code: failure.code,
+    code: toolCodeOf(failure),
     message: failure.message,
     reason: failure.reason ?? null,
     trace_id,
