@@ -20,4 +20,9 @@ export default tseslint.config(
   },
   // stdout is the MCP channel under stdio: nothing in src/ may print with console.
   { files: ['src/**/*.ts'], rules: { 'no-console': 'error' } },
+  // A function a newcomer cannot read in one sitting is several functions (docs/design.md).
+  {
+    files: ['src/**/*.ts'],
+    rules: { 'max-lines-per-function': ['error', { max: 80, skipBlankLines: true, skipComments: true }] },
+  },
 );

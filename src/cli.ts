@@ -12,12 +12,15 @@ import {
   positiveIntOrDefault,
   roles,
 } from './admin/cli-input.ts';
-import type { AdminCommand } from './admin/commands.ts';
+import type { AdminCommand, AdminResult, AdminResults } from './admin/commands.ts';
 import { describePgError, postgresProblem } from './admin/pg-errors.ts';
-import { PromptInterruptedError, readHiddenLine } from './admin/secret.ts';
+import { readHiddenLine } from './admin/secret.ts';
 import type { Manifest } from './audit/export.ts';
-import { ConfigError, loadConfig, type Config } from './config.ts';
-import { DataDirLockedError, lockHolder } from './db/lock.ts';
+import { loadConfig, type Config } from './config.ts';
+import type { ImportSummary } from './connectors/local/import.ts';
+import { AppError, isAppError } from './core/errors.ts';
+import type { Role } from './core/identity.ts';
+import { lockedBy, lockHolder } from './db/lock.ts';
 import { VERSION } from './server/version.ts';
 
 /**
@@ -30,14 +33,9 @@ import { VERSION } from './server/version.ts';
 const out = (line: string) => process.stdout.write(`${line}\n`);
 const err = (line: string) => process.stderr.write(`${line}\n`);
 
-class CliError extends Error {
-  override name = 'CliError';
-}
-
-/** A command line that cannot be right whatever the data: exit code 2, like commander's own refusals. */
-class UsageError extends CliError {
-  override name = 'UsageError';
-}
+/** The reason of a command line that cannot be right whatever the data: exit code 2, like commander's. */
+const USAGE = 'usage';
+const usageError = (message: string) => new AppError('CONFIG_INVALID', message, USAGE);
 
 /** Commands that need data already there: on a missing data directory they must not create one. */
 const NEEDS_EXISTING = new Set<AdminCommand['command']>([
@@ -57,7 +55,8 @@ function checkDataExists(cfg: Config, command: AdminCommand): void {
   const what = fs.existsSync(cfg.data_dir)
     ? `the data directory ${cfg.data_dir} holds no database (no ${cfg.pglite_dir})`
     : `the data directory ${cfg.data_dir} does not exist`;
-  throw new CliError(
+  throw new AppError(
+    'NOT_FOUND',
     `${what}; set COUNTERSIGN_DATA_DIR or run from the right directory. Nothing was created.`,
   );
 }
@@ -66,33 +65,41 @@ function config(): Config {
   return loadConfig(process.env, process.cwd());
 }
 
+/** Sends a command to the server that holds the embedded database; its refusals come back as they are. */
+async function runViaServer<C extends AdminCommand>(
+  cfg: Config,
+  command: C,
+  holderPid: number,
+): Promise<AdminResult<C>> {
+  err(
+    `countersign: the running server (pid ${holderPid}) holds the embedded database; sending the command to it`,
+  );
+  const { sendAdminCommand, UNREACHABLE } = await import('./admin/endpoint.ts');
+  try {
+    return await sendAdminCommand(cfg.data_dir, command);
+  } catch (e) {
+    if (!isAppError(e, 'LOCKED', UNREACHABLE)) throw e;
+    throw new AppError(
+      'LOCKED',
+      `the server (pid ${holderPid}) holds the database in ${cfg.pglite_dir}, and ${e.message}`,
+      UNREACHABLE,
+      { cause: e },
+    );
+  }
+}
+
 /**
  * Runs a data-changing command: in this process when the database can be opened, else (the embedded
  * database is held by a running server) through that server's loopback admin endpoint.
  */
-async function runData(cfg: Config, command: AdminCommand): Promise<Record<string, unknown>> {
-  const viaServer = async (holderPid: number) => {
-    err(
-      `countersign: the running server (pid ${holderPid}) holds the embedded database; sending the command to it`,
-    );
-    const { sendAdminCommand } = await import('./admin/endpoint.ts');
-    try {
-      return await sendAdminCommand(cfg.data_dir, command);
-    } catch (e) {
-      if (isNamed(e, 'AdminCommandError') && !/^its /.test(e.message)) throw e;
-      throw new CliError(
-        `the server (pid ${holderPid}) holds the database in ${cfg.pglite_dir}, and ${(e as Error).message}`,
-      );
-    }
-  };
-
+async function runData<C extends AdminCommand>(cfg: Config, command: C): Promise<AdminResult<C>> {
   checkDataExists(cfg, command);
   if (cfg.database_url) {
     const problem = await postgresProblem(cfg.database_url);
-    if (problem) throw new CliError(problem);
+    if (problem) throw new AppError('SOURCE_UNAVAILABLE', problem);
   } else {
     const holder = lockHolder(cfg.pglite_dir);
-    if (holder) return viaServer(holder.pid);
+    if (holder) return runViaServer(cfg, command, holder.pid);
   }
   const { openDatabase } = await import('./db/knex.ts');
   let db;
@@ -103,7 +110,8 @@ async function runData(cfg: Config, command: AdminCommand): Promise<Record<strin
       command: `countersign ${command.command}`,
     });
   } catch (e) {
-    if (e instanceof DataDirLockedError) return viaServer(e.holder.pid);
+    const holder = lockedBy(e);
+    if (holder) return runViaServer(cfg, command, holder.pid);
     throw e;
   }
   try {
@@ -127,7 +135,7 @@ async function readSecretLine(prompt: string): Promise<string> {
   if (process.stdin.isTTY) {
     process.stderr.write(prompt);
     const line = await readHiddenLine(process.stdin, process.stderr);
-    if (!line) throw new CliError('no password given');
+    if (!line) throw new AppError('CONFIG_INVALID', 'no password given');
     return line;
   }
   let data = '';
@@ -136,26 +144,22 @@ async function readSecretLine(prompt: string): Promise<string> {
     if (data.includes('\n')) break;
   }
   const line = data.split(/\r?\n/)[0] ?? '';
-  if (!line) throw new CliError('no password given (stdin was empty)');
+  if (!line) throw new AppError('CONFIG_INVALID', 'no password given (stdin was empty)');
   return line;
 }
 
 const chairPassword = async () => process.env.COUNTERSIGN_PASSWORD || readSecretLine('password: ');
 
-interface ApprovalLine {
-  approval_request_id: string;
-  status: string;
-  tool: string;
-  agent_name: string;
-  target: { target_type: string; target_id: string; display_name: string | null };
-  created_at: string;
-  expires_at: string;
-  approval_id: string | null;
-  approvers: string[];
-  required_approvers: number;
+/** The contents of a file the command line names; a file that cannot be read is a plain refusal. */
+function readNamedFile(file: string): string {
+  try {
+    return fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new AppError('NOT_FOUND', `cannot read ${file}: ${(e as Error).message}`, undefined, { cause: e });
+  }
 }
 
-function printApproval(a: ApprovalLine & { review?: Record<string, unknown>; note?: string | null }): void {
+function printApproval(a: AdminResults['approvals.show']['approval']): void {
   out(`request     ${a.approval_request_id}`);
   out(`status      ${a.status}${a.approval_id ? `  (approval_id ${a.approval_id})` : ''}`);
   out(`tool        ${a.tool}   agent ${a.agent_name}`);
@@ -166,8 +170,8 @@ function printApproval(a: ApprovalLine & { review?: Record<string, unknown>; not
   if (a.review) out(`content     ${JSON.stringify(a.review, null, 2)}`);
 }
 
-function summary(imported: unknown): string {
-  return Object.entries(imported as Record<string, number>)
+function summary(imported: ImportSummary): string {
+  return Object.entries(imported)
     .map(([k, v]) => `${v} ${k}`)
     .join(', ');
 }
@@ -219,19 +223,19 @@ type ExportOptions = Record<'since' | 'until' | 'agent' | 'tool' | 'kind' | 'res
 function exportTarget(opts: ExportOptions): { format: 'jsonl' | 'csv'; file: string } {
   const fromName = opts.output === undefined ? undefined : formatOfFile(opts.output);
   if (opts.output !== undefined && !fromName && !opts.format)
-    throw new UsageError(
+    throw usageError(
       `option '-o, --output <file>': ${opts.output} must end in .jsonl or .csv, or give --format`,
     );
   if (opts.format && fromName && opts.format !== fromName)
-    throw new UsageError(`option '--format ${opts.format}' contradicts -o ${opts.output} (.${fromName})`);
+    throw usageError(`option '--format ${opts.format}' contradicts -o ${opts.output} (.${fromName})`);
   const format = opts.format ?? fromName;
-  if (!format) throw new UsageError(`option '--format <format>' (jsonl or csv) is required without -o FILE`);
+  if (!format) throw usageError(`option '--format <format>' (jsonl or csv) is required without -o FILE`);
   const file = path.resolve(
     opts.output ?? `audit-${new Date().toISOString().replace(/[:.]/g, '-')}.${format}`,
   );
   for (const existing of [file, `${file}.manifest.json`].filter((f) => fs.existsSync(f))) {
     if (!opts.force)
-      throw new UsageError(`option '-o, --output <file>': ${existing} exists; give --force to overwrite it`);
+      throw usageError(`option '-o, --output <file>': ${existing} exists; give --force to overwrite it`);
   }
   return { format, file };
 }
@@ -263,13 +267,30 @@ function program(): Command {
     .description('serve MCP over Streamable HTTP (default) or stdio')
     .option('--stdio', 'serve one agent over stdin/stdout (token from COUNTERSIGN_AGENT_TOKEN)')
     .action(serve);
+  addStoreCommands(cli);
+  addAgentCommands(cli.command('agent').description('manage agents (MCP clients)'));
+  addAuditCommands(cli.command('audit').description('export and verify the audit log'));
+  addUserCommands(
+    cli.command('user').description('manage people: chairs decide, compliance reviews, admins administer'),
+  );
+  addApprovalCommands(
+    cli
+      .command('approvals')
+      .description(
+        'review and decide approval requests as a chair (password from COUNTERSIGN_PASSWORD or stdin)',
+      ),
+  );
+  return cli;
+}
 
+/** migrate, demo, import: the database's schema and the local store's contents. */
+function addStoreCommands(cli: Command): void {
   cli
     .command('migrate')
     .description('apply database migrations')
     .action(async () => {
-      const { applied } = (await runData(config(), { command: 'migrate' })) as { applied?: string[] };
-      out(applied && applied.length > 0 ? `applied: ${applied.join(', ')}` : 'database is up to date');
+      const { applied } = await runData(config(), { command: 'migrate' });
+      out(applied.length > 0 ? `applied: ${applied.join(', ')}` : 'database is up to date');
     });
 
   cli
@@ -285,12 +306,7 @@ function program(): Command {
     .argument('<file>', 'JSON (contacts, groups, conversations, messages, files) or CSV (contacts)')
     .description('load contacts, groups and messages into the local store')
     .action(async (file: string) => {
-      let text: string;
-      try {
-        text = fs.readFileSync(file, 'utf8');
-      } catch (e) {
-        throw new CliError(`cannot read ${file}: ${(e as Error).message}`);
-      }
+      const text = readNamedFile(file);
       const { imported } = await runData(config(), {
         command: 'import',
         file_name: path.basename(file),
@@ -298,8 +314,9 @@ function program(): Command {
       });
       out(`imported ${summary(imported)}`);
     });
+}
 
-  const agent = cli.command('agent').description('manage agents (MCP clients)');
+function addAgentCommands(agent: Command): void {
   agent
     .command('add')
     .argument('<name>')
@@ -308,16 +325,13 @@ function program(): Command {
     .option('--rate-limit <n>', 'calls per minute (default: policy.rate_limit_per_min)', positiveInt)
     .description('create an agent; its token is printed once, alone on the last line')
     .action(async (name: string, opts: { profile: string; owner?: string; rateLimit?: number }) => {
-      const result = (await runData(config(), {
+      const result = await runData(config(), {
         command: 'agent.add',
         name,
         profile: opts.profile,
         owner: opts.owner,
         rate_limit_per_min: opts.rateLimit,
-      })) as {
-        agent: { id: string; name: string };
-        token: string;
-      };
+      });
       err(
         `agent "${result.agent.name}" created (id ${result.agent.id}); keep this token, it is not shown again:`,
       );
@@ -331,7 +345,7 @@ function program(): Command {
     .description("change an agent's profile or rate limit")
     .action(async (name: string, opts: { profile?: string; rateLimit?: number | 'default' }) => {
       if (opts.profile === undefined && opts.rateLimit === undefined)
-        throw new UsageError('agent set: give --profile or --rate-limit');
+        throw usageError('agent set: give --profile or --rate-limit');
       await runData(config(), {
         command: 'agent.set',
         name,
@@ -344,15 +358,7 @@ function program(): Command {
     .command('list')
     .description('list agents')
     .action(async () => {
-      const { agents } = (await runData(config(), { command: 'agent.list' })) as {
-        agents: {
-          name: string;
-          id: string;
-          profile: string;
-          created_at: string;
-          revoked_at: string | null;
-        }[];
-      };
+      const { agents } = await runData(config(), { command: 'agent.list' });
       if (agents.length === 0) out('no agents');
       for (const a of agents) {
         out(
@@ -368,8 +374,9 @@ function program(): Command {
       await runData(config(), { command: 'agent.revoke', name });
       out(`agent "${name}" revoked`);
     });
+}
 
-  const audit = cli.command('audit').description('export and verify the audit log');
+function addAuditCommands(audit: Command): void {
   audit
     .command('export')
     .addOption(
@@ -387,29 +394,7 @@ function program(): Command {
     )
     .option('--force', 'overwrite FILE and its manifest if they exist')
     .description('export the log with a signed manifest (FILE.manifest.json)')
-    .action(async (opts: ExportOptions) => {
-      const { format, file } = exportTarget(opts);
-      const filter = Object.fromEntries(
-        (['since', 'until', 'tool', 'kind', 'result'] as const)
-          .filter((k) => opts[k])
-          .map((k) => [k, opts[k]]),
-      );
-      const result = (await runData(config(), {
-        command: 'audit.export',
-        format,
-        filter,
-        agent: opts.agent,
-        path: file,
-        actor: `cli:${os.userInfo().username}`,
-      } as AdminCommand)) as {
-        path: string;
-        manifest_path: string;
-        row_count: number;
-        checkpoint_seq: number;
-      };
-      out(`exported ${result.row_count} rows to ${result.path}`);
-      out(`manifest: ${result.manifest_path} (checkpoint at seq ${result.checkpoint_seq})`);
-    });
+    .action(exportAudit);
   audit
     .command('verify')
     .argument('[file]', 'an export (JSONL or CSV)')
@@ -417,72 +402,91 @@ function program(): Command {
     .option('--pubkey <file>', 'the public key (PEM) that must have signed it')
     .option('--db', 'verify the live table instead of an export')
     .description('verify an export offline, or the live table; exit 0 only when everything is valid')
-    .action(async (file: string | undefined, opts: { manifest?: string; pubkey?: string; db?: boolean }) => {
-      if (opts.db) {
-        const result = (await runData(config(), { command: 'audit.verify_db' })) as {
-          ok: boolean;
-          summary: string;
-        };
-        out(result.summary);
-        if (!result.ok) process.exitCode = 1;
-        return;
-      }
-      if (!file) throw new UsageError('audit verify: give an export file, or --db');
-      const manifestPath = opts.manifest ?? `${file}.manifest.json`;
-      let manifest: Manifest;
-      let pubkey: string | undefined;
-      try {
-        manifest = JSON.parse(fs.readFileSync(manifestPath, 'utf8')) as Manifest;
-        pubkey = opts.pubkey ? fs.readFileSync(opts.pubkey, 'utf8') : undefined;
-        fs.accessSync(file, fs.constants.R_OK);
-      } catch (e) {
-        throw new CliError(
-          `cannot read ${(e as NodeJS.ErrnoException).path ?? manifestPath}: ${(e as Error).message}`,
-        );
-      }
-      const { describeReport, verifyExport } = await import('./audit/verify-export.ts');
-      const report = await verifyExport(file, manifest, pubkey);
-      out(describeReport(report));
-      if (!report.ok) process.exitCode = 1;
-    });
+    .action(verifyAudit);
+}
 
-  cli
-    .command('user')
-    .description('manage people: chairs decide, compliance reviews, admins administer')
+/** `audit export`: the filter as given (empty options left out), written where exportTarget says. */
+async function exportAudit(opts: ExportOptions): Promise<void> {
+  const { format, file } = exportTarget(opts);
+  const filter = Object.fromEntries(
+    (['since', 'until', 'tool', 'kind', 'result'] as const).filter((k) => opts[k]).map((k) => [k, opts[k]]),
+  ) as Extract<AdminCommand, { command: 'audit.export' }>['filter'];
+  const result = await runData(config(), {
+    command: 'audit.export',
+    format,
+    filter,
+    agent: opts.agent,
+    path: file,
+    actor: `cli:${os.userInfo().username}`,
+  });
+  out(`exported ${result.row_count} rows to ${result.path}`);
+  out(`manifest: ${result.manifest_path} (checkpoint at seq ${result.checkpoint_seq})`);
+}
+
+/** `audit verify`: an export offline against its manifest, or with --db the live table. */
+async function verifyAudit(
+  file: string | undefined,
+  opts: { manifest?: string; pubkey?: string; db?: boolean },
+): Promise<void> {
+  if (opts.db) {
+    const result = await runData(config(), { command: 'audit.verify_db' });
+    out(result.summary);
+    if (!result.ok) process.exitCode = 1;
+    return;
+  }
+  if (!file) throw usageError('audit verify: give an export file, or --db');
+  const manifestPath = opts.manifest ?? `${file}.manifest.json`;
+  let manifest: Manifest;
+  let pubkey: string | undefined;
+  try {
+    manifest = JSON.parse(fs.readFileSync(manifestPath, 'utf8')) as Manifest;
+    pubkey = opts.pubkey ? fs.readFileSync(opts.pubkey, 'utf8') : undefined;
+    fs.accessSync(file, fs.constants.R_OK);
+  } catch (e) {
+    throw new AppError(
+      'NOT_FOUND',
+      `cannot read ${(e as NodeJS.ErrnoException).path ?? manifestPath}: ${(e as Error).message}`,
+      undefined,
+      { cause: e },
+    );
+  }
+  const { describeReport, verifyExport } = await import('./audit/verify-export.ts');
+  const report = await verifyExport(file, manifest, pubkey);
+  out(describeReport(report));
+  if (!report.ok) process.exitCode = 1;
+}
+
+function addUserCommands(user: Command): void {
+  user
     .command('add')
     .argument('<name>')
     .requiredOption('--role <roles>', 'chair, compliance or admin (comma-separated for several)', roles)
     .description('create a user; the password is read from stdin (first line)')
-    .action(async (name: string, opts: { role: string[] }) => {
+    .action(async (name: string, opts: { role: Role[] }) => {
       const password = await readSecretLine('password for the new user: ');
-      const { user } = (await runData(config(), {
+      const { user: created } = await runData(config(), {
         command: 'user.add',
         name,
         roles: opts.role,
         password,
-      } as AdminCommand)) as {
-        user: { name: string; roles: string[] };
-      };
-      out(`user "${user.name}" created with roles ${user.roles.join(', ')}`);
+      });
+      out(`user "${created.name}" created with roles ${created.roles.join(', ')}`);
     });
+}
 
-  const approvals = cli
-    .command('approvals')
-    .description(
-      'review and decide approval requests as a chair (password from COUNTERSIGN_PASSWORD or stdin)',
-    );
+function addApprovalCommands(approvals: Command): void {
   approvals
     .command('list')
     .requiredOption('--as <user>', 'your user name')
     .addOption(new Option('--status <status>', 'which requests').choices(CHOICES.status).default('pending'))
     .action(async (opts: { as: string; status: string }) => {
       const password = await chairPassword();
-      const { approvals: rows } = (await runData(config(), {
+      const { approvals: rows } = await runData(config(), {
         command: 'approvals.list',
         as: opts.as,
         password,
         status: opts.status,
-      })) as { approvals: ApprovalLine[] };
+      });
       if (rows.length === 0) out(`no ${opts.status} requests`);
       for (const a of rows) {
         out(
@@ -497,14 +501,7 @@ function program(): Command {
     .requiredOption('--as <user>', 'your user name')
     .action(async (id: string, opts: { as: string }) => {
       const password = await chairPassword();
-      const { approval } = (await runData(config(), {
-        command: 'approvals.show',
-        as: opts.as,
-        password,
-        id,
-      })) as {
-        approval: ApprovalLine & { review: Record<string, unknown> };
-      };
+      const { approval } = await runData(config(), { command: 'approvals.show', as: opts.as, password, id });
       printApproval(approval);
     });
   for (const decision of ['approve', 'reject'] as const) {
@@ -517,39 +514,29 @@ function program(): Command {
         decision === 'reject' ? 'why (required)' : 'a note for the agent and the audit log',
       )
       .action(async (id: string, opts: { as: string; note?: string }) => {
-        if (decision === 'reject' && !opts.note) throw new UsageError('reject needs --note');
+        if (decision === 'reject' && !opts.note) throw usageError('reject needs --note');
         const password = await chairPassword();
-        const { approval } = (await runData(config(), {
+        const { approval } = await runData(config(), {
           command: 'approvals.decide',
           as: opts.as,
           password,
           id,
           decision,
           note: opts.note,
-        })) as { approval: ApprovalLine };
+        });
         out(`${approval.approval_request_id} is ${approval.status}`);
         if (approval.approval_id) out(approval.approval_id);
       });
   }
-
-  return cli;
 }
 
-/** Errors of modules loaded on demand are told apart by name, so that explaining one loads nothing. */
-const isNamed = (e: unknown, name: string): e is Error => e instanceof Error && e.name === name;
-
 async function explain(e: unknown): Promise<string> {
-  if (e instanceof ConfigError) return `configuration error: ${e.message}`;
+  if (isAppError(e, 'CONFIG_INVALID', 'config')) return `configuration error: ${e.message}`;
   if (e instanceof z.ZodError) return (await import('./admin/commands.ts')).describeZodError(e);
-  if (e instanceof PromptInterruptedError) return e.message;
-  if (e instanceof CliError || isNamed(e, 'AdminCommandError') || e instanceof DataDirLockedError)
-    return e.message;
-  if (isNamed(e, 'StdioAuthError') || isNamed(e, 'SigningKeyMismatchError') || isNamed(e, 'PortInUseError'))
-    return e.message;
+  if (isAppError(e, 'CONFIG_INVALID', 'profile')) return `profile error: ${e.message}`;
+  if (isAppError(e)) return e.message;
   const pg = describePgError(e, process.env.DATABASE_URL);
   if (pg) return pg;
-  if (isNamed(e, 'ProfileError')) return `profile error: ${e.message}`;
-  if (e instanceof Error && e.name === 'AgentExistsError') return e.message;
   if (e instanceof Error && 'code' in e && e.code === 'EADDRINUSE') return `cannot listen: ${e.message}`;
   return e instanceof Error ? (e.stack ?? e.message) : String(e);
 }
@@ -566,6 +553,6 @@ try {
     process.exitCode = e.exitCode === 0 ? 0 : 2;
   } else {
     err(`countersign: ${await explain(e)}`);
-    process.exitCode = e instanceof UsageError ? 2 : 1;
+    process.exitCode = isAppError(e, 'CONFIG_INVALID', USAGE) ? 2 : 1;
   }
 }

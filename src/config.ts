@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
+import { AppError } from './core/errors.ts';
 
 const MiB = 1024 * 1024;
 
@@ -269,9 +270,8 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
 export const publicBaseUrl = (config: Pick<Config, 'http'>) =>
   config.http.public_url ?? `http://${config.http.host}:${config.http.port}`;
 
-export class ConfigError extends Error {
-  override name = 'ConfigError';
-}
+/** A configuration that cannot be used: named by key (and env variable), refused before anything starts. */
+export const configError = (message: string) => new AppError('CONFIG_INVALID', message, 'config');
 
 function envValue(name: string, raw: string, kind: EnvKind): unknown {
   switch (kind) {
@@ -290,19 +290,18 @@ function envValue(name: string, raw: string, kind: EnvKind): unknown {
         .filter(Boolean)
         .map((pair) => {
           const m = /^([a-z0-9_]+)=(\d+)$/.exec(pair);
-          if (!m)
-            throw new ConfigError(`${name}: expected tool=number pairs separated by commas, got "${pair}"`);
+          if (!m) throw configError(`${name}: expected tool=number pairs separated by commas, got "${pair}"`);
           return [m[1]!, Number(m[2])] as const;
         });
       return Object.fromEntries(entries);
     }
     case 'int':
-      if (!/^-?\d+$/.test(raw.trim())) throw new ConfigError(`${name}: expected an integer, got "${raw}"`);
+      if (!/^-?\d+$/.test(raw.trim())) throw configError(`${name}: expected an integer, got "${raw}"`);
       return Number(raw);
     case 'bool':
       if (/^(1|true|yes|on)$/i.test(raw)) return true;
       if (/^(0|false|no|off)$/i.test(raw)) return false;
-      throw new ConfigError(`${name}: expected true or false, got "${raw}"`);
+      throw configError(`${name}: expected true or false, got "${raw}"`);
   }
 }
 
@@ -321,16 +320,16 @@ function readFile(file: string): Record<string, unknown> {
   try {
     text = fs.readFileSync(file, 'utf8');
   } catch (err) {
-    throw new ConfigError(`cannot read config file ${file}: ${(err as Error).message}`);
+    throw configError(`cannot read config file ${file}: ${(err as Error).message}`);
   }
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    throw new ConfigError(`config file ${file} is not valid JSON: ${(err as Error).message}`);
+    throw configError(`config file ${file} is not valid JSON: ${(err as Error).message}`);
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-    throw new ConfigError(`config file ${file} must hold a JSON object`);
+    throw configError(`config file ${file} must hold a JSON object`);
   }
   return parsed as Record<string, unknown>;
 }
@@ -359,7 +358,7 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
     const issue = result.error.issues[0]!;
     const key = issue.path.join('.') || '(root)';
     const envName = envNameFor(issue.path);
-    throw new ConfigError(`config key "${key}"${envName ? ` (env ${envName})` : ''}: ${issue.message}`);
+    throw configError(`config key "${key}"${envName ? ` (env ${envName})` : ''}: ${issue.message}`);
   }
 
   const parsed = result.data;

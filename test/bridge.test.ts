@@ -9,6 +9,7 @@ import { startReferenceBridge, type ReferenceBridge } from './helpers/bridge/ref
 import { BridgeErrorKind, ERROR_CODE } from '../src/connectors/bridge/wire.ts';
 import { createUser } from '../src/accounts/users.ts';
 import { type User } from '../src/core/identity.ts';
+import { approveAsChair } from './helpers/approvals.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type Envelope, type TestServer } from './helpers/server.ts';
 
@@ -30,12 +31,7 @@ for (const kind of databaseKinds()) {
       assert.equal(draft.ok, true, JSON.stringify(draft.error));
       assert.equal(draft.audit.source, 'bridge');
       assert.equal(bridge.sent.length, sentBefore, 'a dry run sends nothing');
-      const view = await server.services.approvals.decide({
-        id: draft.approval.approval_request_id,
-        user: chair,
-        decision: 'approve',
-      });
-      return view.approval_id!;
+      return approveAsChair({ approvals: server.services.approvals, user: chair }, draft);
     }
 
     const statusOf = async (approvalId: string) =>

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { openDatabase } from '../src/db/knex.ts';
-import { DataDirLockedError } from '../src/db/lock.ts';
+import { lockedBy } from '../src/db/lock.ts';
 import { runCli, spawnServer, stopChild } from './helpers/cli.ts';
 import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
 import { call, connectHttp, testEnv } from './helpers/server.ts';
@@ -26,7 +26,8 @@ describe('the embedded database while a server holds it', () => {
   it('refuses a second process on the same data dir, naming the holder', async () => {
     await assert.rejects(
       openDatabase({ pgliteDir: path.join(db.dataDir, 'pglite'), command: 'test' }),
-      (err: unknown) => err instanceof DataDirLockedError && err.message.includes(`pid ${server.child.pid}`),
+      (err: unknown) =>
+        lockedBy(err)?.pid === server.child.pid && (err as Error).message.includes(`pid ${server.child.pid}`),
     );
     const second = await runCli(['serve'], env);
     assert.equal(second.code, 1);

@@ -5,8 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { runCli } from './helpers/cli.ts';
-import { databaseKinds } from './helpers/db.ts';
-import { call, connectHttp, ROOT, startTestServer, type TestServer } from './helpers/server.ts';
+import { databaseKinds, itOnPostgres } from './helpers/db.ts';
+import { call, connectHttp, ROOT, startTestServer, waitFor, type TestServer } from './helpers/server.ts';
 
 /** What a refused command must leave as it was. */
 async function snapshot(server: TestServer) {
@@ -19,6 +19,16 @@ async function snapshot(server: TestServer) {
     users: await count('users'),
     audit: await count('audit_events'),
   };
+}
+
+/** Whether the terminal that `script` (by pid) runs its command on echoes what is typed, as stty(1) says. */
+function echoes(scriptPid: number): boolean {
+  const [command] = fs.readFileSync(`/proc/${scriptPid}/task/${scriptPid}/children`, 'utf8').split(' ');
+  const tty = fs.readlinkSync(`/proc/${command}/fd/0`);
+  return spawnSync('stty', ['-a', '-F', tty])
+    .stdout.toString()
+    .split(/[\s;]+/)
+    .includes('echo');
 }
 
 /** [command line, the option its refusal must name] */
@@ -141,24 +151,20 @@ describe('CLI command line and environment', () => {
     assert.doesNotMatch(res.stderr, /\n\s+at /);
   });
 
-  it(
-    'reports a missing database and a refused login in one line each',
-    { skip: process.env.TEST_DATABASE_URL ? false : 'needs PostgreSQL: set TEST_DATABASE_URL' },
-    async () => {
-      const url = new URL(process.env.TEST_DATABASE_URL!);
-      url.pathname = '/countersign_no_such_db';
-      const res = await runCli(['agent', 'list'], { DATABASE_URL: url.href, LOG_LEVEL: 'silent' });
-      assert.equal(res.code, 1);
-      assert.match(res.stderr, /database "countersign_no_such_db" does not exist.*createdb/);
-      assert.doesNotMatch(res.stderr, /\n\s+at /);
-      const who = new URL(process.env.TEST_DATABASE_URL!);
-      who.username = 'countersign_no_such_user';
-      const auth = await runCli(['agent', 'list'], { DATABASE_URL: who.href, LOG_LEVEL: 'silent' });
-      assert.equal(auth.code, 1);
-      assert.match(auth.stderr, /authentication failed/);
-      assert.doesNotMatch(auth.stderr, /\n\s+at /);
-    },
-  );
+  itOnPostgres('reports a missing database and a refused login in one line each', async () => {
+    const url = new URL(process.env.TEST_DATABASE_URL!);
+    url.pathname = '/countersign_no_such_db';
+    const res = await runCli(['agent', 'list'], { DATABASE_URL: url.href, LOG_LEVEL: 'silent' });
+    assert.equal(res.code, 1);
+    assert.match(res.stderr, /database "countersign_no_such_db" does not exist.*createdb/);
+    assert.doesNotMatch(res.stderr, /\n\s+at /);
+    const who = new URL(process.env.TEST_DATABASE_URL!);
+    who.username = 'countersign_no_such_user';
+    const auth = await runCli(['agent', 'list'], { DATABASE_URL: who.href, LOG_LEVEL: 'silent' });
+    assert.equal(auth.code, 1);
+    assert.match(auth.stderr, /authentication failed/);
+    assert.doesNotMatch(auth.stderr, /\n\s+at /);
+  });
 
   const hasScript = spawnSync('script', ['--version']).status === 0;
   it(
@@ -167,20 +173,20 @@ describe('CLI command line and environment', () => {
     async () => {
       const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'countersign-tty-'));
       const cli = `'${process.execPath}' --import tsx src/cli.ts user add tty-user --role chair`;
-      // `script` gives the command a pseudo-terminal; the password is typed once the prompt is shown.
+      // `script` gives the command a pseudo-terminal. The password is typed once the prompt is shown
+      // and the terminal has stopped echoing: typed before, it would be echoed whatever the CLI does.
       const child = spawn('script', ['-qec', cli, '/dev/null'], {
         cwd: ROOT,
         env: { PATH: process.env.PATH ?? '', COUNTERSIGN_DATA_DIR: dir, LOG_LEVEL: 'silent' },
       });
+      const closed = new Promise<number | null>((resolve) => child.on('close', resolve));
       let screen = '';
-      let typed = false;
-      child.stdout.on('data', (c: Buffer) => {
-        screen += c.toString();
-        if (typed || !screen.includes('password')) return;
-        typed = true;
-        setTimeout(() => child.stdin.write('typed-secret-123\r'), 300);
-      });
-      const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+      child.stdout.on('data', (c: Buffer) => (screen += c.toString()));
+      await waitFor('the password prompt, echo off', async () =>
+        screen.includes('password') && !echoes(child.pid!) ? true : undefined,
+      );
+      child.stdin.write('typed-secret-123\r');
+      const code = await closed;
       fs.rmSync(dir, { recursive: true, force: true });
       assert.equal(code, 0, screen);
       assert.match(screen, /user "tty-user" created/);

@@ -3,16 +3,17 @@ import { generateKeyPairSync } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, before, it } from 'node:test';
 import { ProtocolError, SdkHttpError, type Client } from '@modelcontextprotocol/client';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { createPgBus } from '../src/cluster/bus.ts';
 import { openDatabase, type Database } from '../src/db/knex.ts';
 import { createLogger } from '../src/log.ts';
 import { createAgentAuth } from '../src/server/agent-cache.ts';
+import { approveAsChair } from './helpers/approvals.ts';
 import { startBalancer, type Balancer } from './helpers/balancer.ts';
 import { runCli, spawnServer, stopChild } from './helpers/cli.ts';
-import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
+import { createTestDatabase, describeOnPostgres, type TestDatabase } from './helpers/db.ts';
 import { call, connectHttp, ERAS, testEnv, waitFor, type Envelope, type Era } from './helpers/server.ts';
 import { startUpstreamFixture, type UpstreamFixture } from './helpers/upstream-fixture.ts';
 
@@ -31,11 +32,9 @@ async function rpcCode(p: Promise<unknown>): Promise<number | 'answered'> {
 }
 
 // Several processes can share only PostgreSQL; the embedded database allows one process.
-if (!databaseKinds().includes('postgres')) {
-  it('3 replicas behind a balancer', { skip: 'needs PostgreSQL: set TEST_DATABASE_URL' }, () => {});
-}
-for (const _kind of databaseKinds().filter((k) => k === 'postgres')) {
-  describe(`${REPLICAS} replicas on one PostgreSQL behind a round-robin balancer, no affinity`, () => {
+describeOnPostgres(
+  `${REPLICAS} replicas on one PostgreSQL behind a round-robin balancer, no affinity`,
+  () => {
     let db: TestDatabase;
     let env: Record<string, string>;
     let direct: Database;
@@ -108,12 +107,7 @@ for (const _kind of databaseKinds().filter((k) => k === 'postgres')) {
       clients.push(modern);
       const args = { target_type: 'group', target_id: 'gr_board', content_text: 'Once, whichever replica.' };
       const draft = await call(legacy.client, 'isphere_send_message', args);
-      assert.equal(draft.ok, true, JSON.stringify(draft.error));
-      const approved = await cli(
-        ['approvals', 'approve', draft.approval.approval_request_id, '--as', 'chair-cy'],
-        { COUNTERSIGN_PASSWORD: 'cluster chair pw' },
-      );
-      const approvalId = approved.trim().split('\n').at(-1)!;
+      const approvalId = await approveAsChair({ env, name: 'chair-cy', password: 'cluster chair pw' }, draft);
       const results = await Promise.all(
         Array.from({ length: 10 }, (_, i) =>
           call(i % 2 ? modern : legacy.client, 'isphere_send_message', {
@@ -278,5 +272,5 @@ for (const _kind of databaseKinds().filter((k) => k === 'postgres')) {
       );
       assert.ok(next);
     });
-  });
-}
+  },
+);

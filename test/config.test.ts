@@ -3,7 +3,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, it } from 'node:test';
-import { ConfigError, loadConfig } from '../src/config.ts';
+import { loadConfig } from '../src/config.ts';
+import { isAppError } from '../src/core/errors.ts';
 import { runCli } from './helpers/cli.ts';
 
 const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'countersign-config-'));
@@ -49,7 +50,7 @@ describe('configuration', () => {
     for (const [env, message] of cases) {
       assert.throws(
         () => loadConfig(env, cwd),
-        (err: unknown) => err instanceof ConfigError && message.test(err.message),
+        (err: unknown) => isAppError(err, 'CONFIG_INVALID', 'config') && message.test(err.message),
       );
     }
     fs.writeFileSync(path.join(cwd, 'countersign.config.json'), JSON.stringify({ http: { prot: 1 } }));
@@ -83,7 +84,7 @@ describe('configuration', () => {
       fs.writeFileSync(file, JSON.stringify({ upstreams }));
       assert.throws(
         () => loadConfig({}, cwd),
-        (err: unknown) => err instanceof ConfigError && message.test(err.message),
+        (err: unknown) => isAppError(err, 'CONFIG_INVALID', 'config') && message.test(err.message),
         JSON.stringify(upstreams),
       );
     }

@@ -3,9 +3,10 @@ import path from 'node:path';
 import { describe, it } from 'node:test';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { openDatabase } from '../src/db/knex.ts';
+import { approveAsChair } from './helpers/approvals.ts';
 import { runCli, spawnServer, stopChild } from './helpers/cli.ts';
 import { createTestDatabase, databaseKinds } from './helpers/db.ts';
-import { call, connectHttp, testEnv, type Envelope } from './helpers/server.ts';
+import { call, connectHttp, testEnv, waitFor } from './helpers/server.ts';
 
 const CHAIR_PASSWORD = 'crash-test-password';
 
@@ -39,12 +40,10 @@ for (const kind of databaseKinds()) {
           const args = { target_type: 'contact', target_id: 'ct_alice', content_text: `crash ${step}` };
           const draft = await call(client, 'isphere_send_message', args);
           const requestId: string = draft.approval.approval_request_id;
-          const approved = await runCli(['approvals', 'approve', requestId, '--as', 'chair'], {
-            ...env,
-            COUNTERSIGN_PASSWORD: CHAIR_PASSWORD,
-          });
-          assert.equal(approved.code, 0, approved.stderr);
-          const approvalId = approved.stdout.trim().split('\n').at(-1)!;
+          const approvalId = await approveAsChair(
+            { env, name: 'chair', password: CHAIR_PASSWORD },
+            requestId,
+          );
 
           const exited = new Promise((resolve) =>
             doomed.child.once('exit', (_code, signal) => resolve(signal)),
@@ -63,13 +62,12 @@ for (const kind of databaseKinds()) {
 
           const revived = await spawnServer(env);
           const after = await connectHttp(revived.url, token);
-          let view: Envelope | undefined;
-          for (let i = 0; i < 100; i++) {
-            view = await call(after, 'isphere_get_approval', { approval_request_id: requestId });
-            if (view.approval.status !== 'executing') break;
-            await new Promise((r) => setTimeout(r, 200));
-          }
-          assert.equal(view!.approval.status, expected);
+          // Reconciliation runs in the background (every second here) and settles what the crash left.
+          const settled = await waitFor('the interrupted execution to be reconciled', async () => {
+            const view = await call(after, 'isphere_get_approval', { approval_request_id: requestId });
+            return view.approval.status === 'executing' ? undefined : view;
+          });
+          assert.equal(settled.approval.status, expected);
           const retry = await call(after, 'isphere_send_message', {
             ...args,
             dry_run: false,

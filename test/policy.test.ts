@@ -7,13 +7,13 @@ import { after, before, describe, it } from 'node:test';
 import { ProtocolError } from '@modelcontextprotocol/client';
 import type { Client } from '@modelcontextprotocol/client';
 import { createAgent } from '../src/accounts/agents.ts';
-import { loadProfiles, PROFILES_DIR, ProfileError, validateProfile } from '../src/server/profiles.ts';
+import { isProfileError, loadProfiles, PROFILES_DIR, validateProfile } from '../src/server/profiles.ts';
 import { createRateLimiter, retryAfterSeconds } from '../src/server/rate-limit.ts';
 import { builtinTools } from '../src/tools/index.ts';
 import { runCli } from './helpers/cli.ts';
 import { slowHandlers } from './helpers/faults.ts';
 import { databaseKinds } from './helpers/db.ts';
-import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
+import { call, connectHttp, startTestServer, waitFor, type TestServer } from './helpers/server.ts';
 
 const GOOD = {
   name: 'x',
@@ -42,7 +42,7 @@ describe('profile validation', () => {
     for (const [input, message] of cases) {
       assert.throws(
         () => validateProfile(input, 'p.json'),
-        (err: unknown) => err instanceof ProfileError && message.test(err.message),
+        (err: unknown) => isProfileError(err) && message.test((err as Error).message),
       );
     }
   });
@@ -279,7 +279,7 @@ for (const kind of databaseKinds()) {
     let client: Client;
     before(async () => {
       server = await startTestServer(
-        'pglite',
+        kind,
         { COUNTERSIGN_CALL_TIMEOUT_MS: '150' },
         { faults: slowHandlers(400) },
       );
@@ -300,8 +300,12 @@ for (const kind of databaseKinds()) {
           return true;
         },
       );
-      await new Promise((r) => setTimeout(r, 500));
-      const health = (await (await fetch(new URL('/healthz', server.url))).json()) as Record<string, number>;
+      // The handler goes on after the answer; its result is discarded when it finishes.
+      const health = await waitFor('the late result to be discarded', async () => {
+        const res = await fetch(new URL('/healthz', server.url));
+        const body = (await res.json()) as { overrun_calls: number; late_results_discarded: number };
+        return body.late_results_discarded > 0 ? body : undefined;
+      });
       assert.equal(health.overrun_calls, 1);
       assert.equal(health.late_results_discarded, 1);
       const row = await server.services.knex('audit_events').where({ error_code: 'CALL_TIMEOUT' }).first();

@@ -7,7 +7,7 @@ import type { Client } from '@modelcontextprotocol/client';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { createAgent } from '../src/accounts/agents.ts';
 import { createUser } from '../src/accounts/users.ts';
-import { type User } from '../src/core/identity.ts';
+import { approveAsChair, type Chair } from './helpers/approvals.ts';
 import { databaseKinds } from './helpers/db.ts';
 import {
   call,
@@ -37,21 +37,12 @@ for (const kind of databaseKinds()) {
   describe(`upstream MCP servers on ${kind}`, () => {
     let server: TestServer;
     let agent: Client;
-    let chair: User;
+    let chair: Chair;
     let workDir: string;
     let crm: UpstreamFixture;
     let crmLater: number;
     const changes: number[] = [];
 
-    const approve = async (draft: Envelope) => {
-      assert.equal(draft.ok, true, JSON.stringify(draft.error));
-      const view = await server.services.approvals.decide({
-        id: draft.approval.approval_request_id,
-        user: chair,
-        decision: 'approve',
-      });
-      return view.approval_id!;
-    };
     const toolNames = async (client = agent) => (await client.listTools()).tools.map((t) => t.name);
     const fsUpstream = () => server.services.upstreams.find((u) => u.name === 'fs')!;
 
@@ -77,11 +68,12 @@ for (const kind of databaseKinds()) {
         }),
       );
       server = await startTestServer(kind, { COUNTERSIGN_CONFIG: configFile });
-      chair = await createUser(server.services.knex, {
+      const chairAda = await createUser(server.services.knex, {
         name: 'chair-ada',
         roles: ['chair'],
         password: 'correct horse 1',
       });
+      chair = { approvals: server.services.approvals, user: chairAda };
       // On the 2026-07-28 revision: list changes reach a client on the stream it opens with listen.
       // (2025-era clients are served statelessly over HTTP, with no stream for server notifications.)
       agent = await connectHttp(server.url, server.demoToken, 'modern');
@@ -153,7 +145,7 @@ for (const kind of databaseKinds()) {
       assert.match(draft.content_sha256, /^[0-9a-f]{64}$/);
       assert.equal(fs.existsSync(file), false, 'a dry run writes nothing');
 
-      const approvalId = await approve(draft);
+      const approvalId = await approveAsChair(chair, draft);
       const done = await call(agent, 'fs__write_file', { ...args, dry_run: false, approval_id: approvalId });
       assert.equal(done.ok, true, JSON.stringify(done.error));
       assert.equal(done.send_status, 'sent');
@@ -187,7 +179,8 @@ for (const kind of databaseKinds()) {
 
     it('refuses content changed after approval as a mismatch, and writes nothing', async () => {
       const file = path.join(workDir, 'memo.txt');
-      const approvalId = await approve(
+      const approvalId = await approveAsChair(
+        chair,
         await call(agent, 'fs__write_file', { path: file, content: 'approved text' }),
       );
       const res = await call(agent, 'fs__write_file', {
@@ -235,7 +228,7 @@ for (const kind of databaseKinds()) {
     it('an upstream killed mid-run answers SOURCE_UNAVAILABLE, keeps approvals unspent, then recovers', async () => {
       const file = path.join(workDir, 'after-restart.txt');
       const args = { path: file, content: 'written after recovery' };
-      const approvalId = await approve(await call(agent, 'fs__write_file', args));
+      const approvalId = await approveAsChair(chair, await call(agent, 'fs__write_file', args));
       const firstPid = fsUpstream().pid();
       assert.ok(firstPid);
       process.kill(firstPid, 'SIGKILL');
@@ -305,7 +298,7 @@ for (const kind of databaseKinds()) {
     it('picks up a changed tool list; an approval for a tool whose schema changed is refused', async () => {
       const args = { text: 'call Ada on Monday' };
       const draft = await call(agent, 'crm__set_note', args);
-      const approvalId = await approve(draft);
+      const approvalId = await approveAsChair(chair, draft);
       const schemaBefore = draft.call.input_schema_sha256;
 
       crm.reshape();

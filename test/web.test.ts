@@ -11,7 +11,7 @@ import { createAgent } from '../src/accounts/agents.ts';
 import { createUser } from '../src/accounts/users.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { databaseKinds } from './helpers/db.ts';
-import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
+import { call, connectHttp, startTestServer, waitFor, type TestServer } from './helpers/server.ts';
 
 const XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>';
 
@@ -280,9 +280,9 @@ for (const kind of databaseKinds()) {
     it('posts a signed notice without the message body for each new request', async () => {
       notices.length = 0;
       const id = await draft('secret body text');
-      for (let i = 0; i < 50 && notices.length === 0; i++) await new Promise((r) => setTimeout(r, 50));
-      const notice = notices.find((n) => n.body.includes(id))!;
-      assert.ok(notice, 'a notice arrived');
+      const notice = await waitFor('the notice for the new request', async () =>
+        notices.find((n) => n.body.includes(id)),
+      );
       const expected = createHmac('sha256', 'a-webhook-secret-of-some-length')
         .update(`${String(notice.headers['x-countersign-timestamp'])}.${notice.body}`)
         .digest('hex');

@@ -4,12 +4,13 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
-import { DecisionError } from '../src/approval/decide.ts';
+import { isDecisionRefusal } from '../src/approval/decide.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { importData } from '../src/connectors/local/import.ts';
 import { createAgent } from '../src/accounts/agents.ts';
 import { createUser } from '../src/accounts/users.ts';
 import { type User } from '../src/core/identity.ts';
+import { approveAsChair } from './helpers/approvals.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type Envelope, type TestServer } from './helpers/server.ts';
 
@@ -30,8 +31,10 @@ for (const kind of databaseKinds()) {
     let owner: User;
     let outbound: string;
 
-    const approve = (id: string, user = chair, note?: string) =>
-      server.services.approvals.decide({ id, user, decision: 'approve', note });
+    // decide() itself, for the tests of decisions (quorum, refusals); executions get their approval_id
+    // from approveAsChair.
+    const approve = (id: string, user: User) =>
+      server.services.approvals.decide({ id, user, decision: 'approve' });
     const reject = (id: string, note: string, user = chair) =>
       server.services.approvals.decide({ id, user, decision: 'reject', note });
     const countMessages = async (where: Record<string, unknown> = {}) =>
@@ -45,13 +48,12 @@ for (const kind of databaseKinds()) {
         )?.n,
       );
 
-    /** Drafts, approves and returns the approval_id for a write. */
+    /** Drafts, approves as chair-ada and returns the approval_id for a write. */
     async function approved(client: Client, tool: string, args: Record<string, unknown>): Promise<string> {
-      const draft = await call(client, tool, args);
-      assert.equal(draft.ok, true, JSON.stringify(draft.error));
-      const view = await approve(draft.approval.approval_request_id);
-      assert.ok(view.approval_id);
-      return view.approval_id!;
+      return approveAsChair(
+        { approvals: server.services.approvals, user: chair },
+        await call(client, tool, args),
+      );
     }
 
     const refusal = (res: Envelope) => [res.error?.code, res.error?.reason];
@@ -126,7 +128,7 @@ for (const kind of databaseKinds()) {
       assert.equal(pending.approval.status, 'pending');
       assert.equal(pending.approval.approval_id, null);
 
-      await approve(requestId, chair, 'fine by me');
+      await approveAsChair({ approvals: server.services.approvals, user: chair }, requestId, 'fine by me');
       const got = await call(agentA, 'isphere_get_approval', { approval_request_id: requestId });
       assert.equal(got.approval.status, 'approved');
       assert.deepEqual(got.approval.approvers, ['chair-ada']);
@@ -463,13 +465,16 @@ for (const kind of databaseKinds()) {
         fs.writeFileSync(path.join(outbound, 'contract.txt'), 'version 1');
         const args = { target_type: 'contact', target_id: 'ct_alice', file_path: 'contract.txt' };
         const draft = await call(agentA, 'isphere_send_file', args);
-        await approve(draft.approval.approval_request_id, chair);
-        const view = await approve(draft.approval.approval_request_id, chair2);
+        await approve(draft.approval.approval_request_id, chair); // send_file needs two chairs
+        const approvalId = await approveAsChair(
+          { approvals: server.services.approvals, user: chair2 },
+          draft,
+        );
         fs.writeFileSync(path.join(outbound, 'contract.txt'), 'version 2');
         const res = await call(agentA, 'isphere_send_file', {
           ...args,
           dry_run: false,
-          approval_id: view.approval_id,
+          approval_id: approvalId,
         });
         assert.deepEqual(refusal(res), ['APPROVAL_REQUIRED', 'mismatch']);
       });
@@ -521,7 +526,7 @@ for (const kind of databaseKinds()) {
             await p;
             return 'accepted';
           } catch (err) {
-            assert.ok(err instanceof DecisionError, String(err));
+            assert.ok(isDecisionRefusal(err), String(err));
             return err.reason;
           }
         };
@@ -531,7 +536,7 @@ for (const kind of databaseKinds()) {
           await reason(server.services.approvals.decide({ id, user: chair, decision: 'reject', note: '  ' })),
           'note_required',
         );
-        assert.equal(await reason(approve('00000000-0000-4000-8000-000000000000')), 'not_found');
+        assert.equal(await reason(approve('00000000-0000-4000-8000-000000000000', chair)), 'not_found');
         await reject(id, 'no');
         assert.equal(await reason(reject(id, 'no')), 'accepted', 'the same decision twice changes nothing');
         assert.equal(await reason(approve(id, chair)), 'already_decided');

@@ -1,5 +1,6 @@
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
+import { AppError } from '../core/errors.ts';
 import { AgentName, type Agent } from '../core/identity.ts';
 
 /** Tokens carry 256 random bits; only their SHA-256 is stored, so a plain hash is enough. */
@@ -25,15 +26,9 @@ export async function createAgent(
     .onConflict('name')
     .ignore()
     .returning('id');
-  if (inserted.length === 0) throw new AgentExistsError(name);
+  if (inserted.length === 0)
+    throw new AppError('CONFLICT', `an agent named "${name}" already exists`, 'agent_exists');
   return { agent, token };
-}
-
-export class AgentExistsError extends Error {
-  override name = 'AgentExistsError';
-  constructor(agentName: string) {
-    super(`an agent named "${agentName}" already exists`);
-  }
 }
 
 export async function listAgents(knex: Knex) {

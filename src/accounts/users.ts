@@ -7,6 +7,7 @@ import {
 } from 'node:crypto';
 import type { Knex } from 'knex';
 import { z } from 'zod';
+import { AppError } from '../core/errors.ts';
 import { Role, UserName, type User } from '../core/identity.ts';
 
 const scrypt = (password: string, salt: Buffer, keylen: number, opts: ScryptOptions) =>
@@ -38,10 +39,6 @@ export async function verifyPassword(password: string, stored: string): Promise<
   return timingSafeEqual(key, expected);
 }
 
-export class UserExistsError extends Error {
-  override name = 'UserExistsError';
-}
-
 export async function createUser(
   knex: Knex,
   opts: { name: string; roles: Role[]; password: string },
@@ -58,7 +55,8 @@ export async function createUser(
     .onConflict('name')
     .ignore()
     .returning('id');
-  if (inserted.length === 0) throw new UserExistsError(`a user named "${name}" already exists`);
+  if (inserted.length === 0)
+    throw new AppError('CONFLICT', `a user named "${name}" already exists`, 'user_exists');
   return user;
 }
 

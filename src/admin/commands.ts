@@ -1,5 +1,3 @@
-import fs from 'node:fs';
-import path from 'node:path';
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { BlobStore } from '../connectors/local/blobs.ts';
@@ -8,17 +6,17 @@ import { importData, parseImportFile } from '../connectors/local/import.ts';
 import { migrateLatest } from '../db/migrations.ts';
 import { createApprovals } from '../approval/index.ts';
 import { ApprovalStatus } from '../approval/view.ts';
-import { DecisionError } from '../approval/decide.ts';
+import { isDecisionRefusal } from '../approval/decide.ts';
 import { checkpointDeps, verifyDatabase } from '../audit/context.ts';
-import { ChainBrokenError } from '../audit/checkpoints.ts';
-import { ExportFilter, exportAudit, NothingToExportError } from '../audit/export.ts';
+import { ExportFilter } from '../audit/export.ts';
+import { exportToFile } from '../audit/export-file.ts';
 import { createAuditLog } from '../audit/log.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { createAgent, listAgents, revokeAgent, updateAgent } from '../accounts/agents.ts';
-import { AgentName } from '../core/identity.ts';
+import { AppError } from '../core/errors.ts';
 import { loadProfiles } from '../server/profiles.ts';
 import { checkCredentials, createUser } from '../accounts/users.ts';
-import { Role, UserName, type User } from '../core/identity.ts';
+import { AgentName, Role, UserName, type User } from '../core/identity.ts';
 
 /**
  * The data-changing operator commands. They run in the CLI's own process when it can open the database,
@@ -87,10 +85,6 @@ export function describeZodError(err: z.ZodError): string {
   return err.issues.map((i) => `${i.path.join('.') || 'input'}: ${i.message}`).join('; ');
 }
 
-export class AdminCommandError extends Error {
-  override name = 'AdminCommandError';
-}
-
 export interface AdminDeps {
   knex: Knex;
   blobs: BlobStore;
@@ -102,13 +96,13 @@ function checkProfile(name: string | undefined, dir?: string): void {
   if (name === undefined) return;
   const installed = loadProfiles(dir);
   if (!installed.has(name)) {
-    throw new AdminCommandError(`no profile "${name}" (installed: ${[...installed.keys()].join(', ')})`);
+    throw new AppError('NOT_FOUND', `no profile "${name}" (installed: ${[...installed.keys()].join(', ')})`);
   }
 }
 
 async function signIn(deps: AdminDeps, name: string, password: string): Promise<User> {
   const user = await checkCredentials(deps.knex, name, password);
-  if (!user) throw new AdminCommandError(`wrong user name or password for "${name}"`);
+  if (!user) throw new AppError('NOT_LOGGED_IN', `wrong user name or password for "${name}"`);
   return user;
 }
 
@@ -122,120 +116,97 @@ function approvalsOf(deps: AdminDeps) {
   });
 }
 
-export async function runAdminCommand(deps: AdminDeps, input: unknown): Promise<Record<string, unknown>> {
-  const cmd = AdminCommand.parse(input);
-  switch (cmd.command) {
-    case 'migrate':
-      return { applied: await migrateLatest(deps.knex) };
-    case 'demo':
-      return { imported: await importData(deps.knex, deps.blobs, demoData()) };
-    case 'import': {
-      let data: unknown;
-      try {
-        data = parseImportFile(cmd.file_name, cmd.text);
-      } catch (err) {
-        throw new AdminCommandError(`${cmd.file_name}: ${(err as Error).message}`);
-      }
-      return { imported: await importData(deps.knex, deps.blobs, data) };
-    }
-    case 'agent.add': {
-      checkProfile(cmd.profile, deps.config.policy.profiles_dir);
-      const { agent, token } = await createAgent(deps.knex, cmd);
-      return { agent, token };
-    }
-    case 'agent.set': {
-      checkProfile(cmd.profile, deps.config.policy.profiles_dir);
-      const { command: _c, name, ...change } = cmd;
-      if (!(await updateAgent(deps.knex, name, change)))
-        throw new AdminCommandError(`no agent named "${name}"`);
-      return { updated: name, ...change };
-    }
-    case 'agent.list':
-      return { agents: await listAgents(deps.knex) };
-    case 'agent.revoke':
-      if (!(await revokeAgent(deps.knex, cmd.name))) {
-        throw new AdminCommandError(`no active agent named "${cmd.name}"`);
-      }
-      return { revoked: cmd.name };
-    case 'audit.export':
-      return exportToFile(deps, cmd);
-    case 'audit.verify_db': {
-      const result = await verifyDatabase(deps.knex);
-      return { ok: result.ok, summary: result.summary };
-    }
-    case 'user.add':
-      return { user: await createUser(deps.knex, cmd) };
-    case 'approvals.list': {
-      await signIn(deps, cmd.as, cmd.password);
-      return {
-        approvals: await approvalsOf(deps).listForReview({
-          status: ApprovalStatus.parse(cmd.status ?? 'pending'),
-        }),
-      };
-    }
-    case 'approvals.show': {
-      await signIn(deps, cmd.as, cmd.password);
-      const shown = await approvalsOf(deps).showForReview(cmd.id);
-      if (!shown) throw new AdminCommandError(`no approval request ${cmd.id}`);
-      return { approval: shown };
-    }
-    case 'approvals.decide': {
-      const user = await signIn(deps, cmd.as, cmd.password);
-      try {
-        return {
-          approval: await approvalsOf(deps).decide({
-            id: cmd.id,
-            user,
-            decision: cmd.decision,
-            note: cmd.note,
-          }),
-        };
-      } catch (err) {
-        if (err instanceof DecisionError) throw new AdminCommandError(`${err.reason}: ${err.message}`);
-        throw err;
-      }
-    }
-    default:
-      return cmd satisfies never;
+type Command<K extends AdminCommand['command']> = Extract<AdminCommand, { command: K }>;
+
+/** A chair's decision; a refusal keeps its reason, in its message too (the CLI prints that). */
+async function decideCommand(deps: AdminDeps, cmd: Command<'approvals.decide'>) {
+  const user = await signIn(deps, cmd.as, cmd.password);
+  try {
+    const { id, decision, note } = cmd;
+    return { approval: await approvalsOf(deps).decide({ id, user, decision, note }) };
+  } catch (err) {
+    if (isDecisionRefusal(err))
+      throw new AppError(err.code, `${err.reason}: ${err.message}`, err.reason, { cause: err });
+    throw err;
   }
 }
 
 /** Writes an export and its manifest (FILE.manifest.json) where the operator asked. */
-async function exportToFile(deps: AdminDeps, cmd: Extract<AdminCommand, { command: 'audit.export' }>) {
-  let agentId: string | undefined;
-  if (cmd.agent) {
-    const row = (await deps.knex('agents').where({ name: cmd.agent }).first()) as { id: string } | undefined;
-    if (!row) throw new AdminCommandError(`no agent named "${cmd.agent}"`);
-    agentId = row.id;
-  }
-  const out = fs.createWriteStream(cmd.path, { flags: 'w', mode: 0o600 });
-  try {
-    const manifest = await exportAudit(
-      await checkpointDeps(deps.knex, createAuditLog(deps.knex), deps.config),
-      {
-        format: cmd.format,
-        filter: { ...cmd.filter, ...(agentId ? { agent_id: agentId } : {}) },
-        out,
-        file: path.basename(cmd.path),
-        actor: cmd.actor,
-      },
-    );
-    await new Promise<void>((resolve, reject) =>
-      out.end((err?: Error | null) => (err ? reject(err) : resolve())),
-    );
-    const manifestPath = `${cmd.path}.manifest.json`;
-    fs.writeFileSync(manifestPath, `${JSON.stringify(manifest, null, 2)}\n`, { mode: 0o600 });
-    return {
-      path: cmd.path,
-      manifest_path: manifestPath,
-      row_count: manifest.row_count,
-      checkpoint_seq: manifest.checkpoint.seq,
-    };
-  } catch (err) {
-    out.destroy();
-    fs.rmSync(cmd.path, { force: true });
-    if (err instanceof NothingToExportError || err instanceof ChainBrokenError)
-      throw new AdminCommandError(err.message);
-    throw err;
-  }
+async function exportCommand(deps: AdminDeps, cmd: Command<'audit.export'>) {
+  const { path, manifest_path, manifest } = await exportToFile(
+    await checkpointDeps(deps.knex, createAuditLog(deps.knex), deps.config),
+    { format: cmd.format, filter: { ...cmd.filter, agent: cmd.agent }, path: cmd.path, actor: cmd.actor },
+  );
+  return { path, manifest_path, row_count: manifest.row_count, checkpoint_seq: manifest.checkpoint.seq };
+}
+
+/** One handler per command; what each returns is the command's result, in this process or through the server. */
+const HANDLERS = {
+  migrate: async (deps) => ({ applied: await migrateLatest(deps.knex) }),
+  demo: async (deps) => ({ imported: await importData(deps.knex, deps.blobs, demoData()) }),
+  import: async (deps, cmd) => {
+    let data: unknown;
+    try {
+      data = parseImportFile(cmd.file_name, cmd.text);
+    } catch (err) {
+      throw new AppError('CONFIG_INVALID', `${cmd.file_name}: ${(err as Error).message}`, undefined, {
+        cause: err,
+      });
+    }
+    return { imported: await importData(deps.knex, deps.blobs, data) };
+  },
+  'agent.add': async (deps, cmd) => {
+    checkProfile(cmd.profile, deps.config.policy.profiles_dir);
+    const { agent, token } = await createAgent(deps.knex, cmd);
+    return { agent, token };
+  },
+  'agent.set': async (deps, cmd) => {
+    checkProfile(cmd.profile, deps.config.policy.profiles_dir);
+    const { command: _c, name, ...change } = cmd;
+    if (!(await updateAgent(deps.knex, name, change)))
+      throw new AppError('NOT_FOUND', `no agent named "${name}"`);
+    return { updated: name, ...change };
+  },
+  'agent.list': async (deps) => ({ agents: await listAgents(deps.knex) }),
+  'agent.revoke': async (deps, cmd) => {
+    if (!(await revokeAgent(deps.knex, cmd.name)))
+      throw new AppError('NOT_FOUND', `no active agent named "${cmd.name}"`);
+    return { revoked: cmd.name };
+  },
+  'audit.export': exportCommand,
+  'audit.verify_db': async (deps) => {
+    const { ok, summary } = await verifyDatabase(deps.knex);
+    return { ok, summary };
+  },
+  'user.add': async (deps, cmd) => ({ user: await createUser(deps.knex, cmd) }),
+  'approvals.list': async (deps, cmd) => {
+    await signIn(deps, cmd.as, cmd.password);
+    const status = ApprovalStatus.parse(cmd.status ?? 'pending');
+    return { approvals: await approvalsOf(deps).listForReview({ status }) };
+  },
+  'approvals.show': async (deps, cmd) => {
+    await signIn(deps, cmd.as, cmd.password);
+    const shown = await approvalsOf(deps).showForReview(cmd.id);
+    if (!shown) throw new AppError('NOT_FOUND', `no approval request ${cmd.id}`);
+    return { approval: shown };
+  },
+  'approvals.decide': decideCommand,
+} satisfies { [K in AdminCommand['command']]: (deps: AdminDeps, cmd: Command<K>) => Promise<object> };
+
+/** What each command returns, by command name. */
+export type AdminResults = { [K in AdminCommand['command']]: Awaited<ReturnType<(typeof HANDLERS)[K]>> };
+/** What a command returns: its type follows from the command's. */
+export type AdminResult<C extends AdminCommand = AdminCommand> = AdminResults[C['command']];
+
+/** Validates `input` as a command (it may come over the wire) and runs it. */
+export async function runAdminCommand<C extends AdminCommand>(
+  deps: AdminDeps,
+  input: C,
+): Promise<AdminResult<C>>;
+export async function runAdminCommand(deps: AdminDeps, input: unknown): Promise<AdminResult>;
+export async function runAdminCommand(deps: AdminDeps, input: unknown): Promise<AdminResult> {
+  const cmd = AdminCommand.parse(input);
+  // The union of handlers cannot be called with the union of commands; HANDLERS pairs them by name.
+  const handler = HANDLERS[cmd.command] as (deps: AdminDeps, cmd: AdminCommand) => Promise<AdminResult>;
+  return handler(deps, cmd);
 }

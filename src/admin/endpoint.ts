@@ -5,8 +5,15 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import express, { type Request, type Response } from 'express';
 import { z } from 'zod';
+import { AppError, ErrorCode, HTTP_STATUS, OperatorCode } from '../core/errors.ts';
 import type { Logger } from '../log.ts';
-import { AdminCommandError, describeZodError, runAdminCommand, type AdminDeps } from './commands.ts';
+import {
+  describeZodError,
+  runAdminCommand,
+  type AdminCommand,
+  type AdminDeps,
+  type AdminResult,
+} from './commands.ts';
 
 export const ADMIN_FILE = 'admin.json';
 
@@ -30,24 +37,14 @@ export async function startAdminEndpoint(
   app.post('/admin', async (req: Request, res: Response) => {
     const given = Buffer.from(req.get('authorization')?.replace(/^Bearer /, '') ?? '');
     const expected = Buffer.from(secret);
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
-      res.status(401).json({ error: 'bad admin secret' });
-      return;
-    }
+    if (given.length !== expected.length || !timingSafeEqual(given, expected))
+      return sendRefusal(res, new AppError('NOT_LOGGED_IN', 'bad admin secret'));
     try {
       res.json({ ok: true, result: await runAdminCommand(deps, req.body) });
     } catch (err) {
-      const known =
-        err instanceof AdminCommandError ||
-        err instanceof z.ZodError ||
-        ['AgentExistsError', 'UserExistsError'].includes((err as Error).name);
-      if (!known) deps.log.error({ err }, 'admin command failed');
-      const error = !known
-        ? 'internal error, see the server log'
-        : err instanceof z.ZodError
-          ? describeZodError(err)
-          : (err as Error).message;
-      res.status(known ? 400 : 500).json({ ok: false, error });
+      const refusal = refusalOf(err);
+      if (!refusal) deps.log.error({ err }, 'admin command failed');
+      sendRefusal(res, refusal ?? new AppError('INTERNAL_ERROR', 'internal error, see the server log'));
     }
   });
 
@@ -67,18 +64,23 @@ export async function startAdminEndpoint(
   };
 }
 
+/** The reason of the refusal sendAdminCommand gives when the server could not be asked at all. */
+export const UNREACHABLE = 'admin_unreachable';
+
 /** Sends a command to the server that holds the database. Never waits more than `timeoutMs`. */
-export async function sendAdminCommand(
+export async function sendAdminCommand<C extends AdminCommand>(
   dataDir: string,
-  command: unknown,
+  command: C,
   timeoutMs = 30_000,
-): Promise<Record<string, unknown>> {
+): Promise<AdminResult<C>> {
   let address: AdminAddress;
   try {
     address = JSON.parse(fs.readFileSync(path.join(dataDir, ADMIN_FILE), 'utf8')) as AdminAddress;
   } catch {
-    throw new AdminCommandError(
+    throw new AppError(
+      'LOCKED',
       'its admin endpoint is not announced (no admin.json); stop the server and retry',
+      UNREACHABLE,
     );
   }
   let res: globalThis.Response;
@@ -90,15 +92,56 @@ export async function sendAdminCommand(
       signal: AbortSignal.timeout(timeoutMs),
     });
   } catch (err) {
-    throw new AdminCommandError(
+    throw new AppError(
+      'LOCKED',
       `its admin endpoint ${address.url} did not answer (${(err as Error).message})`,
+      UNREACHABLE,
     );
   }
-  const body = (await res.json().catch(() => ({}))) as {
-    ok?: boolean;
-    result?: Record<string, unknown>;
-    error?: string;
-  };
-  if (!res.ok || !body.ok) throw new AdminCommandError(body.error ?? `admin endpoint answered ${res.status}`);
-  return body.result ?? {};
+  const body = (await res.json().catch(() => ({}))) as { ok?: boolean; result?: AdminResult<C> };
+  if (!res.ok || !body.ok) throw refusalFrom(res.status, body);
+  // The server ran the same command with the same code: its result has the command's type.
+  return body.result!;
+}
+
+/**
+ * What the endpoint answers a failed command with: RFC 9457 problem details whose code is the AppError's,
+ * plus its reason, so that the CLI gets back the refusal it would have got in its own process.
+ */
+function sendRefusal(res: Response, err: AppError): void {
+  const status = HTTP_STATUS[err.code];
+  res
+    .status(status)
+    .type('application/problem+json')
+    .send(
+      JSON.stringify({
+        type: `urn:countersign:problem:${err.code}`,
+        title: err.code === 'INTERNAL_ERROR' ? 'Admin command failed' : 'Admin command refused',
+        status,
+        detail: err.message,
+        code: err.code,
+        reason: err.reason,
+      }),
+    );
+}
+
+/** The refusal an error stands for, or undefined for a failure of this server (logged, never shown). */
+function refusalOf(err: unknown): AppError | undefined {
+  if (err instanceof AppError) return err;
+  if (err instanceof z.ZodError) return new AppError('CONFIG_INVALID', describeZodError(err));
+  return undefined;
+}
+
+const Problem = z.object({
+  code: z.union([ErrorCode, OperatorCode]).catch('INTERNAL_ERROR'),
+  detail: z.string().optional(),
+  reason: z.string().optional(),
+});
+
+/** The AppError a problem answer carries (see sendRefusal). */
+function refusalFrom(status: number, body: unknown): AppError {
+  const problem = Problem.safeParse(body);
+  if (!problem.success || problem.data.detail === undefined)
+    return new AppError('INTERNAL_ERROR', `admin endpoint answered ${status}`);
+  return new AppError(problem.data.code, problem.data.detail, problem.data.reason);
 }

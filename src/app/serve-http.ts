@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
+import { AppError } from '../core/errors.ts';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { createWebRouter } from '../web/app.ts';
@@ -54,11 +55,6 @@ export function createApp(services: Services) {
   return { app, close: () => mcp.close() };
 }
 
-/** The configured port is taken: said with the fix, before anything was set up. */
-export class PortInUseError extends Error {
-  override name = 'PortInUseError';
-}
-
 /** Binds the configured address, so that a taken port is known before the database is touched. */
 async function bind(config: Config): Promise<Server> {
   const server = createServer();
@@ -66,9 +62,12 @@ async function bind(config: Config): Promise<Server> {
     server.once('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'EADDRINUSE') {
         reject(
-          new PortInUseError(
+          // Said with the fix, before anything was set up.
+          new AppError(
+            'LOCKED',
             `port ${config.http.port} on ${config.http.host} is in use; set COUNTERSIGN_PORT (http.port) ` +
               'to a free port, or stop what listens there',
+            'port_in_use',
           ),
         );
       } else reject(err);

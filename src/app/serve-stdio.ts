@@ -3,13 +3,10 @@ import { serveStdio as serveMcpStdio } from '@modelcontextprotocol/server/stdio'
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import type { AuthFailure } from '../accounts/agents.ts';
+import { AppError } from '../core/errors.ts';
 import { createMcpServer } from '../server/mcp.ts';
 import { openServices } from './services.ts';
 import { VERSION } from '../server/version.ts';
-
-export class StdioAuthError extends Error {
-  override name = 'StdioAuthError';
-}
 
 /**
  * Serves one agent over stdin/stdout. The agent is the holder of COUNTERSIGN_AGENT_TOKEN; the token is
@@ -29,7 +26,11 @@ export async function serveStdio(config: Config, log: Logger, token: string | un
   if ('failure' in first) {
     await denied(first);
     await services.close();
-    throw new StdioAuthError(`COUNTERSIGN_AGENT_TOKEN refused: ${first.failure.replace(/_/g, ' ')}`);
+    throw new AppError(
+      'NOT_LOGGED_IN',
+      `COUNTERSIGN_AGENT_TOKEN refused: ${first.failure.replace(/_/g, ' ')}`,
+      first.failure,
+    );
   }
 
   const handle = serveMcpStdio(

@@ -75,6 +75,9 @@ export interface ServiceOptions {
   faults?: Faults;
 }
 
+/** Clean-up steps, run in reverse order of registration; a failing one is logged and the rest still run. */
+type Closers = (() => Promise<void>)[];
+
 export async function openServices(
   config: Config,
   log: Logger,
@@ -82,7 +85,7 @@ export async function openServices(
   options: ServiceOptions = {},
 ): Promise<Services> {
   const db = await openDatabase({ url: config.database_url, pgliteDir: config.pglite_dir, command });
-  const closers: (() => Promise<void>)[] = [() => db.close()];
+  const closers: Closers = [() => db.close()];
   const closeAll = async () => {
     for (const close of closers.reverse()) await close().catch((err) => log.error({ err }, 'close failed'));
   };
@@ -94,23 +97,9 @@ export async function openServices(
     const blobs = createBlobStore(path.join(config.data_dir, 'blobs'));
     const audit = createAuditLog(db.knex);
     closers.push(() => audit.drain());
-
-    // A cluster is one server (SPEC §11): one signing key, one leader for periodic work, one event bus.
-    const checkpoints = await checkpointDeps(db.knex, audit, config);
-    await assertClusterSigningKey(db.knex, checkpoints.signer.public_key);
-    const url = config.database_url;
-    const bus = url ? await createPgBus(db.knex, url, log) : createLocalBus(log);
-    closers.push(() => bus.close());
-    const leadership = url ? await createLeadership(url, log) : soleLeader;
-    closers.push(() => leadership.close());
+    const cluster = await joinCluster(db, audit, config, log, closers);
     const limiter = createRateLimiter(db.knex);
-    const authenticate = createAgentAuth(db.knex, bus);
-    const local = createLocalConnector(db.knex, blobs);
-    const bridge = config.bridge && createBridgeConnector(config.bridge, log);
-    const connectors = createConnectorSet(
-      { local, ...(bridge ? { bridge } : {}) },
-      config.connectors.default,
-    );
+    const { local, bridge, connectors } = openConnectors(db, blobs, config, log);
     const cursors = createCursorCodec(
       await sharedValue(db.knex, 'cursor_hmac', () => randomBytes(32).toString('base64url')),
     );
@@ -125,91 +114,18 @@ export async function openServices(
     });
     const memory = createMemoryStore(db.knex);
     const metrics = createMetrics();
-
-    // Upstream MCP servers: connected in the background; start-up waits a little for their first
-    // listing, never for an upstream that is down (its tools answer SOURCE_UNAVAILABLE meanwhile).
-    const upstreams = config.upstreams.map((u) =>
-      connectUpstream(u, {
-        log,
-        timeoutMs: u.timeout_ms ?? upstreamTimeoutMs(config),
-        clientVersion: VERSION,
-      }),
-    );
-    closers.push(async () => {
-      await Promise.all(upstreams.map((u) => u.close()));
-    });
-    await Promise.race([
-      Promise.all(upstreams.map((u) => u.firstAttempt)),
-      new Promise((r) => setTimeout(r, UPSTREAM_START_WAIT_MS).unref()),
-    ]);
-    // Another replica heard an upstream's list change: list ours again, so that every replica answers alike.
-    const stopRelisting = bus.onForeign((event) => {
-      if (event.kind === 'tools_list_changed') for (const u of upstreams) void u.refresh();
-    });
-    closers.push(async () => stopRelisting());
-
+    const upstreams = await connectUpstreams(config, log, cluster.bus, closers);
     const pipeline = createCallPipeline({
-      tools: builtinTools,
-      upstreams,
-      memory,
-      limiter,
-      profiles,
-      metrics,
-      audit,
-      connectors,
-      cursors,
-      approvals,
-      blobs,
+      ...{ tools: builtinTools, upstreams, memory, limiter, profiles, metrics, audit },
+      ...{ connectors, cursors, approvals, blobs, config, log, faults: options.faults },
+    });
+    const maintain = await startPeriodicWork(
+      { approvals, local, bridge, memory, limiter, checkpoints: cluster.checkpoints },
+      cluster.leadership,
       config,
       log,
-      faults: options.faults,
-    });
-
-    // Expiry and reconciliation of interrupted executions: at start-up, then periodically.
-    let maintaining: Promise<void> | undefined;
-    const maintain = () =>
-      (maintaining ??= (async () => {
-        try {
-          const expired = await approvals.expireDue();
-          if (expired > 0) log.info({ expired }, 'approval requests expired');
-          await approvals.reconcile(
-            // Rows executed before the source was recorded went to the local store, the only connector then.
-            (source, key) =>
-              source === null || source === 'local'
-                ? local.findWrite(key)
-                : source === 'bridge' && bridge
-                  ? bridge.findWrite(key)
-                  : Promise.resolve(undefined),
-            log,
-          );
-          await memory.purge();
-          await limiter.purge();
-        } catch (err) {
-          log.error({ err }, 'approval maintenance failed');
-        } finally {
-          maintaining = undefined;
-        }
-      })());
-    // Periodic work runs once per cluster: on the replica that leads (always, on PGlite), and at once
-    // whenever a replica takes the lead (the one before may have died mid-execution).
-    leadership.onLead(() => void maintain());
-    await maintaining;
-    const timer = setInterval(() => {
-      if (leadership.isLeader()) void maintain();
-    }, config.approval.maintenance_interval_s * 1000);
-    timer.unref();
-    closers.push(async () => {
-      clearInterval(timer);
-      await maintaining;
-    });
-
-    // Signed checkpoints of the audit chain, periodically by the leader (and at every export).
-    const checkpointTimer = setInterval(() => {
-      if (!leadership.isLeader()) return;
-      createCheckpoint(checkpoints).catch((err: unknown) => log.error({ err }, 'audit checkpoint failed'));
-    }, config.audit.checkpoint_interval_s * 1000);
-    checkpointTimer.unref();
-    closers.push(async () => clearInterval(checkpointTimer));
+      closers,
+    );
     const firstRun = config.demo ? await seedFirstRun(db.knex, blobs) : undefined;
 
     if (db.dialect === 'pglite') {
@@ -225,13 +141,11 @@ export async function openServices(
       audit,
       blobs,
       approvals,
-      checkpoints,
+      ...cluster,
       pipeline,
       upstreams,
       metrics,
-      bus,
-      leadership,
-      authenticate,
+      authenticate: createAgentAuth(db.knex, cluster.bus),
       startedAt: new Date(),
       maintain,
       listeningAt(url) {
@@ -243,5 +157,112 @@ export async function openServices(
   } catch (err) {
     await closeAll();
     throw err;
+  }
+}
+
+/** The built-in store, the HTTP bridge when configured, and the set the contract tools pick from. */
+function openConnectors(db: Database, blobs: BlobStore, config: Config, log: Logger) {
+  const local = createLocalConnector(db.knex, blobs);
+  const bridge = config.bridge ? createBridgeConnector(config.bridge, log) : undefined;
+  const connectors = createConnectorSet({ local, ...(bridge ? { bridge } : {}) }, config.connectors.default);
+  return { local, bridge, connectors };
+}
+
+/** A cluster is one server (SPEC §11): one signing key, one leader for periodic work, one event bus. */
+async function joinCluster(db: Database, audit: AuditLog, config: Config, log: Logger, closers: Closers) {
+  const checkpoints = await checkpointDeps(db.knex, audit, config);
+  await assertClusterSigningKey(db.knex, checkpoints.signer.public_key);
+  const url = config.database_url;
+  const bus = url ? await createPgBus(db.knex, url, log) : createLocalBus(log);
+  closers.push(() => bus.close());
+  const leadership = url ? await createLeadership(url, log) : soleLeader;
+  closers.push(() => leadership.close());
+  return { checkpoints, bus, leadership };
+}
+
+/**
+ * Upstream MCP servers: connected in the background; start-up waits a little for their first
+ * listing, never for an upstream that is down (its tools answer SOURCE_UNAVAILABLE meanwhile).
+ */
+async function connectUpstreams(config: Config, log: Logger, bus: ClusterBus, closers: Closers) {
+  const upstreams = config.upstreams.map((u) =>
+    connectUpstream(u, { log, timeoutMs: u.timeout_ms ?? upstreamTimeoutMs(config), clientVersion: VERSION }),
+  );
+  closers.push(async () => {
+    await Promise.all(upstreams.map((u) => u.close()));
+  });
+  await Promise.race([
+    Promise.all(upstreams.map((u) => u.firstAttempt)),
+    new Promise((r) => setTimeout(r, UPSTREAM_START_WAIT_MS).unref()),
+  ]);
+  // Another replica heard an upstream's list change: list ours again, so that every replica answers alike.
+  const stopRelisting = bus.onForeign((event) => {
+    if (event.kind === 'tools_list_changed') for (const u of upstreams) void u.refresh();
+  });
+  closers.push(async () => stopRelisting());
+  return upstreams;
+}
+
+interface PeriodicDeps {
+  approvals: Approvals;
+  local: ReturnType<typeof createLocalConnector>;
+  bridge: ReturnType<typeof createBridgeConnector> | undefined;
+  memory: ReturnType<typeof createMemoryStore>;
+  limiter: ReturnType<typeof createRateLimiter>;
+  checkpoints: CheckpointDeps;
+}
+
+/**
+ * Expiry, reconciliation of interrupted executions and purges, then signed checkpoints: once per
+ * cluster, on the replica that leads (always, on PGlite), and at once whenever a replica takes the lead
+ * (the one before may have died mid-execution). Returns the maintenance step, run once before returning.
+ */
+async function startPeriodicWork(
+  deps: PeriodicDeps,
+  leadership: Leadership,
+  config: Config,
+  log: Logger,
+  closers: Closers,
+): Promise<() => Promise<void>> {
+  let maintaining: Promise<void> | undefined;
+  const maintain = () => (maintaining ??= maintainOnce(deps, log).finally(() => (maintaining = undefined)));
+  leadership.onLead(() => void maintain());
+  await maintaining;
+  const timer = setInterval(() => {
+    if (leadership.isLeader()) void maintain();
+  }, config.approval.maintenance_interval_s * 1000);
+  timer.unref();
+  // Signed checkpoints of the audit chain, periodically by the leader (and at every export).
+  const checkpointTimer = setInterval(() => {
+    if (!leadership.isLeader()) return;
+    createCheckpoint(deps.checkpoints).catch((err: unknown) => log.error({ err }, 'audit checkpoint failed'));
+  }, config.audit.checkpoint_interval_s * 1000);
+  checkpointTimer.unref();
+  closers.push(async () => {
+    clearInterval(timer);
+    clearInterval(checkpointTimer);
+    await maintaining;
+  });
+  return maintain;
+}
+
+async function maintainOnce(deps: PeriodicDeps, log: Logger): Promise<void> {
+  try {
+    const expired = await deps.approvals.expireDue();
+    if (expired > 0) log.info({ expired }, 'approval requests expired');
+    await deps.approvals.reconcile(
+      // Rows executed before the source was recorded went to the local store, the only connector then.
+      (source, key) =>
+        source === null || source === 'local'
+          ? deps.local.findWrite(key)
+          : source === 'bridge' && deps.bridge
+            ? deps.bridge.findWrite(key)
+            : Promise.resolve(undefined),
+      log,
+    );
+    await deps.memory.purge();
+    await deps.limiter.purge();
+  } catch (err) {
+    log.error({ err }, 'approval maintenance failed');
   }
 }

@@ -39,6 +39,20 @@ export type Replay = { row: RequestRow };
 
 const EXECUTED = new Set(['executing', 'succeeded', 'failed', 'unknown']);
 
+/** A key names one write: the same key with another tool or content is refused, dry run or not (SPEC §6). */
+export function refuseOtherContent(
+  prior: { tool: string; content_sha256: string },
+  req: { tool: string; content_sha256: string },
+): void {
+  if (prior.tool !== req.tool || prior.content_sha256 !== req.content_sha256) {
+    throw new AppError(
+      'IDEMPOTENCY_CONFLICT',
+      'this idempotency_key was already used for a different write',
+      'key_reused_for_other_content',
+    );
+  }
+}
+
 async function checkIdempotencyKey(
   trx: Knex.Transaction,
   req: ExecutionRequest,
@@ -49,13 +63,7 @@ async function checkIdempotencyKey(
     .forUpdate()
     .first()) as { tool: string; content_sha256: string; approval_request_id: string } | undefined;
   if (!prior) return undefined;
-  if (prior.tool !== req.tool || prior.content_sha256 !== req.content_sha256) {
-    throw new AppError(
-      'IDEMPOTENCY_CONFLICT',
-      'this idempotency_key was already used for a different write',
-      'key_reused_for_other_content',
-    );
-  }
+  refuseOtherContent(prior, req);
   return { row: (await loadRow(trx, { id: prior.approval_request_id }))! };
 }
 
@@ -73,72 +81,14 @@ export async function beginExecution(
     .transaction(async (trx) => {
       const replay = await checkIdempotencyKey(trx, req);
       if (replay) return { row: replay.row, replay: true };
-
-      const row = /^[0-9a-f-]{36}$/i.test(req.approval_id)
-        ? await loadRow(trx, { approval_id: req.approval_id }, true)
-        : undefined;
-      if (!row) {
-        // An approval_request_id passed as approval_id tells the agent where its request stands.
-        const asRequest = /^[0-9a-f-]{36}$/i.test(req.approval_id)
-          ? await loadRow(trx, { id: req.approval_id, agent_id: req.agent.id })
-          : undefined;
-        if (asRequest?.status === 'pending') throw approvalRequired('pending');
-        if (asRequest?.status === 'rejected') throw approvalRequired('rejected', asRequest.note ?? undefined);
-        if (asRequest?.status === 'expired') throw approvalRequired('expired');
-        throw approvalRequired('unknown');
-      }
-      if (row.agent_id !== req.agent.id) throw approvalRequired('wrong_agent');
-      if (row.status === 'rejected') throw approvalRequired('rejected');
-      if (row.status === 'expired') throw approvalRequired('expired');
-      if (EXECUTED.has(row.status)) throw approvalRequired('consumed');
+      const row = await lockApproval(trx, req);
       if (new Date(row.expires_at) <= new Date()) {
         await expireRows(deps, trx, [row]);
         return { refusal: approvalRequired('expired') };
       }
-      const mismatch =
-        row.tool !== req.tool
-          ? 'tool'
-          : row.target_type !== req.target.target_type || row.target_id !== req.target.target_id
-            ? 'target'
-            : row.content_sha256 !== req.content_sha256
-              ? 'content'
-              : row.policy_version !== policyVersion(deps.config)
-                ? 'policy'
-                : undefined;
+      const mismatch = bindingMismatch(deps, row, req);
       if (mismatch) throw approvalRequired('mismatch', `${mismatch} differs from what was approved`);
-
-      const now = new Date().toISOString();
-      const updated = await trx('approval_requests')
-        .where({ id: row.id, status: 'approved' })
-        .update({ status: 'executing', execution_started_at: now, execution_source: req.source });
-      if (updated !== 1) throw approvalRequired('consumed');
-      if (req.idempotency_key) {
-        await trx('idempotency_keys').insert({
-          agent_id: req.agent.id,
-          key: req.idempotency_key,
-          tool: req.tool,
-          content_sha256: req.content_sha256,
-          approval_request_id: row.id,
-        });
-      }
-      await deps.audit.appendIn(trx, {
-        kind: 'write.started',
-        ...requestFacts(row),
-        request_id: req.request_id,
-        trace_id: req.trace_id,
-        source: req.source,
-        approvers: await approversOf(trx, row.id),
-        dry_run: false,
-      });
-      return {
-        row: {
-          ...row,
-          status: 'executing' as const,
-          execution_started_at: now,
-          execution_source: req.source,
-        },
-        replay: false,
-      };
+      return { row: await markExecuting(deps, trx, row, req), replay: false };
     })
     .catch((err: unknown) => {
       // Two calls racing with one new idempotency key: the loser sees the key's primary key taken.
@@ -153,6 +103,74 @@ export async function beginExecution(
     });
   if ('refusal' in result) throw result.refusal;
   return result;
+}
+
+const UUID = /^[0-9a-f-]{36}$/i;
+
+/**
+ * The approval this approval_id names, locked, if the agent may execute it; otherwise APPROVAL_REQUIRED
+ * with the reason. An approval_request_id passed as approval_id tells the agent where its request stands.
+ */
+async function lockApproval(trx: Knex.Transaction, req: ExecutionRequest): Promise<RequestRow> {
+  const row = UUID.test(req.approval_id)
+    ? await loadRow(trx, { approval_id: req.approval_id }, true)
+    : undefined;
+  if (!row) {
+    const asRequest = UUID.test(req.approval_id)
+      ? await loadRow(trx, { id: req.approval_id, agent_id: req.agent.id })
+      : undefined;
+    if (asRequest?.status === 'pending') throw approvalRequired('pending');
+    if (asRequest?.status === 'rejected') throw approvalRequired('rejected', asRequest.note ?? undefined);
+    if (asRequest?.status === 'expired') throw approvalRequired('expired');
+    throw approvalRequired('unknown');
+  }
+  if (row.agent_id !== req.agent.id) throw approvalRequired('wrong_agent');
+  if (row.status === 'rejected') throw approvalRequired('rejected');
+  if (row.status === 'expired') throw approvalRequired('expired');
+  if (EXECUTED.has(row.status)) throw approvalRequired('consumed');
+  return row;
+}
+
+/** Which binding of the approval this call breaks, if any: tool, target, content or policy version. */
+function bindingMismatch(deps: ApprovalDeps, row: RequestRow, req: ExecutionRequest) {
+  if (row.tool !== req.tool) return 'tool';
+  if (row.target_type !== req.target.target_type || row.target_id !== req.target.target_id) return 'target';
+  if (row.content_sha256 !== req.content_sha256) return 'content';
+  if (row.policy_version !== policyVersion(deps.config)) return 'policy';
+  return undefined;
+}
+
+/** Consumes the approval: status executing, the idempotency key taken, write.started appended. */
+async function markExecuting(
+  deps: ApprovalDeps,
+  trx: Knex.Transaction,
+  row: RequestRow,
+  req: ExecutionRequest,
+): Promise<RequestRow> {
+  const now = new Date().toISOString();
+  const updated = await trx('approval_requests')
+    .where({ id: row.id, status: 'approved' })
+    .update({ status: 'executing', execution_started_at: now, execution_source: req.source });
+  if (updated !== 1) throw approvalRequired('consumed');
+  if (req.idempotency_key) {
+    await trx('idempotency_keys').insert({
+      agent_id: req.agent.id,
+      key: req.idempotency_key,
+      tool: req.tool,
+      content_sha256: req.content_sha256,
+      approval_request_id: row.id,
+    });
+  }
+  await deps.audit.appendIn(trx, {
+    kind: 'write.started',
+    ...requestFacts(row),
+    request_id: req.request_id,
+    trace_id: req.trace_id,
+    source: req.source,
+    approvers: await approversOf(trx, row.id),
+    dry_run: false,
+  });
+  return { ...row, status: 'executing' as const, execution_started_at: now, execution_source: req.source };
 }
 
 export type ExecutionOutcome =

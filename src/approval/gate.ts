@@ -89,6 +89,14 @@ export interface GateOutcome {
   };
 }
 
+/** One write moving through the gate: what is written, its hash, and the audit facts every row repeats. */
+interface Write {
+  tool: string;
+  prepared: PreparedWrite<Record<string, unknown>>;
+  content_sha256: string;
+  facts: Omit<GateOutcome['audit'], 'dry_run' | 'details' | 'approval_id'>;
+}
+
 /**
  * The approval gate every write tool passes through (STYLE: write is a property). Dry run: create or
  * return the approval request for the exact content. Real run: bind-check and consume the approval in
@@ -102,43 +110,58 @@ export async function runWrite(
   ctx: GateContext,
 ): Promise<GateOutcome> {
   const content_sha256 = contentSha256(toolName, prepared.target, prepared.content);
-  const facts = {
-    source: prepared.source,
-    target_type: prepared.target.target_type,
-    target_ref: prepared.target.target_id,
+  const write: Write = {
+    tool: toolName,
+    prepared,
     content_sha256,
-    file_sha256: prepared.file_sha256,
-  };
-
-  if (args.dry_run) {
-    const { view, created } = await ctx.approvals.request({
-      agent: ctx.agent,
-      tool: toolName,
-      target: prepared.target,
+    facts: {
+      source: prepared.source,
+      target_type: prepared.target.target_type,
+      target_ref: prepared.target.target_id,
       content_sha256,
       file_sha256: prepared.file_sha256,
-      review: prepared.review,
-      request_id: ctx.request_id,
-      trace_id: ctx.trace_id,
-    });
-    const approval = {
-      approval_request_id: view.approval_request_id,
-      status: view.status,
-      review_url: view.review_url,
-      expires_at: view.expires_at,
-    };
-    return {
-      data: prepared.present({
-        dry_run: true,
-        send_status: 'planned',
-        content_sha256,
-        result: null,
-        approval,
-      }),
-      audit: { ...facts, dry_run: true, details: { approval_request_id: view.approval_request_id, created } },
-    };
-  }
+    },
+  };
+  return args.dry_run ? draft(write, args, ctx) : execute(write, args, ctx);
+}
 
+/** Dry run: the approval request for exactly this content (the agent's open one, if it has one). */
+async function draft(write: Write, args: WriteControls, ctx: GateContext): Promise<GateOutcome> {
+  const { view, created } = await ctx.approvals.request({
+    agent: ctx.agent,
+    tool: write.tool,
+    target: write.prepared.target,
+    content_sha256: write.content_sha256,
+    file_sha256: write.prepared.file_sha256,
+    review: write.prepared.review,
+    request_id: ctx.request_id,
+    trace_id: ctx.trace_id,
+    idempotency_key: args.idempotency_key,
+  });
+  const approval = {
+    approval_request_id: view.approval_request_id,
+    status: view.status,
+    review_url: view.review_url,
+    expires_at: view.expires_at,
+  };
+  return {
+    data: write.prepared.present({
+      dry_run: true,
+      send_status: 'planned',
+      content_sha256: write.content_sha256,
+      result: null,
+      approval,
+    }),
+    audit: {
+      ...write.facts,
+      dry_run: true,
+      details: { approval_request_id: view.approval_request_id, created },
+    },
+  };
+}
+
+/** Real run: consume the approval (or replay the key's stored outcome), perform once, record the outcome. */
+async function execute(write: Write, args: WriteControls, ctx: GateContext): Promise<GateOutcome> {
   if (ctx.dryRunOnly) {
     throw new AppError(
       'DRY_RUN_ONLY',
@@ -149,67 +172,92 @@ export async function runWrite(
   if (!args.approval_id) throw approvalRequired('missing');
   const { row, replay } = await ctx.approvals.beginExecution({
     agent: ctx.agent,
-    tool: toolName,
+    tool: write.tool,
     approval_id: args.approval_id,
-    target: prepared.target,
-    content_sha256,
-    file_sha256: prepared.file_sha256,
+    target: write.prepared.target,
+    content_sha256: write.content_sha256,
+    file_sha256: write.prepared.file_sha256,
     idempotency_key: args.idempotency_key,
     request_id: ctx.request_id,
     trace_id: ctx.trace_id,
-    source: prepared.source,
+    source: write.prepared.source,
   });
-  const auditFacts = { ...facts, dry_run: false, approval_id: row.approval_id };
-
-  if (replay) {
-    if (row.status === 'succeeded') {
-      return {
-        data: prepared.present({
-          dry_run: false,
-          send_status: 'sent',
-          content_sha256,
-          result: row.execution_result,
-          approval: null,
-        }),
-        audit: { ...auditFacts, details: { replayed: true, approval_request_id: row.id } },
-      };
-    }
-    if (row.status === 'failed') {
-      throw new AppError(
-        'CONNECTOR_FAILED',
-        `the write with this idempotency_key failed (${row.execution_error})`,
-        'replayed_failure',
-      );
-    }
-    throw new AppError(
-      'IDEMPOTENCY_CONFLICT',
-      `the write with this idempotency_key is ${row.status}`,
-      'in_progress',
-    );
-  }
+  if (replay) return replayed(write, row);
 
   await ctx.faults?.at('after_write_started');
-  let result: Record<string, unknown>;
-  try {
-    result = await prepared.perform(row.approval_id!);
-  } catch (err) {
-    const known = err instanceof AppError;
-    if (!known || indeterminate(err)) throw err; // outcome unknown: reconciliation settles it
-    await ctx.approvals.finishExecution(
-      row,
-      { status: 'failed', error_code: err.code, details: { reason: err.reason ?? null } },
-      { request_id: ctx.request_id, trace_id: ctx.trace_id, source: prepared.source },
-    );
-    throw err;
-  }
+  const result = await perform(write, row, ctx);
   await ctx.faults?.at('after_connector_write');
   await ctx.approvals.finishExecution(
     row,
     { status: 'succeeded', result },
-    { request_id: ctx.request_id, trace_id: ctx.trace_id, source: prepared.source },
+    { request_id: ctx.request_id, trace_id: ctx.trace_id, source: write.prepared.source },
   );
   return {
-    data: prepared.present({ dry_run: false, send_status: 'sent', content_sha256, result, approval: null }),
-    audit: { ...auditFacts, details: { approval_request_id: row.id, ...result } },
+    data: write.prepared.present({
+      dry_run: false,
+      send_status: 'sent',
+      content_sha256: write.content_sha256,
+      result,
+      approval: null,
+    }),
+    audit: {
+      ...write.facts,
+      dry_run: false,
+      approval_id: row.approval_id,
+      details: { approval_request_id: row.id, ...result },
+    },
   };
+}
+
+type ExecutingRow = Awaited<ReturnType<Approvals['beginExecution']>>['row'];
+
+/**
+ * The connector's write, keyed by the approval_id. A failure that proves nothing was written is
+ * recorded (write.failed); one that may have written is left executing for reconciliation.
+ */
+async function perform(write: Write, row: ExecutingRow, ctx: GateContext) {
+  try {
+    return await write.prepared.perform(row.approval_id!);
+  } catch (err) {
+    if (!(err instanceof AppError) || indeterminate(err)) throw err;
+    await ctx.approvals.finishExecution(
+      row,
+      { status: 'failed', error_code: err.code, details: { reason: err.reason ?? null } },
+      { request_id: ctx.request_id, trace_id: ctx.trace_id, source: write.prepared.source },
+    );
+    throw err;
+  }
+}
+
+/** A repeated idempotency key: the first execution's outcome, never a second write. */
+function replayed(write: Write, row: ExecutingRow): GateOutcome {
+  if (row.status === 'succeeded') {
+    return {
+      data: write.prepared.present({
+        dry_run: false,
+        send_status: 'sent',
+        content_sha256: write.content_sha256,
+        result: row.execution_result,
+        approval: null,
+      }),
+      audit: {
+        ...write.facts,
+        dry_run: false,
+        approval_id: row.approval_id,
+        details: { replayed: true, approval_request_id: row.id },
+      },
+    };
+  }
+  if (row.status === 'failed') {
+    throw new AppError(
+      'CONNECTOR_FAILED',
+      `the write with this idempotency_key failed (${row.execution_error})`,
+      'replayed_failure',
+    );
+  }
+  throw new AppError(
+    'IDEMPOTENCY_CONFLICT',
+    `the write with this idempotency_key is ${row.status}`,
+    'in_progress',
+  );
 }

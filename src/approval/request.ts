@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Agent } from '../core/identity.ts';
+import { refuseOtherContent } from './execute.ts';
 import { expireRows, policyVersion, requiredApprovers, viewOf, viewsOf, type ApprovalDeps } from './deps.ts';
 import { requestFromDb, toView, type ApprovalStatus, type ApprovalView, type Target } from './view.ts';
 
@@ -14,6 +15,19 @@ export interface DraftWrite {
   review: Record<string, unknown>;
   request_id: string;
   trace_id: string;
+  /** The key the agent will execute with, if it gave one: a key already spent on other content is refused now. */
+  idempotency_key?: string;
+}
+
+/** A dry run naming an idempotency_key already spent on other content is refused now, not at execution. */
+async function refuseSpentKey(deps: ApprovalDeps, draft: DraftWrite): Promise<void> {
+  if (!draft.idempotency_key) return;
+  const prior = (await deps
+    .knex('idempotency_keys')
+    .select('tool', 'content_sha256')
+    .where({ agent_id: draft.agent.id, key: draft.idempotency_key })
+    .first()) as { tool: string; content_sha256: string } | undefined;
+  if (prior) refuseOtherContent(prior, draft);
 }
 
 /**
@@ -24,6 +38,7 @@ export async function requestApproval(
   deps: ApprovalDeps,
   draft: DraftWrite,
 ): Promise<{ view: ApprovalView; created: boolean }> {
+  await refuseSpentKey(deps, draft);
   const open = { agent_id: draft.agent.id, content_sha256: draft.content_sha256 };
   const existing = async () => {
     const row = (await deps

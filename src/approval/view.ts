@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { TargetType } from '../core/schemas.ts';
 
 export const ApprovalStatus = z.enum([
   'pending',
@@ -13,8 +14,7 @@ export const ApprovalStatus = z.enum([
 export type ApprovalStatus = z.infer<typeof ApprovalStatus>;
 
 export const Target = z.object({
-  /** mcp_tool: a tool of an upstream MCP server, `<upstream>__<tool>`. */
-  target_type: z.enum(['contact', 'group', 'conversation', 'mcp_tool']),
+  target_type: TargetType,
   target_id: z.string(),
   display_name: z.string().nullable(),
 });
@@ -55,48 +55,44 @@ export const ApprovalSummary = z.object({
   expires_at: z.string(),
 });
 
-export type RequestRow = {
-  id: string;
-  agent_id: string;
-  tool: string;
-  target_type: Target['target_type'];
-  target_id: string;
-  target_display: string | null;
-  content_sha256: string;
-  file_sha256: string | null;
-  review: Record<string, unknown>;
-  status: ApprovalStatus;
-  approval_id: string | null;
-  required_approvers: number;
-  policy_version: string;
-  note: string | null;
-  created_at: string;
-  expires_at: string;
-  decided_at: string | null;
-  execution_started_at: string | null;
-  execution_finished_at: string | null;
-  execution_result: Record<string, unknown> | null;
-  execution_error: string | null;
+/** Times come back as Date (pg) or string (PGlite, raw rows); they leave as ISO 8601. */
+const Timestamp = z.union([z.date(), z.string()]).transform((v) => new Date(v).toISOString());
+/** jsonb comes back parsed (pg) or as text (some PGlite paths). */
+const JsonObject = z
+  .unknown()
+  .transform((v) => (typeof v === 'string' ? (JSON.parse(v) as unknown) : v))
+  .pipe(z.record(z.string(), z.unknown()));
+
+/** A row of `approval_requests`, parsed at the database boundary (requestFromDb). */
+export const RequestRow = z.object({
+  id: z.string(),
+  agent_id: z.string(),
+  tool: z.string(),
+  target_type: TargetType,
+  target_id: z.string(),
+  target_display: z.string().nullable(),
+  content_sha256: z.string(),
+  file_sha256: z.string().nullable(),
+  review: JsonObject,
+  status: ApprovalStatus,
+  approval_id: z.string().nullable(),
+  required_approvers: z.coerce.number().int(),
+  policy_version: z.string(),
+  note: z.string().nullable(),
+  created_at: Timestamp,
+  expires_at: Timestamp,
+  decided_at: Timestamp.nullable(),
+  execution_started_at: Timestamp.nullable(),
+  execution_finished_at: Timestamp.nullable(),
+  execution_result: JsonObject.nullable(),
+  execution_error: z.string().nullable(),
   /** The connector the execution went to; null before execution and on rows executed before it was recorded. */
-  execution_source: string | null;
-};
+  execution_source: z.string().nullable(),
+});
+export type RequestRow = z.output<typeof RequestRow>;
 
-const iso = (v: unknown) => (v === null || v === undefined ? null : new Date(v as string).toISOString());
-const json = (v: unknown) => (typeof v === 'string' ? JSON.parse(v) : v);
-
-/** Normalises a database row (Date or string times, jsonb as object or string). */
-export function requestFromDb(raw: Record<string, unknown>): RequestRow {
-  return {
-    ...(raw as unknown as RequestRow),
-    review: json(raw.review) as Record<string, unknown>,
-    execution_result: (json(raw.execution_result) as Record<string, unknown> | null) ?? null,
-    created_at: iso(raw.created_at)!,
-    expires_at: iso(raw.expires_at)!,
-    decided_at: iso(raw.decided_at),
-    execution_started_at: iso(raw.execution_started_at),
-    execution_finished_at: iso(raw.execution_finished_at),
-  };
-}
+/** Parses a database row; a row that does not fit is a bug or a damaged table, and says which field. */
+export const requestFromDb = (raw: Record<string, unknown>): RequestRow => RequestRow.parse(raw);
 
 const EXECUTION_STATES = new Set<ApprovalStatus>(['executing', 'succeeded', 'failed', 'unknown']);
 

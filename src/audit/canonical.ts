@@ -69,11 +69,11 @@ export function canonicalJson(value: unknown, seen: Set<object> = new Set()): st
 
 /**
  * JCS of the object made of `fields` of `record` (in any order; sorted here once, as JCS sorts keys).
- * The same as canonicalJson of that object, without building it.
+ * The same as canonicalJson of that object, without building it: a field that is absent is left out.
  */
 export function canonicalPicker<K extends string>(
   fields: readonly K[],
-): (record: Record<K, unknown>) => string {
+): (record: { readonly [P in K]?: unknown }) => string {
   const sorted = [...fields].sort();
   const keys = sorted.map((k) => `${canonicalString(k)}:`);
   return (record) => {

@@ -1,120 +1,89 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { canonicalPicker } from './canonical.ts';
-import { AuditKind } from './kinds.ts';
+import { AuditKind, AuditResult } from './kinds.ts';
 
 export const GENESIS_HASH = '0'.repeat(64);
 
-/** What a caller supplies for one audit row; the log adds seq, event_id, ts and the chain. */
-export const AuditInput = z.strictObject({
+/** A column a caller may leave out: stored as null. */
+const column = <T extends z.ZodType>(type: T) => type.nullable().default(null);
+const text = () => column(z.string());
+
+/**
+ * The fields of an audit row that its hash covers, in table order, as they are stored, hashed and
+ * exported: every field present, null where unset. The one declaration of the row: the insert shape,
+ * the canonical field list, the export columns and the types are derived from it.
+ *
+ * target_type and error_code stay free text: rows already in the chain carry values outside the
+ * TargetType and AuditErrorCode enums ('file' and 'message' targets, reconciliation's NOT_WRITTEN and
+ * OUTCOME_UNKNOWN), and a verifier must read every row it has ever written.
+ */
+export const AuditBody = z.object({
+  seq: z.number().int().positive(),
+  /** A uuid column. */
+  event_id: z.string(),
+  ts: z.iso.datetime(),
   kind: AuditKind,
-  request_id: z.string().nullish(),
-  trace_id: z.string().nullish(),
-  agent_id: z.string().nullish(),
-  actor: z.string().nullish(),
-  tool: z.string().nullish(),
-  source: z.string().nullish(),
-  target_type: z.string().nullish(),
-  target_ref: z.string().nullish(),
-  approval_request_id: z.string().nullish(),
-  approval_id: z.string().nullish(),
-  approvers: z.array(z.string()).nullish(),
-  dry_run: z.boolean().nullish(),
-  content_sha256: z.string().nullish(),
-  file_sha256: z.string().nullish(),
-  result: z.enum(['ok', 'error']).nullish(),
-  error_code: z.string().nullish(),
+  request_id: text(),
+  trace_id: text(),
+  agent_id: text(),
+  actor: text(),
+  tool: text(),
+  source: text(),
+  target_type: text(),
+  target_ref: text(),
+  approval_request_id: text(),
+  approval_id: text(),
+  approvers: column(z.array(z.string())),
+  dry_run: column(z.boolean()),
+  content_sha256: text(),
+  file_sha256: text(),
+  result: column(AuditResult),
+  error_code: text(),
   /** Never message bodies or secrets. */
-  details: z.record(z.string(), z.unknown()).optional(),
+  details: z.record(z.string(), z.unknown()).default(() => ({})),
 });
+export type AuditBody = z.infer<typeof AuditBody>;
+
+/** A stored row: its body, and the chain links that follow it in the table (hex SHA-256). */
+export const AuditRow = AuditBody.extend({ prev_hash: z.string(), hash: z.string() });
+export type AuditRow = z.infer<typeof AuditRow>;
+
+/**
+ * What a caller supplies for one audit row; the log adds seq, event_id, ts and the chain. Compiled, as
+ * every call is audited.
+ */
+export const AuditInput = z.compile(
+  z.strictObject(AuditBody.omit({ seq: true, event_id: true, ts: true }).shape),
+);
 export type AuditInput = z.input<typeof AuditInput>;
 
-/** The fields covered by the hash, in the form they are stored and exported. */
-export const AUDIT_FIELDS = [
-  'seq',
-  'event_id',
-  'ts',
-  'kind',
-  'request_id',
-  'trace_id',
-  'agent_id',
-  'actor',
-  'tool',
-  'source',
-  'target_type',
-  'target_ref',
-  'approval_request_id',
-  'approval_id',
-  'approvers',
-  'dry_run',
-  'content_sha256',
-  'file_sha256',
-  'result',
-  'error_code',
-  'details',
-] as const;
+/** The fields covered by the hash. */
+export type AuditField = keyof AuditBody;
+export const AUDIT_FIELDS: readonly AuditField[] = AuditBody.keyof().options;
 
-export type AuditBody = {
-  seq: number;
-  event_id: string;
-  ts: string;
-  kind: AuditKind;
-  request_id: string | null;
-  trace_id: string | null;
-  agent_id: string | null;
-  actor: string | null;
-  tool: string | null;
-  source: string | null;
-  target_type: string | null;
-  target_ref: string | null;
-  approval_request_id: string | null;
-  approval_id: string | null;
-  approvers: string[] | null;
-  dry_run: boolean | null;
-  content_sha256: string | null;
-  file_sha256: string | null;
-  result: 'ok' | 'error' | null;
-  error_code: string | null;
-  details: Record<string, unknown>;
-};
-
-export type AuditRow = AuditBody & { prev_hash: string; hash: string };
-
-/** RFC 8785 canonical JSON of the hashed fields of a row. */
-export const canonicalRow: (body: AuditBody) => string = canonicalPicker(AUDIT_FIELDS);
+/**
+ * RFC 8785 canonical JSON of the hashed fields of a row. Typed loosely on purpose: the export verifier
+ * hashes rows it does not trust yet, whatever their fields hold; a field that is absent is left out.
+ */
+export const canonicalRow: (body: { readonly [F in AuditField]?: unknown }) => string =
+  canonicalPicker(AUDIT_FIELDS);
 
 /** hash = SHA-256(prev_hash || canonical row), hex. */
-export function chainHash(prevHash: string, body: AuditBody): string {
+export function chainHash(prevHash: string, body: Parameters<typeof canonicalRow>[0]): string {
   return createHash('sha256').update(prevHash).update(canonicalRow(body)).digest('hex');
 }
 
-/** Turns a database row (Date, string or number seq, jsonb) into the stored form that is hashed. */
-export function rowFromDb(raw: Record<string, unknown>): AuditRow {
-  const ts = raw.ts instanceof Date ? raw.ts.toISOString() : new Date(String(raw.ts)).toISOString();
-  const json = (v: unknown) => (typeof v === 'string' ? JSON.parse(v) : v);
-  return {
-    seq: Number(raw.seq),
-    event_id: String(raw.event_id),
-    ts,
-    kind: AuditKind.parse(raw.kind),
-    request_id: (raw.request_id as string | null) ?? null,
-    trace_id: (raw.trace_id as string | null) ?? null,
-    agent_id: (raw.agent_id as string | null) ?? null,
-    actor: (raw.actor as string | null) ?? null,
-    tool: (raw.tool as string | null) ?? null,
-    source: (raw.source as string | null) ?? null,
-    target_type: (raw.target_type as string | null) ?? null,
-    target_ref: (raw.target_ref as string | null) ?? null,
-    approval_request_id: (raw.approval_request_id as string | null) ?? null,
-    approval_id: (raw.approval_id as string | null) ?? null,
-    approvers: (json(raw.approvers) as string[] | null) ?? null,
-    dry_run: (raw.dry_run as boolean | null) ?? null,
-    content_sha256: (raw.content_sha256 as string | null) ?? null,
-    file_sha256: (raw.file_sha256 as string | null) ?? null,
-    result: (raw.result as 'ok' | 'error' | null) ?? null,
-    error_code: (raw.error_code as string | null) ?? null,
-    details: (json(raw.details) as Record<string, unknown>) ?? {},
-    prev_hash: String(raw.prev_hash),
-    hash: String(raw.hash),
-  };
-}
+/**
+ * An audit_events row as both drivers return it (bigint as a number, see db/knex.ts; jsonb parsed):
+ * only ts differs from the stored form, a Date. Columns outside the row (a join's) are dropped.
+ * Compiled: every export and verification parses each row once.
+ */
+export const AuditRowFromDb = z.compile(AuditRow.extend({ ts: z.date().transform((d) => d.toISOString()) }));
+
+/** The head of the chain as the database returns it: its last row's seq and hash. */
+export const ChainHeadFromDb = AuditRowFromDb.pick({ seq: true, hash: true });
+export type ChainHead = z.infer<typeof ChainHeadFromDb>;
+
+/** Parses a row read from audit_events into the stored form that is hashed. */
+export const rowFromDb = (raw: unknown): AuditRow => AuditRowFromDb.parse(raw);

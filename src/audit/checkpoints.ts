@@ -1,18 +1,25 @@
 import type { Knex } from 'knex';
-import { rowFromDb } from './chain.ts';
+import { z } from 'zod';
+import { ChainHeadFromDb } from './chain.ts';
 import { AUDIT_LOCK_KEY, type AuditLog } from './log.ts';
 import { verifySignature, type Signer } from './signing.ts';
 import { ChainVerifier } from './verify.ts';
+import { AppError } from '../core/errors.ts';
 
-export interface Checkpoint {
-  origin: string;
-  seq: number;
-  head_hash: string;
-  ts: string;
-  key_id: string;
-  public_key: string;
-  signature: string;
-}
+/**
+ * A signed statement that the chain's row `seq` has hash `head_hash`, as stored in audit_checkpoints
+ * (bigint as a number, see db/knex.ts; the id column is dropped).
+ */
+export const Checkpoint = z.object({
+  origin: z.string(),
+  seq: z.number().int().positive(),
+  head_hash: z.string(),
+  ts: z.string(),
+  key_id: z.string(),
+  public_key: z.string(),
+  signature: z.string(),
+});
+export type Checkpoint = z.infer<typeof Checkpoint>;
 
 /** The signed statement: exactly these four fields, as RFC 8785 canonical JSON. */
 export const checkpointPayload = (c: Pick<Checkpoint, 'origin' | 'seq' | 'head_hash' | 'ts'>) => ({
@@ -25,28 +32,15 @@ export const checkpointPayload = (c: Pick<Checkpoint, 'origin' | 'seq' | 'head_h
 export const checkpointSignatureValid = (c: Checkpoint, publicKey = c.public_key) =>
   verifySignature(publicKey, checkpointPayload(c), c.signature);
 
-export class ChainBrokenError extends Error {
-  override name = 'ChainBrokenError';
-}
-
-const fromDb = (r: Record<string, unknown>): Checkpoint => ({
-  origin: String(r.origin),
-  seq: Number(r.seq),
-  head_hash: String(r.head_hash),
-  ts: String(r.ts),
-  key_id: String(r.key_id),
-  public_key: String(r.public_key),
-  signature: String(r.signature),
-});
+/** The chain does not extend the last signed checkpoint: never signed again, said as tampering. */
+const chainBroken = (message: string) => new AppError('TAMPERED', message, 'chain_broken');
 
 export async function latestCheckpoint(knex: Knex | Knex.Transaction): Promise<Checkpoint | undefined> {
-  const row = (await knex('audit_checkpoints').orderBy('id', 'desc').first()) as
-    Record<string, unknown> | undefined;
-  return row ? fromDb(row) : undefined;
+  return Checkpoint.optional().parse(await knex('audit_checkpoints').orderBy('id', 'desc').first());
 }
 
 export async function listCheckpoints(knex: Knex): Promise<Checkpoint[]> {
-  return ((await knex('audit_checkpoints').orderBy('id')) as Record<string, unknown>[]).map(fromDb);
+  return Checkpoint.array().parse(await knex('audit_checkpoints').orderBy('id'));
 }
 
 export interface CheckpointDeps {
@@ -58,41 +52,36 @@ export interface CheckpointDeps {
 
 /**
  * Signs the current head. Under the chain's advisory lock, the rows since the previous checkpoint are
- * verified to extend it; a chain that does not is never signed (ChainBrokenError). Returns the previous
+ * verified to extend it; a chain that does not is never signed (TAMPERED, reason chain_broken). Returns the previous
  * checkpoint when nothing was appended since.
  */
 export async function createCheckpoint(deps: CheckpointDeps): Promise<Checkpoint | undefined> {
   return deps.knex.transaction(async (trx) => {
     await trx.raw('select pg_advisory_xact_lock(?)', [AUDIT_LOCK_KEY]);
-    const head = (await trx('audit_events').select('seq', 'hash').orderBy('seq', 'desc').first()) as
-      { seq: number | string; hash: string } | undefined;
+    const head = ChainHeadFromDb.optional().parse(
+      await trx('audit_events').select('seq', 'hash').orderBy('seq', 'desc').first(),
+    );
     if (!head) return undefined;
     const prev = await latestCheckpoint(trx);
-    if (prev && prev.seq === Number(head.seq)) return prev;
-    if (prev && prev.seq > Number(head.seq))
-      throw new ChainBrokenError(`the log is shorter than checkpoint seq ${prev.seq}`);
+    if (prev && prev.seq === head.seq) return prev;
+    if (prev && prev.seq > head.seq) throw chainBroken(`the log is shorter than checkpoint seq ${prev.seq}`);
 
     const verifier = new ChainVerifier(prev ? { seq: prev.seq, hash: prev.head_hash } : undefined);
     for (let after = prev?.seq ?? 0; ;) {
-      const page = (await trx('audit_events').where('seq', '>', after).orderBy('seq').limit(5000)) as Record<
-        string,
-        unknown
-      >[];
+      const page: unknown[] = await trx('audit_events').where('seq', '>', after).orderBy('seq').limit(5000);
       for (const raw of page) {
-        if (!verifier.push(rowFromDb(raw))) {
+        if (!verifier.pushStored(raw)) {
           const bad = verifier.report.first_bad!;
-          throw new ChainBrokenError(
-            `not signing: row ${bad.seq} breaks the chain (${bad.fault}: ${bad.detail})`,
-          );
+          throw chainBroken(`not signing: row ${bad.seq} breaks the chain (${bad.fault}: ${bad.detail})`);
         }
       }
       if (page.length < 5000) break;
-      after = Number(page.at(-1)!.seq);
+      after = verifier.report.head_seq;
     }
 
     const statement = {
       origin: deps.origin,
-      seq: Number(head.seq),
+      seq: head.seq,
       head_hash: head.hash,
       ts: new Date().toISOString(),
     };

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Config } from '../config.ts';
 import { sharedValue } from '../db/settings.ts';
+import { ChainHeadFromDb } from './chain.ts';
 import { listCheckpoints, checkpointSignatureValid, type CheckpointDeps } from './checkpoints.ts';
 import type { AuditLog } from './log.ts';
 import { loadSigner } from './signing.ts';
@@ -19,8 +20,9 @@ export async function verifyDatabase(knex: Knex) {
   const checkpoints = await listCheckpoints(knex);
   let badCheckpoint: string | undefined;
   for (const cp of checkpoints) {
-    const row = (await knex('audit_events').where('seq', cp.seq).select('hash').first()) as
-      { hash: string } | undefined;
+    const row = ChainHeadFromDb.optional().parse(
+      await knex('audit_events').where('seq', cp.seq).select('seq', 'hash').first(),
+    );
     if (!checkpointSignatureValid(cp)) badCheckpoint ??= `checkpoint at seq ${cp.seq}: bad signature`;
     else if (row?.hash !== cp.head_hash)
       badCheckpoint ??= `checkpoint at seq ${cp.seq}: the row there is not the signed head`;

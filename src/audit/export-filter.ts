@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AuditKind } from './kinds.ts';
+import { AuditKind, AuditResult } from './kinds.ts';
 
 /** Which rows an export holds (every row when empty). */
 export const ExportFilter = z.strictObject({
@@ -8,6 +8,6 @@ export const ExportFilter = z.strictObject({
   agent_id: z.string().min(1).optional(),
   tool: z.string().min(1).optional(),
   kind: AuditKind.optional(),
-  result: z.enum(['ok', 'error']).optional(),
+  result: AuditResult.optional(),
 });
 export type ExportFilter = z.infer<typeof ExportFilter>;

@@ -7,6 +7,7 @@ import { createCheckpoint, type Checkpoint, type CheckpointDeps } from './checkp
 import { exportLines, exportPages } from './export-pages.ts';
 import { EXPORT_COLUMNS, toCsvRecord } from './format.ts';
 import { ExportFilter } from './export-filter.ts';
+import { AppError, isAppError } from '../core/errors.ts';
 
 export { ExportFilter };
 
@@ -32,9 +33,8 @@ export interface Manifest {
   signature: string;
 }
 
-export class NothingToExportError extends Error {
-  override name = 'NothingToExportError';
-}
+/** An empty log has nothing to export: the state of the log, not the request, is at fault. */
+export const isNothingToExport = (err: unknown) => isAppError(err, 'CONFLICT', 'nothing_to_export');
 
 async function* csvLines(pages: AsyncIterable<AuditRow[]>) {
   for await (const page of pages) {
@@ -61,7 +61,8 @@ export async function exportAudit(
   opts: { format: 'jsonl' | 'csv'; filter: ExportFilter; out: Writable; file: string; actor: string },
 ): Promise<Manifest> {
   const checkpoint = await createCheckpoint(deps);
-  if (!checkpoint) throw new NothingToExportError('the audit log is empty: nothing to export');
+  if (!checkpoint)
+    throw new AppError('CONFLICT', 'the audit log is empty: nothing to export', 'nothing_to_export');
   const filter = ExportFilter.parse(opts.filter);
   const digest = createHash('sha256');
   let count = 0;

@@ -1,8 +1,17 @@
-import { AUDIT_FIELDS, canonicalRow, type AuditRow } from './chain.ts';
-import { AuditKind } from './kinds.ts';
+import { z } from 'zod';
+import { AuditRow, canonicalRow } from './chain.ts';
 
-/** Column order of both export formats. */
-export const EXPORT_COLUMNS = [...AUDIT_FIELDS, 'prev_hash', 'hash'] as const;
+/** Column order of both export formats: the stored row's. */
+export const EXPORT_COLUMNS: readonly (keyof AuditRow)[] = AuditRow.keyof().options;
+
+/**
+ * A row read back from an export file, before it is trusted: the verifier needs its seq and links, and
+ * hashes whatever its other fields hold, so that a changed field shows as a hash mismatch at its row.
+ */
+export const ExportedRow = z.compile(
+  z.looseObject({ seq: z.number(), prev_hash: z.string(), hash: z.string() }),
+);
+export type ExportedRow = z.infer<typeof ExportedRow>;
 
 /**
  * One JSONL line: the row's canonical JSON — the very text its hash covers — with `prev_hash` and
@@ -17,8 +26,8 @@ export function toJsonLine(row: AuditRow): string {
 /** Length of `,"prev_hash":"<64 hex>","hash":"<64 hex>"}`, the end of every line toJsonLine writes. */
 export const JSONL_TAIL_BYTES = 14 + 64 + 10 + 64 + 2;
 
-export function fromJsonLine(line: string): AuditRow {
-  return JSON.parse(line) as AuditRow;
+export function fromJsonLine(line: string): ExportedRow {
+  return ExportedRow.parse(JSON.parse(line));
 }
 
 /**
@@ -40,7 +49,7 @@ export function toCsvRecord(row: AuditRow): (string | number | boolean | null)[]
 }
 
 /** Rebuilds a row from CSV cells; `quoted[i]` tells an empty string ("") from null (empty, unquoted). */
-export function fromCsvRecord(cells: string[], quoted: boolean[]): AuditRow {
+export function fromCsvRecord(cells: string[], quoted: boolean[]): ExportedRow {
   const row: Record<string, unknown> = {};
   EXPORT_COLUMNS.forEach((c, i) => {
     const raw = cells[i] ?? '';
@@ -50,6 +59,5 @@ export function fromCsvRecord(cells: string[], quoted: boolean[]): AuditRow {
     const text = restore(raw);
     row[c] = c === 'approvers' || c === 'details' ? JSON.parse(text) : text;
   });
-  row.kind = AuditKind.parse(row.kind);
-  return row as AuditRow;
+  return ExportedRow.parse(row);
 }

@@ -18,3 +18,7 @@ export const AuditKind = z.enum([
   'checkpoint',
 ]);
 export type AuditKind = z.infer<typeof AuditKind>;
+
+/** How the action an audit row records ended. */
+export const AuditResult = z.enum(['ok', 'error']);
+export type AuditResult = z.infer<typeof AuditResult>;

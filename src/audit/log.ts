@@ -1,8 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { dialectOf, isConnectionError } from '../db/knex.ts';
-import { AuditInput, chainHash, GENESIS_HASH, type AuditBody, type AuditRow } from './chain.ts';
+import {
+  AuditInput,
+  chainHash,
+  ChainHeadFromDb,
+  GENESIS_HASH,
+  type AuditBody,
+  type AuditRow,
+  type ChainHead,
+} from './chain.ts';
 import { EXPORT_COLUMNS } from './format.ts';
+import { AppError, isAppError } from '../core/errors.ts';
 
 /** The advisory lock key that serialises appends across every process on one database. */
 export const AUDIT_LOCK_KEY = 0x636f756e; // "coun"
@@ -11,16 +20,21 @@ export const AUDIT_LOCK_KEY = 0x636f756e; // "coun"
  * The database would not take an audit row because it cannot be reached. The call the row records
  * must not be answered as if it had been audited; `code` is the tool-level code for an outage.
  */
-export class AuditUnavailableError extends Error {
-  override name = 'AuditUnavailableError';
-  readonly code = 'SOURCE_UNAVAILABLE';
-  constructor(cause: unknown) {
-    super('the audit log cannot be written: the database is unavailable', { cause });
-  }
-}
+/** The audit log cannot be written because the database is unavailable (no SQL in the message). */
+const auditUnavailable = (cause: unknown) =>
+  new AppError(
+    'SOURCE_UNAVAILABLE',
+    'the audit log cannot be written: the database is unavailable',
+    'audit_unavailable',
+    {
+      cause,
+    },
+  );
+export const isAuditUnavailable = (err: unknown) =>
+  isAppError(err, 'SOURCE_UNAVAILABLE', 'audit_unavailable');
 
-/** A connection failure becomes AuditUnavailableError (no SQL in its message); anything else is a bug, as is. */
-const explained = (err: unknown) => (isConnectionError(err) ? new AuditUnavailableError(err) : err);
+/** A connection failure becomes the audit_unavailable refusal; anything else is a bug, as is. */
+const explained = (err: unknown) => (isConnectionError(err) ? auditUnavailable(err) : err);
 
 interface Pending {
   input: AuditInput;
@@ -40,38 +54,13 @@ export interface AuditLog {
   drain(): Promise<void>;
 }
 
-type Head = { seq: number; hash: string };
-
 /** The rows that extend the chain after `head` (none: the genesis), stamped now. */
-function chainRows(head: Head | undefined, inputs: AuditInput[]): AuditRow[] {
+function chainRows(head: ChainHead | undefined, inputs: AuditInput[]): AuditRow[] {
   let seq = head?.seq ?? 0;
   let prev = head?.hash ?? GENESIS_HASH;
   const ts = new Date().toISOString();
   return inputs.map((input) => {
-    const parsed = AuditInput.parse(input);
-    const body: AuditBody = {
-      seq: ++seq,
-      event_id: randomUUID(),
-      ts,
-      kind: parsed.kind,
-      request_id: parsed.request_id ?? null,
-      trace_id: parsed.trace_id ?? null,
-      agent_id: parsed.agent_id ?? null,
-      actor: parsed.actor ?? null,
-      tool: parsed.tool ?? null,
-      source: parsed.source ?? null,
-      target_type: parsed.target_type ?? null,
-      target_ref: parsed.target_ref ?? null,
-      approval_request_id: parsed.approval_request_id ?? null,
-      approval_id: parsed.approval_id ?? null,
-      approvers: parsed.approvers ?? null,
-      dry_run: parsed.dry_run ?? null,
-      content_sha256: parsed.content_sha256 ?? null,
-      file_sha256: parsed.file_sha256 ?? null,
-      result: parsed.result ?? null,
-      error_code: parsed.error_code ?? null,
-      details: parsed.details ?? {},
-    };
+    const body: AuditBody = { seq: ++seq, event_id: randomUUID(), ts, ...AuditInput.parse(input) };
     const prev_hash = prev;
     prev = chainHash(prev_hash, body);
     return { ...body, prev_hash, hash: prev };
@@ -92,7 +81,7 @@ const INSERT_ROWS = `insert into audit_events (${COLUMNS})
  * Gaps are impossible (a row is only inserted after the row it links to) and so are forks (seq is
  * unique), and the row is committed when the statement returns.
  */
-async function appendAfter(knex: Knex, head: Head, rows: AuditRow[]): Promise<boolean> {
+async function appendAfter(knex: Knex, head: ChainHead, rows: AuditRow[]): Promise<boolean> {
   try {
     const result = (await knex.raw(
       `with lock as materialized (select pg_advisory_xact_lock(?))
@@ -109,20 +98,20 @@ async function appendAfter(knex: Knex, head: Head, rows: AuditRow[]): Promise<bo
 }
 
 /** Takes the chain's advisory lock in `trx` and reads the head after it is held. */
-async function lockedHead(trx: Knex.Transaction): Promise<Head | undefined> {
+async function lockedHead(trx: Knex.Transaction): Promise<ChainHead | undefined> {
   const lock = `select pg_advisory_xact_lock(${AUDIT_LOCK_KEY})`;
   const head = 'select seq, hash from audit_events order by seq desc limit 1';
-  let row: { seq: number | string; hash: string } | undefined;
+  let row: unknown;
   if (dialectOf(trx) === 'postgres') {
     // One round trip: under READ COMMITTED each statement of the string takes its own snapshot, so
     // the head is read after the lock is held.
-    const results = (await trx.raw(`${lock}; ${head}`)) as { rows: (typeof row)[] }[];
+    const results = (await trx.raw(`${lock}; ${head}`)) as { rows: unknown[] }[];
     row = results[1]!.rows[0];
   } else {
     await trx.raw(lock);
-    row = ((await trx.raw(head)) as { rows: (typeof row)[] }).rows[0];
+    row = ((await trx.raw(head)) as { rows: unknown[] }).rows[0];
   }
-  return row ? { seq: Number(row.seq), hash: row.hash } : undefined;
+  return ChainHeadFromDb.optional().parse(row);
 }
 
 /** Chains and inserts `inputs` in `trx`, after taking the advisory lock that serialises every append. */
@@ -145,7 +134,7 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
   let queue: Pending[] = [];
   let flushing: Promise<void> | null = null;
   /** The last row this process committed through `append`: not known after an error. */
-  let head: Head | undefined;
+  let head: ChainHead | undefined;
 
   async function writeBatch(inputs: AuditInput[]): Promise<AuditRow[]> {
     if (head) {

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { rowFromDb, type AuditRow } from './chain.ts';
-import { AuditKind } from './kinds.ts';
+import { AuditRowFromDb, rowFromDb, type AuditRow } from './chain.ts';
+import { AuditKind, AuditResult } from './kinds.ts';
 
 export const AuditQuery = z.object({
   since: z.iso.datetime({ offset: true }).optional(),
@@ -9,18 +9,22 @@ export const AuditQuery = z.object({
   agent: z.string().min(1).max(64).optional(),
   tool: z.string().min(1).max(128).optional(),
   kind: AuditKind.optional(),
-  result: z.enum(['ok', 'error']).optional(),
+  result: AuditResult.optional(),
   target: z.string().min(1).max(256).optional(),
   approval: z.string().min(1).max(64).optional(),
 });
 export type AuditQuery = z.infer<typeof AuditQuery>;
+
+/** A row of the audit list: the stored row and the name of its agent, when the agent still exists. */
+const ListedRowFromDb = z.compile(AuditRowFromDb.extend({ agent_name: z.string().nullable() }).array());
+export type ListedRow = z.infer<typeof ListedRowFromDb>[number];
 
 /** Rows matching `q`, newest first, `limit` at a time, before `beforeSeq` (paging by seq). */
 export async function queryAudit(
   knex: Knex,
   q: AuditQuery,
   page: { beforeSeq?: number; limit: number },
-): Promise<(AuditRow & { agent_name: string | null })[]> {
+): Promise<ListedRow[]> {
   const query = knex('audit_events as e')
     .joinRaw('left join agents as a on a.id::text = e.agent_id')
     .select('e.*', 'a.name as agent_name')
@@ -36,13 +40,12 @@ export async function queryAudit(
   if (q.target) query.where('e.target_ref', q.target);
   if (q.approval)
     query.where((w) => w.where('e.approval_id', q.approval!).orWhere('e.approval_request_id', q.approval!));
-  const rows = (await query) as Record<string, unknown>[];
-  return rows.map((r) => ({ ...rowFromDb(r), agent_name: (r.agent_name as string | null) ?? null }));
+  return ListedRowFromDb.parse(await query);
 }
 
 export async function auditRow(knex: Knex, seq: number): Promise<AuditRow | undefined> {
-  const raw = (await knex('audit_events').where('seq', seq).first()) as Record<string, unknown> | undefined;
-  return raw ? rowFromDb(raw) : undefined;
+  const raw: unknown = await knex('audit_events').where('seq', seq).first();
+  return raw === undefined ? undefined : rowFromDb(raw);
 }
 
 export async function headSeq(knex: Knex): Promise<number> {

@@ -1,8 +1,9 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import { parse } from 'csv-parse';
-import { chainHash, type AuditRow } from './chain.ts';
-import { EXPORT_COLUMNS, fromCsvRecord, fromJsonLine, JSONL_TAIL_BYTES } from './format.ts';
+import { z } from 'zod';
+import { chainHash } from './chain.ts';
+import { EXPORT_COLUMNS, fromCsvRecord, fromJsonLine, JSONL_TAIL_BYTES, type ExportedRow } from './format.ts';
 
 /** What the verifier needs of one row: where it is, its seq and links, and whether its hash holds. */
 export interface RowFacts {
@@ -16,12 +17,19 @@ export interface RowFacts {
 /** One line of an export: a row's facts, or why it is not a row. */
 export type Item = { line: number; facts: RowFacts } | { line: number; error: string };
 
-function factsOf(line: number, row: AuditRow): Item {
+/** Why a line is not a row, in one line: the fields that do not fit, or the parser's message. */
+function problemOf(err: unknown): string {
+  if (err instanceof z.ZodError)
+    return err.issues.map((i) => `${i.path.join('.') || 'row'}: ${i.message}`).join('; ');
+  return err instanceof Error ? err.message : String(err);
+}
+
+function factsOf(line: number, row: ExportedRow): Item {
   let hashValid: boolean;
   try {
     hashValid = chainHash(row.prev_hash, row) === row.hash;
   } catch (err) {
-    return { line, error: `not a valid row (${(err as Error).message})` };
+    return { line, error: `not a valid row (${problemOf(err)})` };
   }
   return { line, facts: { line, seq: row.seq, prev_hash: row.prev_hash, hash: row.hash, hashValid } };
 }
@@ -74,11 +82,12 @@ function canonicalLine(line: number, buf: Buffer, from: number, to: number): Ite
 function jsonlItem(line: number, buf: Buffer, from: number, to: number): Item {
   const fast = canonicalLine(line, buf, from, to);
   if (fast) return fast;
-  let row: AuditRow;
+  let row: ExportedRow;
   try {
     row = fromJsonLine(buf.toString('utf8', from, to));
   } catch (err) {
-    return { line, error: `not a JSON row (${(err as Error).message})` };
+    const what = err instanceof z.ZodError ? 'not a valid row' : 'not a JSON row';
+    return { line, error: `${what} (${problemOf(err)})` };
   }
   return factsOf(line, row);
 }
@@ -124,14 +133,14 @@ async function* csvItems(file: string): AsyncGenerator<Item[]> {
         yield [{ line, error: 'unexpected CSV header' }];
       continue;
     }
-    let row: AuditRow;
+    let row: ExportedRow;
     try {
       row = fromCsvRecord(
         cells.map((c) => c.value),
         cells.map((c) => c.quoted),
       );
     } catch (err) {
-      yield [{ line, error: `not a valid row (${(err as Error).message})` }];
+      yield [{ line, error: `not a valid row (${problemOf(err)})` }];
       continue;
     }
     yield [factsOf(line, row)];

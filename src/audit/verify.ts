@@ -1,7 +1,8 @@
 import type { Knex } from 'knex';
-import { chainHash, GENESIS_HASH, rowFromDb, type AuditRow } from './chain.ts';
+import { AuditRowFromDb, chainHash, GENESIS_HASH, type AuditRow } from './chain.ts';
 
-export type ChainFault = 'hash_mismatch' | 'prev_hash_mismatch' | 'gap' | 'reordered';
+/** malformed: a stored row that is not an audit row at all (a value no append writes). */
+export type ChainFault = 'hash_mismatch' | 'prev_hash_mismatch' | 'gap' | 'reordered' | 'malformed';
 
 export interface ChainReport {
   rows: number;
@@ -10,6 +11,9 @@ export interface ChainReport {
   head_hash: string;
   first_bad?: { seq: number; fault: ChainFault; detail: string };
 }
+
+/** Where a row that does not parse sits, for its report. */
+const StoredSeq = AuditRowFromDb.pick({ seq: true });
 
 /** Checks rows in order, stopping at the first one that breaks the chain. */
 export class ChainVerifier {
@@ -41,6 +45,23 @@ export class ChainVerifier {
     return true;
   }
 
+  /**
+   * Pushes a row as the database returns it. One that does not parse is a fault at its seq, like any
+   * other change to a stored row, rather than an error that stops the verification.
+   */
+  pushStored(raw: unknown): boolean {
+    const parsed = AuditRowFromDb.safeParse(raw);
+    if (parsed.success) return this.push(parsed.data);
+    this.report.rows++;
+    const issue = parsed.error.issues[0]!;
+    this.report.first_bad ??= {
+      seq: StoredSeq.safeParse(raw).data?.seq ?? this.prevSeq + 1,
+      fault: 'malformed',
+      detail: `${issue.path.join('.') || 'row'}: ${issue.message}`,
+    };
+    return false;
+  }
+
   private check(row: AuditRow): { fault: ChainFault; detail: string } | undefined {
     if (row.seq !== this.prevSeq + 1) {
       return row.seq <= this.prevSeq
@@ -67,7 +88,7 @@ export async function verifyDatabaseChain(knex: Knex, pageSize = 5000): Promise<
   for (;;) {
     const page = await knex('audit_events').where('seq', '>', after).orderBy('seq').limit(pageSize);
     for (const raw of page) {
-      if (!verifier.push(rowFromDb(raw))) return verifier.report;
+      if (!verifier.pushStored(raw)) return verifier.report;
     }
     if (page.length < pageSize) return verifier.report;
     after = Number(page.at(-1)!.seq);

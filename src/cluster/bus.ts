@@ -28,6 +28,75 @@ export interface ClusterBus extends ServerEventBus {
   close(): Promise<void>;
 }
 
+/** The changing side of one replica's bus; the functions below deliver, listen and reconnect. */
+interface PgBusState {
+  readonly url: string;
+  readonly log: Logger;
+  /** This replica's id, to tell its own events from those of others. */
+  readonly origin: string;
+  readonly local: InMemoryServerEventBus;
+  readonly foreign: Set<(event: ServerEvent) => void>;
+  readonly agentListeners: Set<(agentId: string) => void>;
+  listener: pg.Client | undefined;
+  closed: boolean;
+  retry: NodeJS.Timeout | undefined;
+  attempt: number;
+}
+
+function deliver(bus: PgBusState, msg: pg.Notification) {
+  if (msg.channel === AGENTS_CHANNEL) {
+    for (const l of bus.agentListeners) l(msg.payload ?? '*');
+    return;
+  }
+  let envelope: Envelope;
+  try {
+    envelope = JSON.parse(msg.payload ?? '') as Envelope;
+  } catch {
+    return;
+  }
+  bus.local.publish(envelope.event);
+  if (envelope.origin !== bus.origin) for (const l of bus.foreign) l(envelope.event);
+}
+
+function connectionLost(bus: PgBusState, client: pg.Client, err: Error) {
+  bus.log.warn({ err: err.message }, 'event bus listener lost its connection; reconnecting');
+  if (bus.listener === client) bus.listener = undefined;
+  for (const l of bus.agentListeners) l('*');
+  void client.end().catch(() => undefined);
+  schedule(bus);
+}
+
+async function listen(bus: PgBusState): Promise<void> {
+  const client = new pg.Client({ connectionString: bus.url, keepAlive: true });
+  client.on('notification', (msg) => deliver(bus, msg));
+  client.on('error', (err) => connectionLost(bus, client, err));
+  await client.connect();
+  await client.query(`listen ${EVENTS_CHANNEL}`);
+  await client.query(`listen ${AGENTS_CHANNEL}`);
+  if (bus.closed) {
+    await client.end();
+    return;
+  }
+  const reconnected = bus.attempt > 0;
+  bus.listener = client;
+  bus.attempt = 0;
+  if (reconnected) {
+    // What was published while we were away is lost: every listener lists again.
+    bus.local.publish({ kind: 'tools_list_changed' });
+    for (const l of bus.foreign) l({ kind: 'tools_list_changed' });
+  }
+}
+
+function schedule(bus: PgBusState) {
+  if (bus.closed || bus.retry) return;
+  const delay = Math.min(10_000, 100 * 2 ** bus.attempt++);
+  bus.retry = setTimeout(() => {
+    bus.retry = undefined;
+    listen(bus).catch(() => schedule(bus));
+  }, delay);
+  bus.retry.unref();
+}
+
 /**
  * The change-event bus that `subscriptions/listen` streams read from, shared by every replica through
  * PostgreSQL LISTEN/NOTIFY: an event published on one replica is delivered to the open listen streams of
@@ -36,90 +105,43 @@ export interface ClusterBus extends ServerEventBus {
  * and a reconnect is followed by one such event so that nothing stays stale.
  */
 export async function createPgBus(knex: Knex, url: string, log: Logger): Promise<ClusterBus> {
-  const origin = randomUUID();
-  const local = new InMemoryServerEventBus((err) => log.warn({ err }, 'change-event listener failed'));
-  const foreign = new Set<(event: ServerEvent) => void>();
-  const agentListeners = new Set<(agentId: string) => void>();
-  let listener: pg.Client | undefined;
-  let closed = false;
-  let retry: NodeJS.Timeout | undefined;
-  let attempt = 0;
-
-  const deliver = (msg: pg.Notification) => {
-    if (msg.channel === AGENTS_CHANNEL) {
-      for (const l of agentListeners) l(msg.payload ?? '*');
-      return;
-    }
-    let envelope: Envelope;
-    try {
-      envelope = JSON.parse(msg.payload ?? '') as Envelope;
-    } catch {
-      return;
-    }
-    local.publish(envelope.event);
-    if (envelope.origin !== origin) for (const l of foreign) l(envelope.event);
+  const bus: PgBusState = {
+    url,
+    log,
+    origin: randomUUID(),
+    local: new InMemoryServerEventBus((err) => log.warn({ err }, 'change-event listener failed')),
+    foreign: new Set(),
+    agentListeners: new Set(),
+    listener: undefined,
+    closed: false,
+    retry: undefined,
+    attempt: 0,
   };
-
-  async function listen(): Promise<void> {
-    const client = new pg.Client({ connectionString: url, keepAlive: true });
-    client.on('notification', deliver);
-    client.on('error', (err) => {
-      log.warn({ err: err.message }, 'event bus listener lost its connection; reconnecting');
-      if (listener === client) listener = undefined;
-      for (const l of agentListeners) l('*');
-      void client.end().catch(() => undefined);
-      schedule();
-    });
-    await client.connect();
-    await client.query(`listen ${EVENTS_CHANNEL}`);
-    await client.query(`listen ${AGENTS_CHANNEL}`);
-    if (closed) {
-      await client.end();
-      return;
-    }
-    const reconnected = attempt > 0;
-    listener = client;
-    attempt = 0;
-    if (reconnected) {
-      // What was published while we were away is lost: every listener lists again.
-      local.publish({ kind: 'tools_list_changed' });
-      for (const l of foreign) l({ kind: 'tools_list_changed' });
-    }
-  }
-  function schedule() {
-    if (closed || retry) return;
-    const delay = Math.min(10_000, 100 * 2 ** attempt++);
-    retry = setTimeout(() => {
-      retry = undefined;
-      listen().catch(() => schedule());
-    }, delay);
-    retry.unref();
-  }
-  await listen();
+  await listen(bus);
 
   return {
     publish(event) {
-      const payload: Envelope = { origin, event };
+      const payload: Envelope = { origin: bus.origin, event };
       // Sent on the ordinary pool: only LISTEN needs a connection of its own.
       knex
         .raw('select pg_notify(?, ?)', [EVENTS_CHANNEL, JSON.stringify(payload)])
         .catch((err: Error) => log.warn({ err: err.message }, 'could not publish a change event'));
     },
-    subscribe: (l) => local.subscribe(l),
+    subscribe: (l) => bus.local.subscribe(l),
     onForeign(l) {
-      foreign.add(l);
-      return () => foreign.delete(l);
+      bus.foreign.add(l);
+      return () => bus.foreign.delete(l);
     },
     onAgentChanged(l) {
-      agentListeners.add(l);
-      return () => agentListeners.delete(l);
+      bus.agentListeners.add(l);
+      return () => bus.agentListeners.delete(l);
     },
-    listening: () => listener !== undefined,
+    listening: () => bus.listener !== undefined,
     async close() {
-      closed = true;
-      clearTimeout(retry);
-      const open = listener;
-      listener = undefined;
+      bus.closed = true;
+      clearTimeout(bus.retry);
+      const open = bus.listener;
+      bus.listener = undefined;
       await open?.end().catch(() => undefined);
     },
   };

@@ -1,9 +1,6 @@
 import type { Knex } from 'knex';
+import { AppError } from '../core/errors.ts';
 import { sharedValue } from '../db/settings.ts';
-
-export class SigningKeyMismatchError extends Error {
-  override name = 'SigningKeyMismatchError';
-}
 
 /**
  * All replicas sign checkpoints with one key: the first to start records its public key; a replica that
@@ -12,9 +9,11 @@ export class SigningKeyMismatchError extends Error {
 export async function assertClusterSigningKey(knex: Knex, publicKey: string): Promise<void> {
   const recorded = await sharedValue(knex, 'audit_signing_public_key', () => publicKey);
   if (recorded.trim() !== publicKey.trim()) {
-    throw new SigningKeyMismatchError(
+    throw new AppError(
+      'CONFIG_INVALID',
       'this replica holds another audit signing key than the one the cluster records: give every replica ' +
         'the same key file with audit.signing_key_path (env COUNTERSIGN_AUDIT_SIGNING_KEY)',
+      'signing_key_mismatch',
     );
   }
 }

@@ -1,3 +1,4 @@
+import type { MessageTargetType } from '../core/schemas.ts';
 /** What a connector returns; tools shape these into the contract's output fields. */
 
 export interface ContactRecord {
@@ -72,7 +73,8 @@ export interface PageRequest {
   after?: unknown;
 }
 
-export type TargetType = 'contact' | 'group' | 'conversation';
+/** The targets a connector resolves (src/core/schemas.ts). */
+export type TargetType = MessageTargetType;
 
 export interface ResolvedTarget {
   target_type: TargetType;

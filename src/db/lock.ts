@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { AppError, isAppError } from '../core/errors.ts';
 
 /** Who holds a data directory: written into the lock file so a refused process can name the holder. */
 export interface LockHolder {
@@ -10,18 +11,19 @@ export interface LockHolder {
   started_at: string;
 }
 
-export class DataDirLockedError extends Error {
-  override name = 'DataDirLockedError';
-  constructor(
-    readonly dir: string,
-    readonly holder: LockHolder,
-  ) {
-    super(
-      `the database in ${dir} is held by another countersign process ` +
-        `(pid ${holder.pid} on ${holder.hostname}, "${holder.command}", since ${holder.started_at})`,
-    );
-  }
-}
+/** The data directory is held by another live process: LOCKED, naming the holder. */
+const dataDirLocked = (dir: string, holder: LockHolder) =>
+  new AppError(
+    'LOCKED',
+    `the database in ${dir} is held by another countersign process ` +
+      `(pid ${holder.pid} on ${holder.hostname}, "${holder.command}", since ${holder.started_at})`,
+    'data_dir_locked',
+    { details: { dir, holder } },
+  );
+
+/** The process holding the data directory, when `err` is the refusal to take it. */
+export const lockedBy = (err: unknown): LockHolder | undefined =>
+  isAppError(err, 'LOCKED', 'data_dir_locked') ? (err.details?.holder as LockHolder) : undefined;
 
 export interface DirLock {
   release(): void;
@@ -79,7 +81,7 @@ export function lockDataDir(dir: string, command: string): DirLock {
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
         const holder = readHolder(file);
-        if (holder && isAlive(holder)) throw new DataDirLockedError(dir, holder);
+        if (holder && isAlive(holder)) throw dataDirLocked(dir, holder);
         fs.rmSync(file, { force: true }); // stale: its process is gone
       }
     }

@@ -7,7 +7,7 @@ import {
   type AuthInfo,
   type ServerEventBus,
 } from '@modelcontextprotocol/server';
-import { AuditUnavailableError, type AuditLog } from '../audit/log.ts';
+import { isAuditUnavailable, type AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import { isConnectionError } from '../db/knex.ts';
 import type { Logger } from '../log.ts';
@@ -15,6 +15,7 @@ import type { Agent } from '../core/identity.ts';
 import type { Authenticate } from './agent-cache.ts';
 import { createMcpServer } from './mcp.ts';
 import type { CallPipeline } from './pipeline.ts';
+import { TOO_DEEP_ARGUMENTS, tooDeep } from './steps.ts';
 
 /** RFC 9457 problem details. `code` is the machine-readable kind, stable for clients and tests. */
 export function sendProblem(
@@ -120,32 +121,12 @@ export function createMcpRouter(deps: McpHttpDeps) {
   // An upstream's tool list changed: every open listen stream, on every replica, hears of it.
   const unsubscribe = deps.pipeline.onListChanged(() => handler.notify.toolsChanged());
 
-  const deny = async (req: Request, res: Response, reason: string, agent?: Agent) => {
-    await deps.audit.append({
-      kind: 'auth.denied',
-      agent_id: agent?.id ?? null,
-      result: 'error',
-      error_code: 'UNAUTHENTICATED',
-      details: { reason, transport: 'http', ip: req.ip ?? null },
-    });
-    sendProblem(
-      res,
-      401,
-      reason,
-      'Unauthorized',
-      'a valid agent token is required (Authorization: Bearer …)',
-      {
-        'WWW-Authenticate': 'Bearer realm="countersign"',
-      },
-    );
-  };
-
   router.use(hostGuard(deps.config));
   router.use(express.json({ limit: deps.config.http.max_body_bytes, type: ['application/json'] }));
 
   router.all('/', async (req: Request, res: Response) => {
     const auth = await deps.authenticate(bearer(req));
-    if ('failure' in auth) return deny(req, res, auth.failure, auth.agent);
+    if ('failure' in auth) return refuse(deps, req, res, auth.failure, auth.agent);
     // Handed to the server factory as authInfo; the token itself goes no further.
     (req as Request & { auth?: AuthInfo }).auth = {
       token: '',
@@ -153,45 +134,10 @@ export function createMcpRouter(deps: McpHttpDeps) {
       scopes: [],
       extra: { agent: auth.agent },
     };
-    await serve(req, res, req.body);
+    await serve(req, res, withShallowArguments(req.body));
   });
 
-  router.use(
-    (err: Error & { type?: string; status?: number }, _req: Request, res: Response, next: NextFunction) => {
-      if (err.type === 'entity.too.large') {
-        return sendProblem(
-          res,
-          413,
-          'body_too_large',
-          'Request body too large',
-          `limit ${deps.config.http.max_body_bytes} bytes`,
-        );
-      }
-      if (err.type === 'entity.parse.failed') {
-        return sendProblem(
-          res,
-          400,
-          'malformed_json',
-          'Malformed JSON',
-          'the request body is not valid JSON',
-        );
-      }
-      if (err instanceof AuditUnavailableError || isConnectionError(err)) {
-        // Authentication (and its audit) needs the database: a clear, retryable answer, never an HTML page.
-        return sendProblem(
-          res,
-          503,
-          'database_unavailable',
-          'Service unavailable',
-          'the database is unavailable; nothing was done; retry shortly',
-          { 'Retry-After': '1' },
-        );
-      }
-      if (res.headersSent) return next(err);
-      deps.log.error({ err }, 'MCP endpoint failed');
-      return sendProblem(res, 500, 'internal', 'Internal error');
-    },
-  );
+  router.use(mcpErrorHandler(deps));
 
   return {
     router,
@@ -200,4 +146,72 @@ export function createMcpRouter(deps: McpHttpDeps) {
       await handler.close();
     },
   };
+}
+
+/** A request without a valid agent token: audited (auth.denied), then 401 with the reason. */
+async function refuse(deps: McpHttpDeps, req: Request, res: Response, reason: string, agent?: Agent) {
+  await deps.audit.append({
+    kind: 'auth.denied',
+    agent_id: agent?.id ?? null,
+    result: 'error',
+    error_code: 'UNAUTHENTICATED',
+    details: { reason, transport: 'http', ip: req.ip ?? null },
+  });
+  sendProblem(res, 401, reason, 'Unauthorized', 'a valid agent token is required (Authorization: Bearer …)', {
+    'WWW-Authenticate': 'Bearer realm="countersign"',
+  });
+}
+
+/** Errors before the MCP handler answers: body too large or malformed, the database gone, a crash. */
+function mcpErrorHandler(deps: McpHttpDeps) {
+  return (
+    err: Error & { type?: string; status?: number },
+    _req: Request,
+    res: Response,
+    next: NextFunction,
+  ) => {
+    if (err.type === 'entity.too.large') {
+      return sendProblem(
+        res,
+        413,
+        'body_too_large',
+        'Request body too large',
+        `limit ${deps.config.http.max_body_bytes} bytes`,
+      );
+    }
+    if (err.type === 'entity.parse.failed') {
+      return sendProblem(res, 400, 'malformed_json', 'Malformed JSON', 'the request body is not valid JSON');
+    }
+    if (isAuditUnavailable(err) || isConnectionError(err)) {
+      // Authentication (and its audit) needs the database: a clear, retryable answer, never an HTML page.
+      return sendProblem(
+        res,
+        503,
+        'database_unavailable',
+        'Service unavailable',
+        'the database is unavailable; nothing was done; retry shortly',
+        { 'Retry-After': '1' },
+      );
+    }
+    if (res.headersSent) return next(err);
+    deps.log.error({ err }, 'MCP endpoint failed');
+    return sendProblem(res, 500, 'internal', 'Internal error');
+  };
+}
+
+/**
+ * A tools/call whose arguments nest deeper than the limit is handed on with them replaced by the
+ * too-deep marker: the SDK validates messages recursively and overflows its stack near 4,000 levels,
+ * so without this the call would die as -32603 instead of reaching the seam, which answers
+ * INVALID_ARGUMENT (too_deep) and audits it.
+ */
+function withShallowArguments(body: unknown): unknown {
+  const messages = Array.isArray(body) ? body : [body];
+  for (const message of messages) {
+    const params = (message as { method?: unknown; params?: { arguments?: unknown } } | null)?.params;
+    if ((message as { method?: unknown }).method === 'tools/call' && params && tooDeep(params.arguments)) {
+      params.arguments = TOO_DEEP_ARGUMENTS;
+    }
+  }
+  return body;
 }

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Server } from '@modelcontextprotocol/server';
-import { AuditUnavailableError } from '../audit/log.ts';
+import { isAuditUnavailable } from '../audit/log.ts';
 import { isConnectionError } from '../db/knex.ts';
 import type { Agent } from '../core/identity.ts';
 import { databaseUnavailable, type CallPipeline } from './pipeline.ts';
@@ -29,7 +29,7 @@ export function createMcpServer(opts: {
   // Authorising needs the database: an outage is answered as such, not as an internal error.
   const authorize = () =>
     opts.authorize().catch((err: unknown) => {
-      if (err instanceof AuditUnavailableError || isConnectionError(err)) {
+      if (isAuditUnavailable(err) || isConnectionError(err)) {
         throw databaseUnavailable(randomBytes(16).toString('hex'));
       }
       throw err;

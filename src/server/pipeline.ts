@@ -1,6 +1,6 @@
 import { ProtocolError } from '@modelcontextprotocol/server';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
-import { AuditUnavailableError } from '../audit/log.ts';
+import { isAuditUnavailable } from '../audit/log.ts';
 import type { Agent } from '../core/identity.ts';
 import type { Upstream } from '../connectors/mcp/upstream.ts';
 import type { Settled } from '../tools/envelope.ts';
@@ -76,7 +76,7 @@ async function runCall(deps: StepDeps, catalogue: Catalogue, call: Call): Promis
     const profile = await admit(deps, call, entry.tool);
     return await record(deps, call, await settle(deps, call, entry.tool, profile));
   } catch (err) {
-    if (err instanceof AuditUnavailableError) {
+    if (isAuditUnavailable(err)) {
       deps.metrics.record(call.name.slice(0, 64), 'SOURCE_UNAVAILABLE', 0);
       throw databaseUnavailable(call.trace_id);
     }

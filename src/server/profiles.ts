@@ -1,18 +1,10 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
-import type { Facet } from '../tools/types.ts';
+import { Facet } from '../core/schemas.ts';
+import { AppError, isAppError } from '../core/errors.ts';
 
-export const FACETS = [
-  'directory',
-  'messages',
-  'files',
-  'send',
-  'approvals',
-  'memory',
-  'upstream_read',
-  'upstream_write',
-] as const satisfies readonly Facet[];
+export const FACETS = Facet.options;
 
 const Profile = z.strictObject({
   name: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/),
@@ -25,41 +17,38 @@ const Profile = z.strictObject({
 });
 export type Profile = z.infer<typeof Profile> & { allowed: ReadonlySet<Facet> };
 
-export class ProfileError extends Error {
-  override name = 'ProfileError';
-}
+/** A profile that cannot be used: named by file and field, refused at start-up. */
+const profileError = (message: string) => new AppError('CONFIG_INVALID', message, 'profile');
+export const isProfileError = (err: unknown) => isAppError(err, 'CONFIG_INVALID', 'profile');
 
 /** Strict: every known facet named exactly once, in allow or in deny, with a non-empty deny reason. */
 export function validateProfile(input: unknown, source: string): Profile {
   const parsed = Profile.safeParse(input);
   if (!parsed.success) {
     const i = parsed.error.issues[0]!;
-    throw new ProfileError(`${source}: ${i.path.join('.') || 'profile'}: ${i.message}`);
+    throw profileError(`${source}: ${i.path.join('.') || 'profile'}: ${i.message}`);
   }
   const p = parsed.data;
   const named = [...p.allow, ...Object.keys(p.deny)];
   for (const facet of named) {
     if (!(FACETS as readonly string[]).includes(facet)) {
-      throw new ProfileError(`${source}: unknown facet "${facet}" (known: ${FACETS.join(', ')})`);
+      throw profileError(`${source}: unknown facet "${facet}" (known: ${FACETS.join(', ')})`);
     }
   }
   for (const facet of FACETS) {
     const times = named.filter((f) => f === facet).length;
-    if (times === 0)
-      throw new ProfileError(`${source}: facet "${facet}" is named neither in allow nor in deny`);
+    if (times === 0) throw profileError(`${source}: facet "${facet}" is named neither in allow nor in deny`);
     if (times > 1) {
       const both = p.allow.includes(facet) && facet in p.deny;
-      throw new ProfileError(
-        `${source}: facet "${facet}" is named ${both ? 'in both allow and deny' : 'twice'}`,
-      );
+      throw profileError(`${source}: facet "${facet}" is named ${both ? 'in both allow and deny' : 'twice'}`);
     }
   }
   for (const [facet, reason] of Object.entries(p.deny)) {
-    if (reason.trim() === '') throw new ProfileError(`${source}: deny reason for "${facet}" is empty`);
+    if (reason.trim() === '') throw profileError(`${source}: deny reason for "${facet}" is empty`);
   }
   for (const facet of p.dry_run_only) {
     if (!p.allow.includes(facet))
-      throw new ProfileError(`${source}: dry_run_only facet "${facet}" is not allowed`);
+      throw profileError(`${source}: dry_run_only facet "${facet}" is not allowed`);
   }
   return { ...p, allowed: new Set(p.allow as Facet[]) };
 }
@@ -78,13 +67,13 @@ export function loadProfiles(dir = PROFILES_DIR): Map<string, Profile> {
     try {
       json = JSON.parse(fs.readFileSync(source, 'utf8'));
     } catch (err) {
-      throw new ProfileError(`${source}: not valid JSON (${(err as Error).message})`);
+      throw profileError(`${source}: not valid JSON (${(err as Error).message})`);
     }
     const profile = validateProfile(json, source);
     if (`${profile.name}.json` !== file)
-      throw new ProfileError(`${source}: name "${profile.name}" must match the file name`);
+      throw profileError(`${source}: name "${profile.name}" must match the file name`);
     profiles.set(profile.name, profile);
   }
-  if (!profiles.has('all')) throw new ProfileError(`${dir}: the profile "all" is missing`);
+  if (!profiles.has('all')) throw profileError(`${dir}: the profile "all" is missing`);
   return profiles;
 }

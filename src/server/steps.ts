@@ -5,7 +5,7 @@ import type { CallToolResult } from '@modelcontextprotocol/server';
 import type { z } from 'zod';
 import { runWrite } from '../approval/gate.ts';
 import type { Approvals } from '../approval/index.ts';
-import { AuditUnavailableError, type AuditLog } from '../audit/log.ts';
+import { isAuditUnavailable, type AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet } from '../connectors/index.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
@@ -18,7 +18,7 @@ import type { CursorCodec } from '../tools/cursor.ts';
 import { toCallResult, type Settled } from '../tools/envelope.ts';
 import type { MemoryStore } from '../tools/memory/store.ts';
 import type { AnyToolDef, ToolOutcome } from '../tools/types.ts';
-import { Overrun, withDeadline } from './deadline.ts';
+import { isOverrun, withDeadline } from './deadline.ts';
 import type { Metrics } from './metrics.ts';
 import type { Profile } from './profiles.ts';
 import type { RateLimiter } from './rate-limit.ts';
@@ -58,6 +58,18 @@ export interface Call {
 /** Arguments nested deeper than this are refused before any step walks them (SPEC §4, INVALID_ARGUMENT). */
 export const MAX_ARGUMENT_DEPTH = 32;
 
+/** What the HTTP transport hands on in place of arguments too deep for the SDK to walk (server/http.ts). */
+export const TOO_DEEP_ARGUMENTS = Object.freeze({ '\u0000countersign': 'arguments nested too deep' });
+
+/** Whether arguments nest deeper than the limit, or are the transport's stand-in for such arguments. */
+export function tooDeep(args: unknown): boolean {
+  const marker = Object.keys(TOO_DEEP_ARGUMENTS)[0]!;
+  return (
+    nestedDeeperThan(args, MAX_ARGUMENT_DEPTH) ||
+    (typeof args === 'object' && args !== null && Object.keys(args).length === 1 && marker in args)
+  );
+}
+
 export function beginCall(agent: Agent, name: string, args: unknown, signal: AbortSignal): Call {
   const given = args ?? {};
   return {
@@ -68,7 +80,7 @@ export function beginCall(agent: Agent, name: string, args: unknown, signal: Abo
     request_id: randomUUID(),
     trace_id: randomBytes(16).toString('hex'),
     started: new Date(),
-    args_sha256: nestedDeeperThan(given, MAX_ARGUMENT_DEPTH)
+    args_sha256: tooDeep(given)
       ? null
       : createHash('sha256')
           .update(canonicalize(given) ?? '')
@@ -222,7 +234,7 @@ export function runHandler(
  * for a call over its deadline (-32001) or a crash (-32603, with a trace_id and no stack).
  */
 export async function asFailure(deps: StepDeps, call: Call, err: unknown): Promise<AppError> {
-  if (err instanceof Overrun) {
+  if (isOverrun(err)) {
     deps.metrics.overrun();
     // A write past write.started stays `executing` until reconciliation settles it: never "not sent".
     throw await protocolError(deps, call, {
@@ -233,7 +245,7 @@ export async function asFailure(deps: StepDeps, call: Call, err: unknown): Promi
     });
   }
   // The database went away under the handler: said as such, and audited if it is back in time.
-  if (err instanceof AuditUnavailableError || isConnectionError(err)) {
+  if (isAuditUnavailable(err) || isConnectionError(err)) {
     return new AppError(
       'SOURCE_UNAVAILABLE',
       'the database is unavailable; retry shortly',

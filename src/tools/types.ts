@@ -6,15 +6,10 @@ import type { Config } from '../config.ts';
 import type { ConnectorSet } from '../connectors/index.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
 import type { Agent } from '../core/identity.ts';
+import type { Facet } from '../core/schemas.ts';
 export type { PreparedWrite, WriteResult } from '../approval/gate.ts';
 import type { MemoryStore } from './memory/store.ts';
 import type { CursorCodec } from './cursor.ts';
-
-/** Every tool belongs to exactly one facet; profiles allow or deny facets. */
-export type Facet =
-  'directory' | 'messages' | 'files' | 'send' | 'approvals' | 'memory' | 'upstream_read' | 'upstream_write';
-/** read: no side effect; internal: changes only countersign's own state (no approval); write: gated. */
-export type ToolKind = 'read' | 'internal' | 'write';
 
 /** What every handler knows of its call. Tools never reach the database or the raw MCP server directly. */
 interface CallContext {
@@ -106,9 +101,6 @@ export interface WriteToolDef<
   kind: 'write';
   prepare(args: z.output<I>, ctx: WriteContext): Promise<PreparedWrite<z.output<O>>>;
 }
-
-export type ToolDef<I extends z.ZodObject = z.ZodObject, O extends z.ZodObject = z.ZodObject> =
-  ReadToolDef<I, O> | MemoryToolDef<I, O> | WriteToolDef<I, O>;
 
 /** Erases a definition's parameter types so the registry can hold them all. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- handlers are typed at their definition; the registry only passes validated args through

@@ -1,24 +1,25 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import type { NextFunction, Request, Response, Router } from 'express';
-import { latestCheckpoint } from '../audit/checkpoints.ts';
+import type { NextFunction, Request, RequestHandler, Response, Router } from 'express';
+import type { Knex } from 'knex';
+import { latestCheckpoint, type CheckpointDeps } from '../audit/checkpoints.ts';
 import { verifyDatabase } from '../audit/context.ts';
-import { exportAudit, ExportFilter, NothingToExportError, type Manifest } from '../audit/export.ts';
+import { isNothingToExport, type Manifest } from '../audit/export.ts';
+import { exportToFile } from '../audit/export-file.ts';
 import { AuditKind } from '../audit/kinds.ts';
 import { auditRow, AuditQuery, headSeq, queryAudit } from '../audit/query.ts';
-import type { Knex } from 'knex';
-import type { CheckpointDeps } from '../audit/checkpoints.ts';
 import type { Config } from '../config.ts';
+import { HTTP_STATUS, isAppError } from '../core/errors.ts';
+import type { PageKit } from './kit.ts';
 import type { WebSession } from './sessions.ts';
 
 const PAGE = 50;
 
-export interface PageKit {
-  services: { knex: Knex; checkpoints: CheckpointDeps; config: Config };
-  render(res: Response, status: number, view: string, ctx?: Record<string, unknown>): void;
-  requireUser(req: Request, res: Response, next: NextFunction): void;
-  requireCsrf(req: Request, res: Response, next: NextFunction): void;
+export interface AuditPageDeps {
+  knex: Knex;
+  checkpoints: CheckpointDeps;
+  config: Config;
 }
 
 /** The filters of a request's query string that parse; the rest are ignored (and shown as empty). */
@@ -39,10 +40,7 @@ function filtersOf(query: Request['query']): AuditQuery {
  * Compliance pages: browse, filter and page the log, see a row, check the chain, export. Read-only for
  * every role (an export is recorded, never anything else); compliance and admin users only.
  */
-export function mountAuditPages(router: Router, kit: PageKit): void {
-  const { knex } = kit.services;
-  const exportsDir = path.join(kit.services.config.data_dir, 'exports');
-
+export function mountAuditPages(router: Router, kit: PageKit, deps: AuditPageDeps): void {
   const requireAuditor = (_req: Request, res: Response, next: NextFunction) => {
     const roles = (res.locals.session as WebSession).user.roles;
     if (roles.includes('compliance') || roles.includes('admin')) return next();
@@ -52,7 +50,12 @@ export function mountAuditPages(router: Router, kit: PageKit): void {
     });
   };
   const guard = [kit.requireUser, requireAuditor];
+  mountLogPages(router, kit, guard, deps.knex);
+  mountExportPages(router, kit, guard, deps);
+}
 
+/** The log itself: a filtered page of rows, one row, the chain's check. */
+function mountLogPages(router: Router, kit: PageKit, guard: RequestHandler[], knex: Knex): void {
   router.get('/audit', ...guard, async (req, res) => {
     const filter = filtersOf(req.query);
     const before = Number.parseInt(String(req.query.before ?? ''), 10);
@@ -90,48 +93,41 @@ export function mountAuditPages(router: Router, kit: PageKit): void {
       });
     kit.render(res, 200, 'audit-row.njk', { row, details: JSON.stringify(row.details, null, 2) });
   });
+}
+
+/**
+ * Exports: made from the log page's filters into the data directory (file and manifest, recorded in
+ * audit_exports), then shown and downloaded by id.
+ */
+function mountExportPages(router: Router, kit: PageKit, guard: RequestHandler[], deps: AuditPageDeps): void {
+  const { knex } = deps;
+  const exportsDir = path.join(deps.config.data_dir, 'exports');
 
   router.post('/audit/export', ...guard, kit.requireCsrf, async (req, res) => {
     const body = req.body as Record<string, string | undefined>;
     const format = body.format === 'csv' ? 'csv' : 'jsonl';
-    const q = filtersOf(body as Request['query']);
-    let agentId: string | undefined;
-    if (q.agent)
-      agentId =
-        ((await knex('agents').where({ name: q.agent }).first()) as { id: string } | undefined)?.id ??
-        q.agent;
-    const filter = ExportFilter.parse({
-      since: q.since,
-      until: q.until,
-      agent_id: agentId,
-      tool: q.tool,
-      kind: q.kind,
-      result: q.result,
-    });
-    for (const k of Object.keys(filter) as (keyof ExportFilter)[])
-      if (filter[k] === undefined) delete filter[k];
+    const { since, until, agent, tool, kind, result } = filtersOf(body as Request['query']);
     const id = randomUUID();
     fs.mkdirSync(exportsDir, { recursive: true });
-    const file = path.join(exportsDir, `${id}.${format}`);
-    const out = fs.createWriteStream(file, { mode: 0o600 });
     const session = res.locals.session as WebSession;
     let manifest: Manifest;
+    let file: string;
     try {
-      manifest = await exportAudit(kit.services.checkpoints, {
+      ({ manifest, path: file } = await exportToFile(deps.checkpoints, {
         format,
-        filter,
-        out,
-        file: `audit-${id}.${format}`,
+        filter: { since, until, agent, tool, kind, result },
+        path: path.join(exportsDir, `${id}.${format}`),
+        name: `audit-${id}.${format}`,
         actor: session.user.name,
-      });
-      await new Promise<void>((resolve, reject) =>
-        out.end((err?: Error | null) => (err ? reject(err) : resolve())),
-      );
+      }));
     } catch (err) {
-      out.destroy();
-      fs.rmSync(file, { force: true });
-      if (err instanceof NothingToExportError)
+      if (isNothingToExport(err))
         return kit.render(res, 409, 'error.njk', { title: 'Nothing to export', message: err.message });
+      if (isAppError(err, 'NOT_FOUND', 'unknown_agent'))
+        return kit.render(res, HTTP_STATUS.NOT_FOUND, 'error.njk', {
+          title: 'No such agent',
+          message: `No agent is named "${agent}": nothing was exported. Correct the agent filter and try again.`,
+        });
       throw err;
     }
     await knex('audit_exports').insert({

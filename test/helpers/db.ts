@@ -1,7 +1,9 @@
+import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { describe, it } from 'node:test';
 import pg from 'pg';
 import { openDatabase, type Database } from '../../src/db/knex.ts';
 import { migrateLatest } from '../../src/db/migrations.ts';
@@ -20,15 +22,35 @@ export async function openMigratedDatabase(kind: DbKind): Promise<{ testDb: Test
   return { testDb, db };
 }
 
+const NEEDS_POSTGRES = 'needs PostgreSQL: set TEST_DATABASE_URL';
+const CI_NEEDS_POSTGRES = 'CI=true but TEST_DATABASE_URL is not set: PostgreSQL must be tested';
+
 /**
  * The databases every integration suite runs on: PGlite always; PostgreSQL when TEST_DATABASE_URL is set.
  * Under CI=true a missing TEST_DATABASE_URL is a failure, not a skip.
  */
 export function databaseKinds(): DbKind[] {
   if (process.env.TEST_DATABASE_URL) return ['pglite', 'postgres'];
-  if (process.env.CI === 'true')
-    throw new Error('CI=true but TEST_DATABASE_URL is not set: PostgreSQL must be tested');
+  if (process.env.CI === 'true') throw new Error(CI_NEEDS_POSTGRES);
   return ['pglite'];
+}
+
+/**
+ * A suite only PostgreSQL can run (several processes on one database, a connection cut by a proxy).
+ * Without TEST_DATABASE_URL it is one skipped test that says why, so a local run shows what did not
+ * run instead of passing in silence; under CI=true, which always sets it, that test fails instead.
+ */
+export function describeOnPostgres(name: string, suite: () => void): void {
+  if (process.env.TEST_DATABASE_URL) describe(name, suite);
+  else if (process.env.CI === 'true') it(name, () => assert.fail(CI_NEEDS_POSTGRES));
+  else it(name, { skip: NEEDS_POSTGRES }, () => {});
+}
+
+/** One test only PostgreSQL can run, inside a suite that runs anywhere; skipped or failed as above. */
+export function itOnPostgres(name: string, test: () => Promise<void>): void {
+  if (process.env.TEST_DATABASE_URL) it(name, test);
+  else if (process.env.CI === 'true') it(name, () => assert.fail(CI_NEEDS_POSTGRES));
+  else it(name, { skip: NEEDS_POSTGRES }, () => {});
 }
 
 const MIGRATIONS = new URL('../../migrations/', import.meta.url);

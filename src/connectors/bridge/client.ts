@@ -3,9 +3,9 @@ import { pipeline, Readable, Transform } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import { z } from 'zod';
 import type { Logger } from '../../log.ts';
-import { AppError } from '../../core/errors.ts';
-import type { Connector, FileRecord, Page } from '../types.ts';
-import { createBridgeHttp, malformed, type BridgeConfig } from './http.ts';
+import { AppError, isAppError } from '../../core/errors.ts';
+import type { Connector, FileRecord, MessageRecord, Page, ResolvedTarget, TargetType } from '../types.ts';
+import { createBridgeHttp, malformed, type BridgeConfig, type BridgeHttp } from './http.ts';
 import {
   Sent,
   WireContact,
@@ -39,7 +39,7 @@ async function unlessNotFound<T>(lookup: Promise<T>): Promise<T | undefined> {
   try {
     return await lookup;
   } catch (err) {
-    if (err instanceof AppError && err.code === 'TARGET_NOT_FOUND') return undefined;
+    if (isAppError(err, 'TARGET_NOT_FOUND')) return undefined;
     throw err;
   }
 }
@@ -58,32 +58,126 @@ function capAt(size: number): Transform {
   });
 }
 
+/** The argument a connector method takes. */
+type Query<M extends Exclude<keyof Connector, 'source'>> = Parameters<Connector[M]>[0];
+
+const seg = encodeURIComponent;
+
+async function listFiles(http: BridgeHttp, q: Query<'listFiles'>): Promise<Page<FileRecord>> {
+  const { conversationId, messageId, fileId, limit, after } = q;
+  const answer = await http.json(
+    {
+      path: 'files',
+      query: {
+        conversation_id: conversationId,
+        message_id: messageId,
+        file_id: fileId,
+        limit,
+        cursor: cursorOf(after),
+      },
+    },
+    page(WireFile),
+  );
+  const files = pageOf('GET /files', limit, answer);
+  return { items: files.items.map(fileRecord), next: files.next };
+}
+
+async function listMessages(http: BridgeHttp, q: Query<'listMessages'>): Promise<Page<MessageRecord>> {
+  const { conversationId, conversationType, keyword, since, includeAttachments, limit, after } = q;
+  const answer = await http.json(
+    {
+      path: 'messages',
+      query: {
+        conversation_id: conversationId,
+        conversation_type: conversationType,
+        keyword,
+        since,
+        include_attachments: includeAttachments,
+        limit,
+        cursor: cursorOf(after),
+      },
+    },
+    page(WireMessage),
+  );
+  const messages = pageOf('GET /messages', limit, answer);
+  return {
+    items: messages.items.map((m) => ({
+      ...m,
+      attachments: m.attachments.map((a) => ({ ...a, download_ref: downloadRef(a.file_id) })),
+    })),
+    next: messages.next,
+  };
+}
+
+async function resolveTarget(http: BridgeHttp, type: TargetType, ref: string): Promise<ResolvedTarget> {
+  const { target } = await http.json(
+    { path: 'targets/resolve', query: { target_type: type, ref } },
+    z.object({ target: WireTarget }),
+  );
+  if (target.target_type !== type) {
+    throw malformed('GET /targets', `asked for a ${type}, got a ${target.target_type}`);
+  }
+  return target;
+}
+
+async function sendFile(http: BridgeHttp, { target, file, caption, key }: Query<'sendFile'>) {
+  // The blob was hashed when the chair's approval was checked; these are the approved bytes.
+  const bytes = await fs.promises.readFile(file.path);
+  const sent = await http.json(
+    {
+      method: 'POST',
+      path: 'files',
+      key,
+      body: {
+        target_type: target.target_type,
+        target_id: target.target_id,
+        file_name: file.file_name,
+        mime_type: file.mime_type,
+        size_bytes: file.size_bytes,
+        sha256: file.sha256,
+        caption,
+        content_base64: bytes.toString('base64'),
+      },
+    },
+    Sent,
+  );
+  if (!sent.file_ref) throw malformed('POST /files', 'file_ref: missing');
+  return { ref: sent.ref, file_ref: sent.file_ref };
+}
+
+async function findWrite(http: BridgeHttp, key: string): ReturnType<Connector['findWrite']> {
+  const answer = await http.json({ path: `writes/${seg(key)}` }, WriteLookup);
+  switch (answer.status) {
+    case 'found':
+      return { found: true, ref: answer.ref };
+    case 'not_found':
+      return { found: false };
+    case 'pending':
+      // Still in flight at the bridge: neither answer is true yet, so reconciliation asks again later.
+      throw new AppError('CONNECTOR_FAILED', 'the write is still in progress at the bridge', 'write_pending');
+    case 'unknown':
+      return undefined;
+  }
+}
+
+async function openFile(http: BridgeHttp, fileId: string) {
+  const [record] = (await listFiles(http, { fileId, limit: 1 })).items;
+  if (!record || record.file_id !== fileId) return undefined;
+  const res = await unlessNotFound(http.bytes({ path: `files/${seg(fileId)}/content` }));
+  if (!res) return undefined;
+  if (!res.body) throw malformed('GET /files', 'no content');
+  const body = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>);
+  // pipeline passes a failing download (timeout, reset) on to the stream the caller reads.
+  const stream =
+    record.size_bytes === null ? body : pipeline(body, capAt(record.size_bytes), () => undefined);
+  return { record, stream };
+}
+
 /** A connector that talks to a messenger through the HTTP bridge contract in docs/bridge.md. */
 export function createBridgeConnector(config: BridgeConfig, log?: Logger): Connector {
   const http = createBridgeHttp(config, log);
-  const seg = encodeURIComponent;
-
-  const listFiles: Connector['listFiles'] = async ({ conversationId, messageId, fileId, limit, after }) => {
-    const answer = await http.json(
-      {
-        path: 'files',
-        query: {
-          conversation_id: conversationId,
-          message_id: messageId,
-          file_id: fileId,
-          limit,
-          cursor: cursorOf(after),
-        },
-      },
-      page(WireFile),
-    );
-    const files = pageOf('GET /files', limit, answer);
-    return { items: files.items.map(fileRecord), next: files.next };
-  };
-
   return {
     source: 'bridge',
-
     async searchContacts({ query, includeInactive, limit, after }) {
       const answer = await http.json(
         {
@@ -94,7 +188,6 @@ export function createBridgeConnector(config: BridgeConfig, log?: Logger): Conne
       );
       return pageOf('GET /contacts', limit, answer);
     },
-
     async searchGroups({ query, includeArchived, limit, after }) {
       const answer = await http.json(
         {
@@ -105,14 +198,12 @@ export function createBridgeConnector(config: BridgeConfig, log?: Logger): Conne
       );
       return pageOf('GET /groups', limit, answer);
     },
-
     async getConversation(id) {
       const answer = await unlessNotFound(
         http.json({ path: `conversations/${seg(id)}` }, z.object({ conversation: WireConversation })),
       );
       return answer?.conversation;
     },
-
     async findConversationsByName(name, type) {
       const answer = await http.json(
         { path: 'conversations', query: { name, conversation_type: type } },
@@ -120,54 +211,9 @@ export function createBridgeConnector(config: BridgeConfig, log?: Logger): Conne
       );
       return answer.items;
     },
-
-    async listMessages({
-      conversationId,
-      conversationType,
-      keyword,
-      since,
-      includeAttachments,
-      limit,
-      after,
-    }) {
-      const answer = await http.json(
-        {
-          path: 'messages',
-          query: {
-            conversation_id: conversationId,
-            conversation_type: conversationType,
-            keyword,
-            since,
-            include_attachments: includeAttachments,
-            limit,
-            cursor: cursorOf(after),
-          },
-        },
-        page(WireMessage),
-      );
-      const messages = pageOf('GET /messages', limit, answer);
-      return {
-        items: messages.items.map((m) => ({
-          ...m,
-          attachments: m.attachments.map((a) => ({ ...a, download_ref: downloadRef(a.file_id) })),
-        })),
-        next: messages.next,
-      };
-    },
-
-    listFiles,
-
-    async resolveTarget(type, ref) {
-      const { target } = await http.json(
-        { path: 'targets/resolve', query: { target_type: type, ref } },
-        z.object({ target: WireTarget }),
-      );
-      if (target.target_type !== type) {
-        throw malformed('GET /targets', `asked for a ${type}, got a ${target.target_type}`);
-      }
-      return target;
-    },
-
+    listMessages: (q) => listMessages(http, q),
+    listFiles: (q) => listFiles(http, q),
+    resolveTarget: (type, ref) => resolveTarget(http, type, ref),
     async sendMessage({ target, text, key }) {
       const sent = await http.json(
         {
@@ -180,62 +226,8 @@ export function createBridgeConnector(config: BridgeConfig, log?: Logger): Conne
       );
       return { ref: sent.ref };
     },
-
-    async sendFile({ target, file, caption, key }) {
-      // The blob was hashed when the chair's approval was checked; these are the approved bytes.
-      const bytes = await fs.promises.readFile(file.path);
-      const sent = await http.json(
-        {
-          method: 'POST',
-          path: 'files',
-          key,
-          body: {
-            target_type: target.target_type,
-            target_id: target.target_id,
-            file_name: file.file_name,
-            mime_type: file.mime_type,
-            size_bytes: file.size_bytes,
-            sha256: file.sha256,
-            caption,
-            content_base64: bytes.toString('base64'),
-          },
-        },
-        Sent,
-      );
-      if (!sent.file_ref) throw malformed('POST /files', 'file_ref: missing');
-      return { ref: sent.ref, file_ref: sent.file_ref };
-    },
-
-    async findWrite(key) {
-      const answer = await http.json({ path: `writes/${seg(key)}` }, WriteLookup);
-      switch (answer.status) {
-        case 'found':
-          return { found: true, ref: answer.ref };
-        case 'not_found':
-          return { found: false };
-        case 'pending':
-          // Still in flight at the bridge: neither answer is true yet, so reconciliation asks again later.
-          throw new AppError(
-            'CONNECTOR_FAILED',
-            'the write is still in progress at the bridge',
-            'write_pending',
-          );
-        case 'unknown':
-          return undefined;
-      }
-    },
-
-    async openFile(fileId) {
-      const [record] = (await listFiles({ fileId, limit: 1 })).items;
-      if (!record || record.file_id !== fileId) return undefined;
-      const res = await unlessNotFound(http.bytes({ path: `files/${seg(fileId)}/content` }));
-      if (!res) return undefined;
-      if (!res.body) throw malformed('GET /files', 'no content');
-      const body = Readable.fromWeb(res.body as WebReadableStream<Uint8Array>);
-      // pipeline passes a failing download (timeout, reset) on to the stream the caller reads.
-      const stream =
-        record.size_bytes === null ? body : pipeline(body, capAt(record.size_bytes), () => undefined);
-      return { record, stream };
-    },
+    sendFile: (w) => sendFile(http, w),
+    findWrite: (key) => findWrite(http, key),
+    openFile: (fileId) => openFile(http, fileId),
   };
 }

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { ErrorCode } from '../../core/errors.ts';
+import { MessageTargetType } from '../../core/schemas.ts';
 
 /**
  * The JSON a bridge sends and receives (docs/bridge.md), as zod schemas shared by the client and the
@@ -74,7 +75,7 @@ export const WireFile = z.object({
 export const page = <T extends z.ZodType>(item: T) =>
   z.object({ items: z.array(item), next_cursor: maybe(z.string().min(1).max(1024)) });
 
-export const TargetType = z.enum(['contact', 'group', 'conversation']);
+export const TargetType = MessageTargetType;
 
 export const WireTarget = z.object({
   target_type: TargetType,

@@ -6,7 +6,6 @@ import path from 'node:path';
 export interface BlobStore {
   put(bytes: Buffer): Promise<{ sha256: string; size: number }>;
   pathOf(sha256: string): string;
-  has(sha256: string): boolean;
 }
 
 export function createBlobStore(dir: string): BlobStore {
@@ -16,7 +15,6 @@ export function createBlobStore(dir: string): BlobStore {
   };
   return {
     pathOf,
-    has: (sha256) => fs.existsSync(pathOf(sha256)),
     async put(bytes) {
       const sha256 = createHash('sha256').update(bytes).digest('hex');
       const target = pathOf(sha256);

@@ -90,201 +90,237 @@ function transportFor(cfg: UpstreamConfig): Transport {
 
 const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err)).slice(0, 500);
 
+/** The changing side of one upstream connection; the functions below move it from state to state. */
+interface Link {
+  readonly cfg: UpstreamConfig;
+  readonly log: Logger;
+  readonly timeoutMs: number;
+  readonly clientVersion: string;
+  state: UpstreamState;
+  client: Client | undefined;
+  transport: Transport | undefined;
+  tools: Map<string, UpstreamTool>;
+  lastError: string | null;
+  connectedAt: string | null;
+  attempt: number;
+  retryTimer: NodeJS.Timeout | undefined;
+  readonly listeners: (() => void)[];
+}
+
+// A function, not a comparison, because state changes while a connection attempt awaits.
+const closed = (link: Link) => link.state === 'closed';
+
+function setDown(link: Link, reason: string) {
+  if (link.state === 'closed') return;
+  const wasUp = link.state === 'up';
+  link.state = 'down';
+  link.lastError = reason;
+  if (wasUp) link.log.warn({ reason }, 'upstream disconnected; reconnecting');
+  scheduleReconnect(link);
+}
+
+function scheduleReconnect(link: Link) {
+  if (link.state === 'closed' || link.retryTimer) return;
+  const delay = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** Math.min(link.attempt, 16));
+  link.attempt++;
+  link.retryTimer = setTimeout(
+    () => {
+      link.retryTimer = undefined;
+      void connect(link);
+    },
+    delay * (0.75 + Math.random() * 0.5),
+  );
+  link.retryTimer.unref();
+}
+
+/** Every page of the upstream's tool list. */
+async function listAllTools(c: Client, timeoutMs: number): Promise<Map<string, UpstreamTool>> {
+  const tools = new Map<string, UpstreamTool>();
+  let cursor: string | undefined;
+  do {
+    const page = await c.listTools(cursor ? { cursor } : undefined, { timeout: timeoutMs });
+    for (const tool of page.tools) {
+      tools.set(tool.name, { tool, input_schema_sha256: schemaSha256(tool.inputSchema) });
+    }
+    cursor = page.nextCursor;
+  } while (cursor);
+  return tools;
+}
+
+const fingerprint = (tools: Map<string, UpstreamTool>) =>
+  JSON.stringify([...tools.entries()].map(([n, t]) => [n, t.input_schema_sha256, t.tool]));
+
+async function refreshTools(link: Link, c: Client) {
+  const next = await listAllTools(c, link.timeoutMs);
+  const changed = fingerprint(link.tools) !== fingerprint(next);
+  link.tools = next;
+  if (changed) {
+    link.log.info({ tools: next.size }, 'upstream tools listed');
+    for (const listener of link.listeners) listener();
+  }
+}
+
+/** Lists again after word of a change (the upstream's own, or another replica's); failures are logged. */
+const relist = (link: Link, c: Client) =>
+  refreshTools(link, c).catch((err: unknown) =>
+    link.log.warn({ err: messageOf(err) }, 'relisting upstream tools failed'),
+  );
+
+/** A transport for the upstream, with a stdio child's stderr passed on to the debug log. */
+function openTransport(link: Link): Transport {
+  const t = transportFor(link.cfg);
+  if (t instanceof StdioClientTransport) {
+    t.stderr?.on('data', (chunk: Buffer) =>
+      link.log.debug({ stderr: chunk.toString().trimEnd() }, 'upstream stderr'),
+    );
+  }
+  return t;
+}
+
+async function connect(link: Link) {
+  if (closed(link)) return;
+  const c = new Client({ name: 'countersign', version: link.clientVersion });
+  const t = openTransport(link);
+  try {
+    await c.connect(t, { timeout: link.timeoutMs });
+    if (closed(link)) {
+      await c.close();
+      return;
+    }
+    c.setNotificationHandler('notifications/tools/list_changed', () => relist(link, c));
+    await refreshTools(link, c);
+    link.client = c;
+    link.transport = t;
+    link.state = 'up';
+    link.attempt = 0;
+    link.lastError = null;
+    link.connectedAt = new Date().toISOString();
+    // Set after the first listing so that a failed start is handled by the catch below, once.
+    c.onclose = () => {
+      if (link.client === c) {
+        link.client = undefined;
+        setDown(link, 'connection closed');
+      }
+    };
+    link.log.info({ tools: link.tools.size }, 'upstream connected');
+  } catch (err) {
+    await c.close().catch(() => undefined);
+    link.lastError = messageOf(err);
+    if (!closed(link)) {
+      link.state = 'down';
+      link.log.warn({ err: link.lastError, attempt: link.attempt }, 'upstream connection failed; retrying');
+      scheduleReconnect(link);
+    }
+  }
+}
+
+const unavailable = (name: string, why: string | null) =>
+  new AppError(
+    'SOURCE_UNAVAILABLE',
+    `upstream "${name}" is not connected${why ? ` (${why})` : ''}; countersign keeps reconnecting`,
+    'upstream_down',
+  );
+
+/** Maps what can go wrong in a call to the envelope's codes; a transport failure also takes the upstream down. */
+function failure(link: Link, err: unknown, c: Client, signal: AbortSignal): AppError {
+  const name = link.cfg.name;
+  if (err instanceof AppError) return err;
+  // Our own deadline or the agent's cancellation: the upstream itself is fine.
+  if (signal.aborted) {
+    return new AppError('TIMEOUT', `the call to upstream "${name}" was cancelled`, 'cancelled');
+  }
+  if (err instanceof SdkError && err.code === SdkErrorCode.RequestTimeout) {
+    return new AppError('TIMEOUT', `upstream "${name}" did not answer in time`, 'upstream_timeout');
+  }
+  if (err instanceof SdkError && err.code === SdkErrorCode.ConnectionClosed) {
+    if (link.client === c) {
+      link.client = undefined;
+      setDown(link, 'connection closed during a call');
+    }
+    return unavailable(name, 'connection closed during the call');
+  }
+  if (err instanceof ProtocolError) {
+    return new AppError(
+      'CONNECTOR_FAILED',
+      `upstream "${name}" answered with an error: ${err.message}`.slice(0, MAX_ERROR_TEXT),
+      'upstream_protocol_error',
+      { details: { rpc_code: err.code } },
+    );
+  }
+  // Anything else is the transport failing (an HTTP upstream unreachable, a broken pipe).
+  if (link.client === c) {
+    link.client = undefined;
+    void c.close().catch(() => undefined);
+    setDown(link, messageOf(err));
+  }
+  return unavailable(name, messageOf(err));
+}
+
+async function callTool(link: Link, tool: string, args: Record<string, unknown>, signal: AbortSignal) {
+  const c = link.client;
+  if (!c || link.state !== 'up') throw unavailable(link.cfg.name, link.lastError);
+  try {
+    return (await c.callTool(
+      { name: tool, arguments: args },
+      { signal, timeout: link.timeoutMs },
+    )) as CallToolResult;
+  } catch (err) {
+    throw failure(link, err, c, signal);
+  }
+}
+
+async function closeLink(link: Link) {
+  link.state = 'closed';
+  clearTimeout(link.retryTimer);
+  const c = link.client;
+  link.client = undefined;
+  await c?.close().catch(() => undefined);
+}
+
 export function connectUpstream(
   cfg: UpstreamConfig,
   opts: { log: Logger; timeoutMs: number; clientVersion: string },
 ): Upstream {
-  const log = opts.log.child({ upstream: cfg.name });
-  const source = `mcp:${cfg.name}`;
-  let state: UpstreamState = 'connecting';
-  let client: Client | undefined;
-  let transport: Transport | undefined;
-  let tools = new Map<string, UpstreamTool>();
-  let lastError: string | null = null;
-  let connectedAt: string | null = null;
-  let attempt = 0;
-  let retryTimer: NodeJS.Timeout | undefined;
-  const listeners: (() => void)[] = [];
-  // A function, not a comparison, because state changes while a connection attempt awaits.
-  const closed = () => state === 'closed';
-
-  const setDown = (reason: string) => {
-    if (state === 'closed') return;
-    const wasUp = state === 'up';
-    state = 'down';
-    lastError = reason;
-    if (wasUp) log.warn({ reason }, 'upstream disconnected; reconnecting');
-    scheduleReconnect();
+  const link: Link = {
+    cfg,
+    log: opts.log.child({ upstream: cfg.name }),
+    timeoutMs: opts.timeoutMs,
+    clientVersion: opts.clientVersion,
+    state: 'connecting',
+    client: undefined,
+    transport: undefined,
+    tools: new Map(),
+    lastError: null,
+    connectedAt: null,
+    attempt: 0,
+    retryTimer: undefined,
+    listeners: [],
   };
-
-  function scheduleReconnect() {
-    if (state === 'closed' || retryTimer) return;
-    const delay = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** Math.min(attempt, 16));
-    attempt++;
-    retryTimer = setTimeout(
-      () => {
-        retryTimer = undefined;
-        void connect();
-      },
-      delay * (0.75 + Math.random() * 0.5),
-    );
-    retryTimer.unref();
-  }
-
-  async function refreshTools(c: Client) {
-    const next = new Map<string, UpstreamTool>();
-    let cursor: string | undefined;
-    do {
-      const page = await c.listTools(cursor ? { cursor } : undefined, { timeout: opts.timeoutMs });
-      for (const tool of page.tools) {
-        next.set(tool.name, { tool, input_schema_sha256: schemaSha256(tool.inputSchema) });
-      }
-      cursor = page.nextCursor;
-    } while (cursor);
-    const before = JSON.stringify([...tools.entries()].map(([n, t]) => [n, t.input_schema_sha256, t.tool]));
-    const after = JSON.stringify([...next.entries()].map(([n, t]) => [n, t.input_schema_sha256, t.tool]));
-    tools = next;
-    if (before !== after) {
-      log.info({ tools: next.size }, 'upstream tools listed');
-      for (const listener of listeners) listener();
-    }
-  }
-
-  /** Lists again after word of a change (the upstream's own, or another replica's); failures are logged. */
-  const relist = (c: Client) =>
-    refreshTools(c).catch((err: unknown) =>
-      log.warn({ err: messageOf(err) }, 'relisting upstream tools failed'),
-    );
-
-  async function connect() {
-    if (closed()) return;
-    const c = new Client({ name: 'countersign', version: opts.clientVersion });
-    const t = transportFor(cfg);
-    if (t instanceof StdioClientTransport) {
-      t.stderr?.on('data', (chunk: Buffer) =>
-        log.debug({ stderr: chunk.toString().trimEnd() }, 'upstream stderr'),
-      );
-    }
-    try {
-      await c.connect(t, { timeout: opts.timeoutMs });
-      if (closed()) {
-        await c.close();
-        return;
-      }
-      c.setNotificationHandler('notifications/tools/list_changed', () => relist(c));
-      await refreshTools(c);
-      client = c;
-      transport = t;
-      state = 'up';
-      attempt = 0;
-      lastError = null;
-      connectedAt = new Date().toISOString();
-      // Set after the first listing so that a failed start is handled by the catch below, once.
-      c.onclose = () => {
-        if (client === c) {
-          client = undefined;
-          setDown('connection closed');
-        }
-      };
-      log.info({ tools: tools.size }, 'upstream connected');
-    } catch (err) {
-      await c.close().catch(() => undefined);
-      lastError = messageOf(err);
-      if (!closed()) {
-        state = 'down';
-        log.warn({ err: lastError, attempt }, 'upstream connection failed; retrying');
-        scheduleReconnect();
-      }
-    }
-  }
-
-  /** Maps what can go wrong in a call to the envelope's codes; a transport failure also takes the upstream down. */
-  function failure(err: unknown, c: Client, signal: AbortSignal): AppError {
-    if (err instanceof AppError) return err;
-    // Our own deadline or the agent's cancellation: the upstream itself is fine.
-    if (signal.aborted) {
-      return new AppError('TIMEOUT', `the call to upstream "${cfg.name}" was cancelled`, 'cancelled');
-    }
-    if (err instanceof SdkError && err.code === SdkErrorCode.RequestTimeout) {
-      return new AppError('TIMEOUT', `upstream "${cfg.name}" did not answer in time`, 'upstream_timeout');
-    }
-    if (err instanceof SdkError && err.code === SdkErrorCode.ConnectionClosed) {
-      if (client === c) {
-        client = undefined;
-        setDown('connection closed during a call');
-      }
-      return unavailable('connection closed during the call');
-    }
-    if (err instanceof ProtocolError) {
-      return new AppError(
-        'CONNECTOR_FAILED',
-        `upstream "${cfg.name}" answered with an error: ${err.message}`.slice(0, MAX_ERROR_TEXT),
-        'upstream_protocol_error',
-        { details: { rpc_code: err.code } },
-      );
-    }
-    // Anything else is the transport failing (an HTTP upstream unreachable, a broken pipe).
-    if (client === c) {
-      client = undefined;
-      void c.close().catch(() => undefined);
-      setDown(messageOf(err));
-    }
-    return unavailable(messageOf(err));
-  }
-
-  const unavailable = (why: string | null) =>
-    new AppError(
-      'SOURCE_UNAVAILABLE',
-      `upstream "${cfg.name}" is not connected${why ? ` (${why})` : ''}; countersign keeps reconnecting`,
-      'upstream_down',
-    );
-
-  const firstAttempt = connect();
-
   return {
     name: cfg.name,
-    source,
-    firstAttempt,
+    source: `mcp:${cfg.name}`,
+    firstAttempt: connect(link),
     status: () => ({
       name: cfg.name,
-      state,
-      tools: tools.size,
-      last_error: lastError,
-      connected_at: connectedAt,
+      state: link.state,
+      tools: link.tools.size,
+      last_error: link.lastError,
+      connected_at: link.connectedAt,
     }),
-    tools: () => tools,
+    tools: () => link.tools,
     onToolsChanged(listener) {
-      listeners.push(listener);
+      link.listeners.push(listener);
     },
-    unavailable: () => unavailable(lastError),
+    unavailable: () => unavailable(cfg.name, link.lastError),
     assertUp() {
-      if (!client || state !== 'up') throw unavailable(lastError);
+      if (!link.client || link.state !== 'up') throw unavailable(cfg.name, link.lastError);
     },
     async refresh() {
-      if (client && state === 'up') await relist(client);
+      if (link.client && link.state === 'up') await relist(link, link.client);
     },
-    async call(tool, args, signal) {
-      const c = client;
-      if (!c || state !== 'up') throw unavailable(lastError);
-      try {
-        return (await c.callTool(
-          { name: tool, arguments: args },
-          {
-            signal,
-            timeout: opts.timeoutMs,
-          },
-        )) as CallToolResult;
-      } catch (err) {
-        throw failure(err, c, signal);
-      }
-    },
-    pid: () => (transport instanceof StdioClientTransport ? (transport.pid ?? undefined) : undefined),
-    async close() {
-      state = 'closed';
-      clearTimeout(retryTimer);
-      const c = client;
-      client = undefined;
-      await c?.close().catch(() => undefined);
-    },
+    call: (tool, args, signal) => callTool(link, tool, args, signal),
+    pid: () =>
+      link.transport instanceof StdioClientTransport ? (link.transport.pid ?? undefined) : undefined,
+    close: () => closeLink(link),
   };
 }

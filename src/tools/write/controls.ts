@@ -1,12 +1,13 @@
 import { z } from 'zod';
 import { ApprovalSummary, Target } from '../../approval/view.ts';
 import { SourcePreference } from '../../connectors/index.ts';
+import { MessageTargetType } from '../../core/schemas.ts';
 import type { ResolvedTarget } from '../../connectors/types.ts';
 import type { WriteResult } from '../types.ts';
 
 /** The inputs every write tool shares: the target, the gate's controls and the source. */
 export const writeTargetParams = {
-  target_type: z.enum(['contact', 'group', 'conversation']),
+  target_type: MessageTargetType,
   target_id: z
     .string()
     .min(1)

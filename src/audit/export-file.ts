@@ -1,0 +1,102 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Knex } from 'knex';
+import { AppError } from '../core/errors.ts';
+import type { CheckpointDeps } from './checkpoints.ts';
+import { exportAudit, ExportFilter, type Manifest } from './export.ts';
+
+/** Which rows to export; the agent by name (or id), as people know it, never an internal id alone. */
+export type ExportFileFilter = Omit<ExportFilter, 'agent_id'> & { agent?: string };
+
+export interface ExportFileRequest {
+  format: 'jsonl' | 'csv';
+  filter: ExportFileFilter;
+  /** Where the export goes; its manifest goes beside it, at `${path}.manifest.json`. */
+  path: string;
+  /** The file's name as the manifest records it: the name it will be verified under (default: path's). */
+  name?: string;
+  actor: string;
+}
+
+export interface ExportFileResult {
+  path: string;
+  manifest_path: string;
+  manifest: Manifest;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * The id of the agent a filter names, by name or else by id. An agent nobody knows is refused: a signed
+ * export of zero rows would read as proof that the agent did nothing, when the name was only mistyped.
+ */
+async function agentId(knex: Knex, agent: string): Promise<string> {
+  const byName = (await knex('agents').where({ name: agent }).first('id')) as { id: string } | undefined;
+  const row =
+    byName ??
+    (UUID.test(agent)
+      ? ((await knex('agents').where({ id: agent }).first('id')) as { id: string } | undefined)
+      : undefined);
+  if (!row) throw new AppError('NOT_FOUND', `no agent named "${agent}"`, 'unknown_agent');
+  return row.id;
+}
+
+/** The filter exportAudit takes. Keys left empty are dropped: the manifest signs the filter as given. */
+async function exportFilter(knex: Knex, { agent, ...rest }: ExportFileFilter): Promise<ExportFilter> {
+  const filter: ExportFilter = { ...rest, ...(agent ? { agent_id: await agentId(knex, agent) } : {}) };
+  for (const k of Object.keys(filter) as (keyof ExportFilter)[])
+    if (filter[k] === undefined) delete filter[k];
+  return filter;
+}
+
+/** Opens the file before anything is exported, so that a path that cannot be written is a plain refusal. */
+async function open(file: string): Promise<fs.promises.FileHandle> {
+  try {
+    return await fs.promises.open(file, 'w', 0o600);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const message = `cannot write ${file}: ${(err as Error).message}`;
+    if (code === 'ENOENT' || code === 'ENOTDIR') throw new AppError('NOT_FOUND', message, code);
+    if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS' || code === 'EISDIR')
+      throw new AppError('PERMISSION_DENIED', message, code);
+    throw err;
+  }
+}
+
+/**
+ * Writes an export of the audit log to `path` and its signed manifest beside it, both readable by their
+ * owner only. The one way both the command line and the web pages export: the same filter rules, the
+ * same refusals. On any failure neither file is left behind; exportAudit's refusals (CONFLICT
+ * nothing_to_export, TAMPERED chain_broken) reach the caller as they are.
+ */
+export async function exportToFile(deps: CheckpointDeps, req: ExportFileRequest): Promise<ExportFileResult> {
+  const filter = await exportFilter(deps.knex, req.filter);
+  const manifestPath = `${req.path}.manifest.json`;
+  const out = (await open(req.path)).createWriteStream();
+  // A write error (a full disk) fails this export at once: unhandled it would take down the process
+  // (the server, when it writes for the command line), and the export could wait for a drain forever.
+  const failed = new Promise<never>((_resolve, reject) => out.once('error', reject));
+  failed.catch(() => {});
+  try {
+    const manifest = await Promise.race([
+      exportAudit(deps, {
+        format: req.format,
+        filter,
+        out,
+        file: req.name ?? path.basename(req.path),
+        actor: req.actor,
+      }),
+      failed,
+    ]);
+    await new Promise<void>((resolve, reject) =>
+      out.end((err?: Error | null) => (err ? reject(err) : resolve())),
+    );
+    fs.writeFileSync(manifestPath, `${JSON.stringify(manifest, null, 2)}\n`, { mode: 0o600 });
+    return { path: req.path, manifest_path: manifestPath, manifest };
+  } catch (err) {
+    out.destroy();
+    fs.rmSync(req.path, { force: true });
+    fs.rmSync(manifestPath, { force: true });
+    throw err;
+  }
+}

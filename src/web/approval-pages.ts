@@ -1,0 +1,107 @@
+import fs from 'node:fs';
+import type { Response, Router } from 'express';
+import { isDecisionRefusal } from '../approval/decide.ts';
+import { HTTP_STATUS } from '../core/errors.ts';
+import type { Approvals } from '../approval/index.ts';
+import { ApprovalStatus } from '../approval/view.ts';
+import type { BlobStore } from '../connectors/local/blobs.ts';
+import type { PageKit } from './kit.ts';
+import type { WebSession } from './sessions.ts';
+
+const PAGE_SIZE = 25;
+const PREVIEW_BYTES = 64 * 1024;
+
+export interface ApprovalPageDeps {
+  approvals: Approvals;
+  blobs: BlobStore;
+}
+
+/**
+ * The chair's pages: the queue of approval requests, one request's review form, and its decision. Any
+ * signed-in user may look; only a chair may decide, and approval/ enforces that, not the form.
+ */
+export function mountApprovalPages(router: Router, kit: PageKit, deps: ApprovalPageDeps): void {
+  const detail = showRequest(kit, deps);
+
+  router.get('/', (_req, res) => res.redirect(303, '/approvals'));
+  router.get('/approvals', kit.requireUser, async (req, res) => {
+    const status = ApprovalStatus.safeParse(req.query.status ?? 'pending');
+    const filter = {
+      status: status.success ? status.data : 'pending',
+      tool: typeof req.query.tool === 'string' && req.query.tool ? req.query.tool : undefined,
+      agent: typeof req.query.agent === 'string' && req.query.agent ? req.query.agent : undefined,
+    } as const;
+    const page = Math.max(1, Math.min(10_000, Number.parseInt(String(req.query.page ?? '1'), 10) || 1));
+    const [rows, counts] = await Promise.all([
+      deps.approvals.listForReview({ ...filter, limit: PAGE_SIZE + 1, offset: (page - 1) * PAGE_SIZE }),
+      deps.approvals.countByStatus(filter),
+    ]);
+    const query = (p: number) =>
+      new URLSearchParams({
+        status: filter.status,
+        tool: filter.tool ?? '',
+        agent: filter.agent ?? '',
+        page: String(p),
+      }).toString();
+    kit.render(res, 200, 'queue.njk', {
+      rows: rows.slice(0, PAGE_SIZE),
+      counts,
+      statuses: ApprovalStatus.options,
+      filter,
+      page,
+      prev: page > 1 ? `/approvals?${query(page - 1)}` : null,
+      next: rows.length > PAGE_SIZE ? `/approvals?${query(page + 1)}` : null,
+    });
+  });
+
+  router.get('/approvals/:id', kit.requireUser, async (req, res) => {
+    const done = typeof req.query.done === 'string' ? req.query.done : undefined;
+    await detail(res, String(req.params.id), 200, { done });
+  });
+
+  router.post('/approvals/:id/decision', kit.requireUser, kit.requireCsrf, async (req, res) => {
+    const session = res.locals.session as WebSession;
+    const id = String(req.params.id);
+    const body = req.body as Record<string, string | undefined>;
+    const decision = body.decision === 'approve' || body.decision === 'reject' ? body.decision : undefined;
+    if (!decision) return detail(res, id, 400, { error: 'Choose approve or reject.' });
+    try {
+      const view = await deps.approvals.decide({ id, user: session.user, decision, note: body.note ?? null });
+      res.redirect(303, `/approvals/${view.approval_request_id}?done=${view.status}`);
+    } catch (err) {
+      if (!isDecisionRefusal(err)) throw err;
+      if (err.reason === 'not_found') return detail(res, id, 404);
+      await detail(res, id, HTTP_STATUS[err.code], { error: err.message, note: body.note ?? '' });
+    }
+  });
+}
+
+/** One request's review page: the exact content, a preview of a small text file, the decision form. */
+function showRequest(kit: PageKit, deps: ApprovalPageDeps) {
+  return async (res: Response, id: string, status = 200, extra: Record<string, unknown> = {}) => {
+    const request = await deps.approvals.showForReview(id);
+    if (!request)
+      return kit.render(res, 404, 'error.njk', {
+        title: 'Not found',
+        message: 'There is no such approval request.',
+      });
+    const review = request.review as Record<string, unknown>;
+    let preview: string | null = null;
+    const sha = review.file_sha256;
+    if (
+      typeof sha === 'string' &&
+      /^text\/|json$/.test(String(review.mime_type)) &&
+      Number(review.file_size_bytes) <= PREVIEW_BYTES
+    ) {
+      preview = await fs.promises.readFile(deps.blobs.pathOf(sha), 'utf8').catch(() => null);
+    }
+    const session = res.locals.session as WebSession;
+    kit.render(res, status, 'detail.njk', {
+      request,
+      review,
+      preview,
+      canDecide: session.user.roles.includes('chair') && request.status === 'pending',
+      ...extra,
+    });
+  };
+}

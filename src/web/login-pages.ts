@@ -1,0 +1,87 @@
+import { randomBytes } from 'node:crypto';
+import type { CookieOptions, Response, Router } from 'express';
+import type { Knex } from 'knex';
+import { checkCredentials } from '../accounts/users.ts';
+import type { AuditLog } from '../audit/log.ts';
+import type { Config } from '../config.ts';
+import type { PageKit } from './kit.ts';
+import { loginBlocked } from './login-limit.ts';
+import { readCookies, SESSION_COOKIE, tokensMatch, type SessionStore } from './sessions.ts';
+
+const LOGIN_COOKIE = 'cs_login';
+const LOGIN_FORM_MS = 30 * 60 * 1000;
+
+export interface LoginDeps {
+  knex: Knex;
+  audit: AuditLog;
+  config: Config;
+  sessions: SessionStore;
+}
+
+/** Only same-site paths of the approvals pages are followed after login (no open redirect). */
+function safeNext(next: unknown): string {
+  return typeof next === 'string' && /^\/approvals(\/[0-9a-f-]{36})?(\?[\w=&%.-]*)?$/i.test(next)
+    ? next
+    : '/approvals';
+}
+
+/**
+ * Sign-in and sign-out. Before sign-in there is no session to hold a CSRF token, so the login form's
+ * token travels in a cookie of its own (double submit), renewed with every form shown.
+ */
+export function mountLoginPages(router: Router, kit: PageKit, deps: LoginDeps): void {
+  const cookieBase: CookieOptions = {
+    httpOnly: true,
+    sameSite: 'strict',
+    secure: deps.config.web.secure_cookies,
+    path: '/',
+  };
+  const showForm = (res: Response, status: number, ctx: Record<string, unknown>) => {
+    const token = randomBytes(24).toString('base64url');
+    res.cookie(LOGIN_COOKIE, token, { ...cookieBase, path: '/login', maxAge: LOGIN_FORM_MS });
+    kit.render(res, status, 'login.njk', { csrf: token, ...ctx });
+  };
+
+  router.get('/login', (req, res) => showForm(res, 200, { next: safeNext(req.query.next) }));
+
+  router.post('/login', async (req, res) => {
+    const body = req.body as Record<string, string | undefined>;
+    const name = String(body.name ?? '').trim();
+    const next = safeNext(body.next);
+    const ip = req.socket.remoteAddress ?? 'unknown';
+    const again = (status: number, error: string) => showForm(res, status, { next, error, name });
+    if (!tokensMatch(body._csrf, readCookies(req.get('cookie'))[LOGIN_COOKIE] ?? '')) {
+      return again(403, 'The sign-in form expired. Please try again.');
+    }
+    const limits = {
+      perUser: deps.config.web.login_failures_per_user,
+      perIp: deps.config.web.login_failures_per_ip,
+    };
+    if (await loginBlocked(deps.knex, { name, ip, ...limits })) {
+      res.set('Retry-After', '900');
+      return again(429, 'Too many failed sign-ins. Wait 15 minutes, then try again.');
+    }
+    const user = name ? await checkCredentials(deps.knex, name, String(body.password ?? '')) : undefined;
+    if (!user) {
+      await deps.audit.append({
+        kind: 'user.login_failed',
+        actor: name.slice(0, 64) || null,
+        result: 'error',
+        details: { ip },
+      });
+      return again(401, 'Wrong user name or password.');
+    }
+    const created = await deps.sessions.create(user);
+    await deps.sessions.destroy(res.locals.sessionId as string | undefined);
+    await deps.audit.append({ kind: 'user.login', actor: user.name, result: 'ok', details: { ip } });
+    res.clearCookie(LOGIN_COOKIE, { ...cookieBase, path: '/login' });
+    res.cookie(SESSION_COOKIE, created.id, cookieBase);
+    res.redirect(303, next);
+  });
+
+  router.post('/logout', kit.requireUser, kit.requireCsrf, async (_req, res) => {
+    await deps.sessions.destroy(res.locals.sessionId as string);
+    res.clearCookie(SESSION_COOKIE, cookieBase);
+    res.redirect(303, '/login');
+  });
+}
