@@ -1,10 +1,27 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, it } from 'node:test';
-import type { Client } from '@modelcontextprotocol/client';
+import type { Client, Tool } from '@modelcontextprotocol/client';
 import { connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
 
-const SNAPSHOT = new URL('./__snapshots__/tools-list.json', import.meta.url);
+const SNAPSHOTS = new URL('./__snapshots__/', import.meta.url);
+/** The tool names in the order tools/list gives them. */
+const NAMES = new URL('tool-names.json', SNAPSHOTS);
+/** One file per tool: its whole tools/list entry, so a change shows up as a diff of that tool alone. */
+const TOOLS = new URL('tools/', SNAPSHOTS);
+const toolFile = (name: string) => new URL(`${name}.json`, TOOLS);
+const asJson = (value: unknown) => JSON.stringify(value, null, 2) + '\n';
+const readJson = (file: URL): unknown => JSON.parse(fs.readFileSync(file, 'utf8'));
+
+/** Rewrites the snapshots from what the server lists now, dropping the files of tools no longer listed. */
+function updateSnapshots(tools: Tool[]) {
+  fs.mkdirSync(TOOLS, { recursive: true });
+  fs.writeFileSync(NAMES, asJson(tools.map((t) => t.name)));
+  for (const tool of tools) fs.writeFileSync(toolFile(tool.name), asJson(tool));
+  for (const file of fs.readdirSync(TOOLS)) {
+    if (!tools.some((t) => `${t.name}.json` === file)) fs.rmSync(new URL(file, TOOLS));
+  }
+}
 
 /**
  * The public contract — tool names, schemas and annotations — is snapshotted: any change shows up as a
@@ -13,25 +30,42 @@ const SNAPSHOT = new URL('./__snapshots__/tools-list.json', import.meta.url);
 describe('the tools/list contract', () => {
   let server: TestServer;
   let client: Client;
+  let tools: Tool[];
   before(async () => {
     server = await startTestServer('pglite');
     client = await connectHttp(server.url, server.demoToken);
+    tools = (await client.listTools()).tools;
+    if (process.env.UPDATE_SNAPSHOTS === '1') updateSnapshots(tools);
   });
   after(async () => {
     await client?.close();
     await server?.stop();
   });
 
-  it('matches the reviewed snapshot', async () => {
-    const { tools } = await client.listTools();
-    const actual = JSON.stringify(tools, null, 2) + '\n';
-    if (process.env.UPDATE_SNAPSHOTS === '1') fs.writeFileSync(SNAPSHOT, actual);
-    assert.ok(fs.existsSync(SNAPSHOT), 'no snapshot yet: run with UPDATE_SNAPSHOTS=1');
-    assert.deepEqual(JSON.parse(actual), JSON.parse(fs.readFileSync(SNAPSHOT, 'utf8')));
+  it('lists the reviewed tools in the reviewed order, each with a snapshot and no snapshot left over', () => {
+    assert.ok(fs.existsSync(NAMES), 'no snapshot yet: run with UPDATE_SNAPSHOTS=1');
+    const names = readJson(NAMES) as string[];
+    assert.deepEqual(
+      tools.map((t) => t.name),
+      names,
+    );
+    const files = fs.readdirSync(TOOLS).map((f) => f.replace(/\.json$/, ''));
+    assert.deepEqual(files.sort(), [...names].sort());
   });
 
-  it('derives annotations from the kind: reads are read-only, writes are gated and idempotent', async () => {
-    const { tools } = await client.listTools();
+  it("matches each tool's reviewed snapshot", async (t) => {
+    for (const tool of tools) {
+      await t.test(tool.name, () => {
+        assert.ok(
+          fs.existsSync(toolFile(tool.name)),
+          `no snapshot of ${tool.name}: run with UPDATE_SNAPSHOTS=1`,
+        );
+        assert.deepEqual(JSON.parse(asJson(tool)), readJson(toolFile(tool.name)));
+      });
+    }
+  });
+
+  it('derives annotations from the kind: reads are read-only, writes are gated and idempotent', () => {
     const writes = ['isphere_send_message', 'isphere_send_file'];
     for (const tool of tools) {
       const isWrite = writes.includes(tool.name);

@@ -206,37 +206,6 @@ for (const kind of databaseKinds()) {
       assert.ok(queries < 400, `${queries} queries for 1200 calls`);
     });
 
-    it('remembers and recalls per agent, with a TTL', async () => {
-      const a = await agentWith('memo-a');
-      const b = await agentWith('memo-b');
-      const stored = await call(a, 'isphere_remember', {
-        key: 'draft',
-        value: { text: 'שלום', n: 1 },
-        ttl_s: 120,
-      });
-      assert.ok(Date.parse(stored.expires_at) > Date.now() + 100_000);
-      const got = await call(a, 'isphere_recall', { key: 'draft' });
-      assert.deepEqual([got.found, got.value], [true, { text: 'שלום', n: 1 }]);
-      await call(a, 'isphere_remember', { key: 'draft', value: 'replaced' });
-      assert.equal((await call(a, 'isphere_recall', { key: 'draft' })).value, 'replaced');
-      const other = await call(b, 'isphere_recall', { key: 'draft' });
-      assert.deepEqual([other.found, other.value, other.status], [false, null, 'empty']);
-      await server.services.knex('agent_memory').update({ expires_at: new Date(Date.now() - 1000) });
-      const expired = await call(a, 'isphere_recall', { key: 'draft' });
-      assert.deepEqual([expired.found, expired.value], [false, null]);
-      assert.equal((await call(a, 'isphere_recall', { key: '\u0000' })).error.code, 'INVALID_ARGUMENT');
-      assert.equal(
-        (await call(a, 'isphere_remember', { key: 'k', value: { 'a\u0000': 1 } })).error.code,
-        'INVALID_ARGUMENT',
-      );
-      for (const ttl_s of [59, 30 * 24 * 3600 + 1]) {
-        assert.equal(
-          (await call(a, 'isphere_remember', { key: 'k', value: 1, ttl_s })).error.code,
-          'INVALID_ARGUMENT',
-        );
-      }
-    });
-
     it('reports health and Prometheus metrics', async () => {
       const res = await fetch(new URL('/healthz', server.url));
       assert.equal(res.status, 200);

@@ -1,34 +1,37 @@
 import type { Knex } from 'knex';
 
-/** An agent's own notes: upsert by key, read back until they expire. */
+/** A note as stored: upserted by agent, session and key; readable until it expires. */
+export interface Note {
+  value: string;
+  expires_at: string;
+}
+
+/** The notes an agent keeps per session (the `agent_memory` table; this module is its only user). */
 export function createMemoryStore(knex: Knex) {
   return {
-    async remember(agentId: string, key: string, value: unknown, ttlS: number) {
+    async remember(agentId: string, sessionId: string, key: string, value: string, ttlS: number) {
       const now = new Date();
       const expires_at = new Date(now.getTime() + ttlS * 1000).toISOString();
       await knex('agent_memory')
         .insert({
           agent_id: agentId,
+          session_id: sessionId,
           key,
-          // Wrapped, so the column always holds an object and a string value is not mistaken for JSON text.
-          value: JSON.stringify({ v: value }),
+          value,
           expires_at,
           updated_at: now.toISOString(),
         })
-        .onConflict(['agent_id', 'key'])
+        .onConflict(['agent_id', 'session_id', 'key'])
         .merge();
       return { expires_at };
     },
-    async recall(agentId: string, key: string): Promise<{ value: unknown; expires_at: string } | undefined> {
+    async recall(agentId: string, sessionId: string, key: string): Promise<Note | undefined> {
       const row = (await knex('agent_memory')
-        .where({ agent_id: agentId, key })
+        .select('value', 'expires_at')
+        .where({ agent_id: agentId, session_id: sessionId, key })
         .where('expires_at', '>', new Date().toISOString())
-        .first()) as { value: unknown; expires_at: unknown } | undefined;
-      if (!row) return undefined;
-      return {
-        value: ((typeof row.value === 'string' ? JSON.parse(row.value) : row.value) as { v: unknown }).v,
-        expires_at: new Date(row.expires_at as string).toISOString(),
-      };
+        .first()) as { value: string; expires_at: Date | string } | undefined;
+      return row && { value: row.value, expires_at: new Date(row.expires_at).toISOString() };
     },
     /** Drops expired notes (run with the periodic maintenance). */
     purge: () => knex('agent_memory').where('expires_at', '<=', new Date().toISOString()).delete(),
