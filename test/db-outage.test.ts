@@ -87,7 +87,8 @@ describeOnPostgres('the database connection cut mid-load, on PostgreSQL', () => 
     });
     assert.equal(res.status, 503);
     assert.match(res.headers.get('content-type') ?? '', /application\/problem\+json/);
-    assert.equal(((await res.json()) as { code: string }).code, 'database_unavailable');
+    const problem = (await res.json()) as { code: string; reason: string };
+    assert.deepEqual([problem.code, problem.reason], ['SOURCE_UNAVAILABLE', 'database_unavailable']);
 
     proxy.restore();
     const back = await waitFor('the database to be reachable again', async () => {

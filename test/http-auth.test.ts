@@ -57,7 +57,7 @@ for (const kind of databaseKinds()) {
       assert.match(res.headers.get('www-authenticate') ?? '', /^Bearer/);
       const problem = json();
       assert.equal(problem.status, 401);
-      assert.equal(problem.code, 'missing_token');
+      assert.deepEqual([problem.code, problem.reason], ['NOT_LOGGED_IN', 'missing_token']);
       assert.ok(typeof problem.title === 'string' && typeof problem.type === 'string');
       assert.ok((await reasons()).includes('missing_token'));
     });
@@ -65,7 +65,7 @@ for (const kind of databaseKinds()) {
     it('refuses an unknown token', async () => {
       const { res, json } = await post(server.url, INIT, { authorization: 'Bearer cs_not-a-real-token' });
       assert.equal(res.status, 401);
-      assert.equal(json().code, 'unknown_token');
+      assert.deepEqual([json().code, json().reason], ['NOT_LOGGED_IN', 'unknown_token']);
     });
 
     it('refuses a revoked token at once, to a client that was connected', async () => {
@@ -80,7 +80,7 @@ for (const kind of databaseKinds()) {
       );
       const fresh = await post(server.url, INIT, { authorization: `Bearer ${token}` });
       assert.equal(fresh.res.status, 401);
-      assert.equal(fresh.json().code, 'revoked_token');
+      assert.deepEqual([fresh.json().code, fresh.json().reason], ['NOT_LOGGED_IN', 'revoked_token']);
       await client.close().catch(() => undefined);
     });
 
@@ -145,7 +145,10 @@ for (const kind of databaseKinds()) {
       const auth = { authorization: `Bearer ${server.demoToken}` };
       const origin = await post(server.url, INIT, { ...auth, origin: 'http://evil.example' });
       assert.equal(origin.res.status, 403);
-      assert.equal(origin.json().code, 'origin_not_allowed');
+      assert.deepEqual(
+        [origin.json().code, origin.json().reason],
+        ['PERMISSION_DENIED', 'origin_not_allowed'],
+      );
       const localOrigin = await post(server.url, INIT, { ...auth, origin: 'http://localhost:3000' });
       assert.equal(localOrigin.res.status, 200);
       // fetch will not let us forge Host, so use a raw request.
@@ -175,10 +178,13 @@ for (const kind of databaseKinds()) {
       const auth = { authorization: `Bearer ${server.demoToken}` };
       const big = await post(server.url, { ...INIT, padding: 'x'.repeat(1024 * 1024 + 10) }, auth);
       assert.equal(big.res.status, 413);
-      assert.equal(big.json().code, 'body_too_large');
+      assert.deepEqual([big.json().code, big.json().reason], ['INVALID_ARGUMENT', 'body_too_large']);
       const malformed = await post(server.url, '{"jsonrpc":', auth);
       assert.equal(malformed.res.status, 400);
-      assert.equal(malformed.json().code, 'malformed_json');
+      assert.deepEqual(
+        [malformed.json().code, malformed.json().reason],
+        ['INVALID_ARGUMENT', 'malformed_json'],
+      );
     });
 
     it('never puts a token in the audit log', async () => {

@@ -50,11 +50,12 @@ function describe(err: unknown): string {
   return parts.join(' | ');
 }
 
-/** The `code` of a problem JSON body, if the body is one. */
+/** What a problem JSON body says went wrong, if the body is one: its `reason` (the precise one), else its `code`. */
 function problemCode(text: unknown): string | undefined {
   if (typeof text !== 'string') return undefined;
   try {
-    const code = (JSON.parse(text) as { code?: unknown }).code;
+    const { code, reason } = JSON.parse(text) as { code?: unknown; reason?: unknown };
+    if (typeof reason === 'string') return reason;
     return typeof code === 'string' ? code : undefined;
   } catch {
     return undefined;

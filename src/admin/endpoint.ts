@@ -5,8 +5,9 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import express, { type Request, type Response } from 'express';
 import { z } from 'zod';
-import { AppError, ErrorCode, HTTP_STATUS, OperatorCode } from '../core/errors.ts';
+import { AppError, ErrorCode, OperatorCode } from '../core/errors.ts';
 import type { Logger } from '../log.ts';
+import { sendProblem } from '../server/http.ts';
 import {
   describeZodError,
   runAdminCommand,
@@ -109,20 +110,12 @@ export async function sendAdminCommand<C extends AdminCommand>(
  * plus its reason, so that the CLI gets back the refusal it would have got in its own process.
  */
 function sendRefusal(res: Response, err: AppError): void {
-  const status = HTTP_STATUS[err.code];
-  res
-    .status(status)
-    .type('application/problem+json')
-    .send(
-      JSON.stringify({
-        type: `urn:countersign:problem:${err.code}`,
-        title: err.code === 'INTERNAL_ERROR' ? 'Admin command failed' : 'Admin command refused',
-        status,
-        detail: err.message,
-        code: err.code,
-        reason: err.reason,
-      }),
-    );
+  sendProblem(res, {
+    code: err.code,
+    reason: err.reason,
+    title: err.code === 'INTERNAL_ERROR' ? 'Admin command failed' : 'Admin command refused',
+    detail: err.message,
+  });
 }
 
 /** The refusal an error stands for, or undefined for a failure of this server (logged, never shown). */

@@ -51,7 +51,7 @@ export function createApp(services: Services) {
       log: services.log,
     }),
   );
-  app.use((_req, res) => sendProblem(res, 404, 'not_found', 'Not found'));
+  app.use((_req, res) => sendProblem(res, { code: 'NOT_FOUND', reason: 'not_found', title: 'Not found' }));
   return { app, close: () => mcp.close() };
 }
 

@@ -9,6 +9,7 @@ import {
 } from '@modelcontextprotocol/server';
 import { isAuditUnavailable, type AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
+import { HTTP_STATUS, type AppErrorCode } from '../core/errors.ts';
 import { isConnectionError } from '../db/knex.ts';
 import type { Logger } from '../log.ts';
 import type { Agent } from '../core/identity.ts';
@@ -17,20 +18,34 @@ import { createMcpServer } from './mcp.ts';
 import type { CallPipeline } from './pipeline.ts';
 import { TOO_DEEP_ARGUMENTS, tooDeep } from './steps.ts';
 
-/** RFC 9457 problem details. `code` is the machine-readable kind, stable for clients and tests. */
-export function sendProblem(
-  res: Response,
-  status: number,
-  code: string,
-  title: string,
-  detail?: string,
-  headers: Record<string, string> = {},
-): void {
+/** An HTTP refusal: a code from core/errors.ts, the machine reason, and words for people. */
+export interface Problem {
+  code: AppErrorCode;
+  /** Stable and specific (missing_token, body_too_large …); the last part of the problem's type (else the code). */
+  reason?: string;
+  title: string;
+  detail?: string;
+  /** When the code's usual status (HTTP_STATUS) is not the precise one, e.g. 413 for a body too large. */
+  status?: number;
+}
+
+/** RFC 9457 problem details: the one way an HTTP refusal is answered, with the same codes as everywhere. */
+export function sendProblem(res: Response, problem: Problem, headers: Record<string, string> = {}): void {
   if (res.headersSent) return;
+  const status = problem.status ?? HTTP_STATUS[problem.code];
   res
     .status(status)
     .set({ 'Content-Type': 'application/problem+json', ...headers })
-    .send(JSON.stringify({ type: `urn:countersign:problem:${code}`, title, status, detail, code }));
+    .send(
+      JSON.stringify({
+        type: `urn:countersign:problem:${problem.reason ?? problem.code}`,
+        title: problem.title,
+        status,
+        detail: problem.detail,
+        code: problem.code,
+        reason: problem.reason,
+      }),
+    );
 }
 
 function bearer(req: Request): string | undefined {
@@ -49,13 +64,12 @@ export function hostGuard(config: Config) {
   return (req: Request, res: Response, next: NextFunction) => {
     const host = req.get('host');
     if (!host || !hostOk(host)) {
-      return sendProblem(
-        res,
-        403,
-        'host_not_allowed',
-        'Host not allowed',
-        `Host "${host ?? ''}" is not served here`,
-      );
+      return sendProblem(res, {
+        code: 'PERMISSION_DENIED',
+        reason: 'host_not_allowed',
+        title: 'Host not allowed',
+        detail: `Host "${host ?? ''}" is not served here`,
+      });
     }
     const origin = req.get('origin');
     if (origin) {
@@ -66,13 +80,12 @@ export function hostGuard(config: Config) {
         originHost = '';
       }
       if (!hostOk(originHost)) {
-        return sendProblem(
-          res,
-          403,
-          'origin_not_allowed',
-          'Origin not allowed',
-          `Origin "${origin}" is not allowed`,
-        );
+        return sendProblem(res, {
+          code: 'PERMISSION_DENIED',
+          reason: 'origin_not_allowed',
+          title: 'Origin not allowed',
+          detail: `Origin "${origin}" is not allowed`,
+        });
       }
     }
     next();
@@ -157,9 +170,16 @@ async function refuse(deps: McpHttpDeps, req: Request, res: Response, reason: st
     error_code: 'UNAUTHENTICATED',
     details: { reason, transport: 'http', ip: req.ip ?? null },
   });
-  sendProblem(res, 401, reason, 'Unauthorized', 'a valid agent token is required (Authorization: Bearer …)', {
-    'WWW-Authenticate': 'Bearer realm="countersign"',
-  });
+  sendProblem(
+    res,
+    {
+      code: 'NOT_LOGGED_IN',
+      reason,
+      title: 'Unauthorized',
+      detail: 'a valid agent token is required (Authorization: Bearer …)',
+    },
+    { 'WWW-Authenticate': 'Bearer realm="countersign"' },
+  );
 }
 
 /** Errors before the MCP handler answers: body too large or malformed, the database gone, a crash. */
@@ -171,31 +191,38 @@ function mcpErrorHandler(deps: McpHttpDeps) {
     next: NextFunction,
   ) => {
     if (err.type === 'entity.too.large') {
-      return sendProblem(
-        res,
-        413,
-        'body_too_large',
-        'Request body too large',
-        `limit ${deps.config.http.max_body_bytes} bytes`,
-      );
+      return sendProblem(res, {
+        code: 'INVALID_ARGUMENT',
+        reason: 'body_too_large',
+        status: 413,
+        title: 'Request body too large',
+        detail: `limit ${deps.config.http.max_body_bytes} bytes`,
+      });
     }
     if (err.type === 'entity.parse.failed') {
-      return sendProblem(res, 400, 'malformed_json', 'Malformed JSON', 'the request body is not valid JSON');
+      return sendProblem(res, {
+        code: 'INVALID_ARGUMENT',
+        reason: 'malformed_json',
+        title: 'Malformed JSON',
+        detail: 'the request body is not valid JSON',
+      });
     }
     if (isAuditUnavailable(err) || isConnectionError(err)) {
       // Authentication (and its audit) needs the database: a clear, retryable answer, never an HTML page.
       return sendProblem(
         res,
-        503,
-        'database_unavailable',
-        'Service unavailable',
-        'the database is unavailable; nothing was done; retry shortly',
+        {
+          code: 'SOURCE_UNAVAILABLE',
+          reason: 'database_unavailable',
+          title: 'Service unavailable',
+          detail: 'the database is unavailable; nothing was done; retry shortly',
+        },
         { 'Retry-After': '1' },
       );
     }
     if (res.headersSent) return next(err);
     deps.log.error({ err }, 'MCP endpoint failed');
-    return sendProblem(res, 500, 'internal', 'Internal error');
+    return sendProblem(res, { code: 'INTERNAL_ERROR', reason: 'internal', title: 'Internal error' });
   };
 }
 
