@@ -4,6 +4,7 @@ import { AppError, type AppErrorCode } from '../core/errors.ts';
 import type { User } from '../core/identity.ts';
 import { approversOf, expireRows, loadRow, viewOf, type ApprovalDeps } from './deps.ts';
 import { toView, type ApprovalView, type RequestRow } from './view.ts';
+import { isUuid } from '../core/ids.ts';
 
 export type DecisionRefusal =
   | 'not_found'
@@ -57,7 +58,7 @@ export async function decide(deps: ApprovalDeps, opts: Decision): Promise<Approv
     throw refused('not_chair', `${opts.user.name} does not hold the chair role`);
   }
   if (opts.decision === 'reject' && !note) throw refused('note_required', 'a rejection needs a note');
-  if (!/^[0-9a-f-]{36}$/i.test(opts.id)) throw refused('not_found', `no approval request ${opts.id}`);
+  if (!isUuid(opts.id)) throw refused('not_found', `no approval request ${opts.id}`);
 
   const outcome = await deps.knex.transaction<Outcome>(async (trx) => {
     const row = await loadRow(trx, { id: opts.id }, true);

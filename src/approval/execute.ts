@@ -3,6 +3,7 @@ import type { Agent } from '../core/identity.ts';
 import { AppError } from '../core/errors.ts';
 import { approversOf, expireRows, loadRow, policyVersion, requestFacts, type ApprovalDeps } from './deps.ts';
 import type { RequestRow, Target } from './view.ts';
+import { isUuid } from '../core/ids.ts';
 
 export type RefusalReason =
   'missing' | 'unknown' | 'pending' | 'rejected' | 'expired' | 'consumed' | 'mismatch' | 'wrong_agent';
@@ -105,18 +106,16 @@ export async function beginExecution(
   return result;
 }
 
-const UUID = /^[0-9a-f-]{36}$/i;
-
 /**
  * The approval this approval_id names, locked, if the agent may execute it; otherwise APPROVAL_REQUIRED
  * with the reason. An approval_request_id passed as approval_id tells the agent where its request stands.
  */
 async function lockApproval(trx: Knex.Transaction, req: ExecutionRequest): Promise<RequestRow> {
-  const row = UUID.test(req.approval_id)
+  const row = isUuid(req.approval_id)
     ? await loadRow(trx, { approval_id: req.approval_id }, true)
     : undefined;
   if (!row) {
-    const asRequest = UUID.test(req.approval_id)
+    const asRequest = isUuid(req.approval_id)
       ? await loadRow(trx, { id: req.approval_id, agent_id: req.agent.id })
       : undefined;
     if (asRequest?.status === 'pending') throw approvalRequired('pending');

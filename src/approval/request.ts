@@ -3,6 +3,7 @@ import type { Agent } from '../core/identity.ts';
 import { refuseOtherContent } from './execute.ts';
 import { expireRows, policyVersion, requiredApprovers, viewOf, viewsOf, type ApprovalDeps } from './deps.ts';
 import { requestFromDb, toView, type ApprovalStatus, type ApprovalView, type Target } from './view.ts';
+import { isUuid } from '../core/ids.ts';
 
 export interface DraftWrite {
   agent: Agent;
@@ -122,7 +123,6 @@ export async function getOwnApproval(
   agentId: string,
   by: { approval_request_id?: string; approval_id?: string },
 ): Promise<ApprovalView | undefined> {
-  const isUuid = (s: string | undefined) => s !== undefined && /^[0-9a-f-]{36}$/i.test(s);
   if (!isUuid(by.approval_request_id) && !isUuid(by.approval_id)) return undefined;
   const q = deps.knex('approval_requests').where('agent_id', agentId);
   if (by.approval_request_id) q.where('id', by.approval_request_id);

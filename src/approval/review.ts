@@ -1,6 +1,7 @@
 import { toCount } from '../db/knex.ts';
 import { loadRow, viewOf, viewsOf, type ApprovalDeps } from './deps.ts';
 import { requestFromDb, type ApprovalStatus } from './view.ts';
+import { isUuid } from '../core/ids.ts';
 
 export interface QueueFilter {
   status?: ApprovalStatus;
@@ -45,7 +46,7 @@ export async function countByStatus(deps: ApprovalDeps, f: Pick<QueueFilter, 'to
 
 /** One request with what the chair must see: the exact content, the agent and earlier decisions. */
 export async function showForReview(deps: ApprovalDeps, id: string) {
-  if (!/^[0-9a-f-]{36}$/i.test(id)) return undefined;
+  if (!isUuid(id)) return undefined;
   const row = await loadRow(deps.knex, { id });
   if (!row) return undefined;
   const agent = (await deps.knex('agents').where({ id: row.agent_id }).first()) as {

@@ -4,6 +4,7 @@ import type { Knex } from 'knex';
 import { AppError } from '../core/errors.ts';
 import type { CheckpointDeps } from './checkpoints.ts';
 import { exportAudit, ExportFilter, type Manifest } from './export.ts';
+import { isUuid } from '../core/ids.ts';
 
 /** Which rows to export; the agent by name (or id), as people know it, never an internal id alone. */
 export type ExportFileFilter = Omit<ExportFilter, 'agent_id'> & { agent?: string };
@@ -24,8 +25,6 @@ export interface ExportFileResult {
   manifest: Manifest;
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
 /**
  * The id of the agent a filter names, by name or else by id. An agent nobody knows is refused: a signed
  * export of zero rows would read as proof that the agent did nothing, when the name was only mistyped.
@@ -34,7 +33,7 @@ async function agentId(knex: Knex, agent: string): Promise<string> {
   const byName = (await knex('agents').where({ name: agent }).first('id')) as { id: string } | undefined;
   const row =
     byName ??
-    (UUID.test(agent)
+    (isUuid(agent)
       ? ((await knex('agents').where({ id: agent }).first('id')) as { id: string } | undefined)
       : undefined);
   if (!row) throw new AppError('NOT_FOUND', `no agent named "${agent}"`, 'unknown_agent');

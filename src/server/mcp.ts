@@ -1,9 +1,9 @@
-import { randomBytes } from 'node:crypto';
 import { Server } from '@modelcontextprotocol/server';
 import { isAuditUnavailable } from '../audit/log.ts';
 import { isConnectionError } from '../db/knex.ts';
 import type { Agent } from '../core/identity.ts';
 import { databaseUnavailable, type CallPipeline } from './pipeline.ts';
+import { newTraceId } from '../core/ids.ts';
 
 export const SERVER_NAME = 'countersign';
 
@@ -30,7 +30,7 @@ export function createMcpServer(opts: {
   const authorize = () =>
     opts.authorize().catch((err: unknown) => {
       if (isAuditUnavailable(err) || isConnectionError(err)) {
-        throw databaseUnavailable(randomBytes(16).toString('hex'));
+        throw databaseUnavailable(newTraceId());
       }
       throw err;
     });

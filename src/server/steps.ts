@@ -1,4 +1,4 @@
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import type { CallToolResult } from '@modelcontextprotocol/server';
@@ -22,6 +22,7 @@ import { isOverrun, withDeadline } from './deadline.ts';
 import type { Metrics } from './metrics.ts';
 import type { Profile } from './profiles.ts';
 import type { RateLimiter } from './rate-limit.ts';
+import { newTraceId } from '../core/ids.ts';
 
 /** What the call steps use. Built once per process (src/app/services.ts). */
 export interface StepDeps {
@@ -78,7 +79,7 @@ export function beginCall(agent: Agent, name: string, args: unknown, signal: Abo
     args: given,
     signal,
     request_id: randomUUID(),
-    trace_id: randomBytes(16).toString('hex'),
+    trace_id: newTraceId(),
     started: new Date(),
     args_sha256: tooDeep(given)
       ? null

@@ -13,6 +13,7 @@ import type { Config } from '../config.ts';
 import { HTTP_STATUS, isAppError } from '../core/errors.ts';
 import type { PageKit } from './kit.ts';
 import type { WebSession } from './sessions.ts';
+import { isUuid } from '../core/ids.ts';
 
 const PAGE = 50;
 
@@ -141,7 +142,7 @@ function mountExportPages(router: Router, kit: PageKit, guard: RequestHandler[],
   });
 
   const loadExport = async (id: string) =>
-    /^[0-9a-f-]{36}$/i.test(id)
+    isUuid(id)
       ? ((await knex('audit_exports').where({ id }).first()) as
           { id: string; format: string; file_path: string; manifest: unknown } | undefined)
       : undefined;
