@@ -75,9 +75,8 @@ export async function decide(deps: ApprovalDeps, opts: Decision): Promise<Approv
       note,
       created_at: now,
     });
-    return opts.decision === 'reject'
-      ? reject(deps, trx, row, opts.user, now, note)
-      : approve(deps, trx, row, opts.user, now, note);
+    const step = { deps, trx, row, user: opts.user, now, note };
+    return opts.decision === 'reject' ? reject(step) : approve(step);
   });
   if (outcome.refusal) throw outcome.refusal;
   if (outcome.settled) {
@@ -135,14 +134,17 @@ const decisionFacts = (row: RequestRow, user: User) => ({
   result: 'ok' as const,
 });
 
-async function reject(
-  deps: ApprovalDeps,
-  trx: Knex.Transaction,
-  row: RequestRow,
-  user: User,
-  now: string,
-  note: string | null,
-): Promise<Outcome> {
+/** A decision being recorded: on this locked row, by this user, in this transaction. */
+interface Recording {
+  deps: ApprovalDeps;
+  trx: Knex.Transaction;
+  row: RequestRow;
+  user: User;
+  now: string;
+  note: string | null;
+}
+
+async function reject({ deps, trx, row, user, now, note }: Recording): Promise<Outcome> {
   await trx('approval_requests').where({ id: row.id }).update({ status: 'rejected', decided_at: now, note });
   await deps.audit.appendIn(trx, {
     ...decisionFacts(row, user),
@@ -153,14 +155,7 @@ async function reject(
 }
 
 /** One more approval; the last one required issues the approval_id, valid for approval.execute_ttl_s. */
-async function approve(
-  deps: ApprovalDeps,
-  trx: Knex.Transaction,
-  row: RequestRow,
-  user: User,
-  now: string,
-  note: string | null,
-): Promise<Outcome> {
+async function approve({ deps, trx, row, user, now, note }: Recording): Promise<Outcome> {
   const approvers = await approversOf(trx, row.id);
   const tally = { approvals: approvers.length, required: row.required_approvers };
   if (approvers.length < row.required_approvers) {
