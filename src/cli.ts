@@ -210,7 +210,10 @@ async function serve(opts: { stdio?: boolean }): Promise<void> {
 /** Only an installed profile; the profiles directory comes from the configuration. */
 const profile = installedProfile(() => config().policy.profiles_dir);
 
-type ExportOptions = Record<'since' | 'until' | 'agent' | 'tool' | 'kind' | 'result', string | undefined> & {
+type ExportOptions = Record<
+  'since' | 'until' | 'agent' | 'tool' | 'kind' | 'result' | 'target' | 'approval',
+  string | undefined
+> & {
   format?: 'jsonl' | 'csv';
   output?: string;
   force?: boolean;
@@ -388,6 +391,8 @@ function addAuditCommands(audit: Command): void {
     .option('--tool <tool>', 'only rows of this tool')
     .addOption(new Option('--kind <kind>', 'only rows of this kind').choices(CHOICES.kind))
     .addOption(new Option('--result <result>', 'only ok or error rows').choices(CHOICES.result))
+    .option('--target <ref>', 'only rows about this target (contact, group, conversation or tool id)')
+    .option('--approval <id>', 'only rows of this approval (approval_request_id or approval_id)')
     .option(
       '-o, --output <file>',
       'where to write (default audit-<time>.<format>); the manifest goes beside it',
@@ -409,8 +414,11 @@ function addAuditCommands(audit: Command): void {
 async function exportAudit(opts: ExportOptions): Promise<void> {
   const { format, file } = exportTarget(opts);
   const filter = Object.fromEntries(
-    (['since', 'until', 'tool', 'kind', 'result'] as const).filter((k) => opts[k]).map((k) => [k, opts[k]]),
+    (['since', 'until', 'tool', 'kind', 'result', 'approval'] as const)
+      .filter((k) => opts[k])
+      .map((k) => [k, opts[k]]),
   ) as Extract<AdminCommand, { command: 'audit.export' }>['filter'];
+  if (opts.target) filter.target_ref = opts.target;
   const result = await runData(config(), {
     command: 'audit.export',
     format,

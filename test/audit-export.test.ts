@@ -94,6 +94,31 @@ for (const kind of databaseKinds()) {
       assert.ok(await server.services.knex('audit_events').where({ kind: 'checkpoint' }).first());
     });
 
+    it('exports only the rows of one target, or of one approval, and says so in the signed filter', async () => {
+      const byTarget = await exportTo('jsonl', { target_ref: 'ct_wang' });
+      const rows = jsonl(byTarget.file);
+      const expected = await server.services
+        .knex('audit_events')
+        .where({ target_ref: 'ct_wang' })
+        .count('* as n');
+      assert.equal(rows.length, Number(expected[0]!.n));
+      assert.ok(rows.length >= 2, 'the dry run and its approval request');
+      assert.ok(rows.every((r) => r.target_ref === 'ct_wang'));
+      assert.deepEqual([byTarget.manifest.filtered, byTarget.manifest.filter.target_ref], [true, 'ct_wang']);
+      assert.equal((await verifyExport(byTarget.file, byTarget.manifest)).ok, true);
+
+      const requestId = rows.find((r) => r.approval_request_id)!.approval_request_id as string;
+      const byApproval = await exportTo('csv', { approval: requestId });
+      const ofApproval = await server.services
+        .knex('audit_events')
+        .where({ approval_request_id: requestId })
+        .orWhere({ approval_id: requestId });
+      assert.ok(ofApproval.length >= 1);
+      assert.equal(byApproval.manifest.row_count, ofApproval.length);
+      assert.equal(byApproval.manifest.filter.approval, requestId);
+      assert.equal((await verifyExport(byApproval.file, byApproval.manifest)).ok, true);
+    });
+
     it('neutralises CSV cells a spreadsheet would run as formulas', async () => {
       const { file } = await exportTo('csv');
       const text = fs.readFileSync(file, 'utf8');

@@ -107,6 +107,20 @@ for (const kind of databaseKinds()) {
       assert.equal(noCsrf.res.status, 403);
     });
 
+    it("exports with the log page's target filter, not every row", async () => {
+      const page = await auditor.get('/audit?target=ct_nobody_here');
+      const res = await auditor.post('/audit/export', {
+        _csrf: WebClient.field(page.html, '_csrf'),
+        format: 'jsonl',
+        target: 'ct_nobody_here',
+      });
+      assert.equal(res.res.status, 303);
+      const exportPage = await auditor.get(res.res.headers.get('location')!);
+      const id = /\/audit\/exports\/([0-9a-f-]{36})\/file/.exec(exportPage.html)![1]!;
+      const manifest = JSON.parse((await auditor.get(`/audit/exports/${id}/manifest`)).html) as Manifest;
+      assert.deepEqual([manifest.filter.target_ref, manifest.row_count], ['ct_nobody_here', 0]);
+    });
+
     it('keeps chairs out of the audit pages and compliance out of every decision route', async () => {
       assert.equal((await chair.get('/audit')).res.status, 403);
       assert.equal((await chair.get('/audit/verify')).res.status, 403);

@@ -9,5 +9,9 @@ export const ExportFilter = z.strictObject({
   tool: z.string().min(1).optional(),
   kind: AuditKind.optional(),
   result: AuditResult.optional(),
+  /** Rows about this target (a contact, group, conversation or upstream tool id). */
+  target_ref: z.string().min(1).max(256).optional(),
+  /** Rows of this approval, named by its approval_request_id or its approval_id. */
+  approval: z.string().min(1).max(64).optional(),
 });
 export type ExportFilter = z.infer<typeof ExportFilter>;

@@ -32,6 +32,9 @@ async function* pages<T extends { seq: number }>(
     if (filter.tool) q.where('tool', filter.tool);
     if (filter.kind) q.where('kind', filter.kind);
     if (filter.result) q.where('result', filter.result);
+    if (filter.target_ref) q.where('target_ref', filter.target_ref);
+    const approval = filter.approval;
+    if (approval) q.where((w) => w.where('approval_id', approval).orWhere('approval_request_id', approval));
     const page = q.then((rows: Record<string, unknown>[]) => ({ rows: rows.map(map), upto }));
     page.catch(() => {}); // awaited below; a page nobody waits for any more must not go unhandled
     return page;

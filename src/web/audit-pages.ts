@@ -107,7 +107,7 @@ function mountExportPages(router: Router, kit: PageKit, guard: RequestHandler[],
   router.post('/audit/export', ...guard, kit.requireCsrf, async (req, res) => {
     const body = req.body as Record<string, string | undefined>;
     const format = body.format === 'csv' ? 'csv' : 'jsonl';
-    const { since, until, agent, tool, kind, result } = filtersOf(body as Request['query']);
+    const { since, until, agent, tool, kind, result, target, approval } = filtersOf(body as Request['query']);
     const id = randomUUID();
     fs.mkdirSync(exportsDir, { recursive: true });
     const session = res.locals.session as WebSession;
@@ -116,7 +116,7 @@ function mountExportPages(router: Router, kit: PageKit, guard: RequestHandler[],
     try {
       ({ manifest, path: file } = await exportToFile(deps.checkpoints, {
         format,
-        filter: { since, until, agent, tool, kind, result },
+        filter: { since, until, agent, tool, kind, result, target_ref: target, approval },
         path: path.join(exportsDir, `${id}.${format}`),
         name: `audit-${id}.${format}`,
         actor: session.user.name,
