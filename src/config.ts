@@ -98,6 +98,12 @@ export const ConfigSchema = z
         required_approvers: z.record(z.string(), z.number().int().min(1).max(5)).default({}),
         /** How often expiry and reconciliation run. */
         maintenance_interval_s: z.number().int().positive().default(30),
+        /** How long an idempotency_key is remembered (SPEC §6: at least 24 h; default 7 days). */
+        idempotency_retention_s: z
+          .number()
+          .int()
+          .min(24 * 3600, 'at least 86400 (24 h): an agent may retry a write for a day')
+          .default(7 * 24 * 3600),
       })
       .prefault({}),
     limits: z
@@ -247,6 +253,7 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_EXECUTE_TTL_S: { path: ['approval', 'execute_ttl_s'], kind: 'int' },
   COUNTERSIGN_REQUIRED_APPROVERS: { path: ['approval', 'required_approvers'], kind: 'map' },
   COUNTERSIGN_MAINTENANCE_INTERVAL_S: { path: ['approval', 'maintenance_interval_s'], kind: 'int' },
+  COUNTERSIGN_IDEMPOTENCY_RETENTION_S: { path: ['approval', 'idempotency_retention_s'], kind: 'int' },
   COUNTERSIGN_CALL_TIMEOUT_MS: { path: ['limits', 'call_timeout_ms'], kind: 'int' },
   COUNTERSIGN_MAX_MESSAGE_BYTES: { path: ['limits', 'max_message_bytes'], kind: 'int' },
   COUNTERSIGN_RATE_LIMIT_PER_MIN: { path: ['policy', 'rate_limit_per_min'], kind: 'int' },

@@ -107,5 +107,35 @@ for (const kind of databaseKinds()) {
       const sameDraft = await send('the approved words');
       assert.deepEqual([sameDraft.ok, sameDraft.send_status], [true, 'planned']);
     });
+
+    it('forgets idempotency keys after the retention (7 days by default), and only those', async () => {
+      const knex = server.services.knex;
+      const [used] = await knex('idempotency_keys').where({ key: 'seam-key-1' });
+      assert.ok(used, 'the key of the test before');
+      const day = 24 * 3600 * 1000;
+      const aged = (key: string, ageMs: number) => ({
+        ...used,
+        key,
+        created_at: new Date(Date.now() - ageMs).toISOString(),
+      });
+      await knex('idempotency_keys').insert([
+        aged('seam-old', 7 * day + 60_000),
+        aged('seam-young', 6 * day),
+      ]);
+      await server.services.maintain();
+      const left = (await knex('idempotency_keys').whereLike('key', 'seam-%').pluck('key')) as string[];
+      assert.deepEqual(left.sort(), ['seam-key-1', 'seam-young']);
+      // The approval behind a forgotten key stays spent: a retry is refused, never written twice.
+      const retry = await call(agent, 'isphere_send_message', {
+        target_type: 'contact',
+        target_id: 'ct_alice',
+        content_text: 'the approved words',
+        idempotency_key: 'seam-old',
+        dry_run: false,
+        approval_id: (await knex('approval_requests').where({ id: used.approval_request_id }).first())
+          .approval_id,
+      });
+      assert.deepEqual([retry.error?.code, retry.error?.reason], ['APPROVAL_REQUIRED', 'consumed']);
+    });
   });
 }

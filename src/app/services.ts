@@ -260,6 +260,7 @@ async function maintainOnce(deps: PeriodicDeps, log: Logger): Promise<void> {
             : Promise.resolve(undefined),
       log,
     );
+    await deps.approvals.purgeIdempotencyKeys();
     await deps.memory.purge();
     await deps.limiter.purge();
   } catch (err) {

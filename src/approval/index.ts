@@ -5,7 +5,7 @@ import { decide } from './decide.ts';
 import { countByStatus, listForReview, showForReview, type QueueFilter } from './review.ts';
 import type { ApprovalDeps } from './deps.ts';
 import { beginExecution, finishExecution, type ExecutionOutcome, type ExecutionRequest } from './execute.ts';
-import { expireDue, reconcileStale, type WriteLookup } from './maintenance.ts';
+import { expireDue, purgeIdempotencyKeys, reconcileStale, type WriteLookup } from './maintenance.ts';
 import { getOwnApproval, listOwnApprovals, requestApproval, type DraftWrite } from './request.ts';
 import type { ApprovalStatus, RequestRow } from './view.ts';
 
@@ -31,6 +31,7 @@ export function createApprovals(deps: ApprovalDeps) {
       ctx: { request_id?: string; trace_id?: string; source?: string },
     ) => finishExecution(deps, row, outcome, ctx),
     expireDue: () => expireDue(deps),
+    purgeIdempotencyKeys: () => purgeIdempotencyKeys(deps),
     reconcile: (lookup: WriteLookup, log: Logger) => reconcileStale(deps, lookup, log),
   };
 }

@@ -20,6 +20,15 @@ export async function expireDue(deps: ApprovalDeps): Promise<number> {
 }
 
 /**
+ * Forgets idempotency keys older than approval.idempotency_retention_s: a retry after that is a new
+ * write that needs its own approval (the approval_id itself stays single-use for ever).
+ */
+export async function purgeIdempotencyKeys(deps: ApprovalDeps): Promise<number> {
+  const before = new Date(Date.now() - deps.config.approval.idempotency_retention_s * 1000).toISOString();
+  return deps.knex('idempotency_keys').where('created_at', '<', before).delete();
+}
+
+/**
  * Asks the connector an execution went to (its `source`) whether the write keyed by an approval_id
  * happened: found, definitely not, or undefined when it cannot tell (or the source is gone).
  */
