@@ -133,7 +133,7 @@ for (const kind of databaseKinds()) {
     });
 
     describe('detects and locates tampering', () => {
-      let base: { file: string; manifest: Manifest };
+      let base: { file: string; manifest: Manifest; text: string[] };
       let lines: Line[];
       const tampered = async (mutate: (lines: Line[]) => Line[], manifest?: Manifest, pubkey?: string) => {
         const file = path.join(dir, `tampered-${Math.random().toString(36).slice(2)}.jsonl`);
@@ -142,7 +142,8 @@ for (const kind of databaseKinds()) {
       };
 
       before(async () => {
-        base = await exportTo('jsonl');
+        const exported = await exportTo('jsonl');
+        base = { ...exported, text: fs.readFileSync(exported.file, 'utf8').split('\n') };
         lines = jsonl(base.file);
         assert.ok(lines.length >= 8);
       });
@@ -160,13 +161,57 @@ for (const kind of databaseKinds()) {
         }
       });
 
-      it('still verifies an export written with the fields in column order, and finds a change in it', async () => {
-        const inColumnOrder = (ls: Line[]) =>
-          ls.map((l) => Object.fromEntries(EXPORT_COLUMNS.map((c) => [c, l[c]])) as Line);
-        assert.equal((await tampered(inColumnOrder)).ok, true);
-        const report = await tampered((ls) => ((ls[2]!.actor = 'someone else'), inColumnOrder(ls)));
-        assert.equal(report.first_bad?.line, 3);
-        assert.match(report.first_bad!.reason, /hash mismatch/);
+      /** Verifies the export with line `index` (0-based) rewritten by `edit`, every other byte as exported. */
+      const textEdited = async (index: number, edit: (line: string) => string) => {
+        const text = fs.readFileSync(base.file, 'utf8').split('\n');
+        text[index] = edit(text[index]!);
+        const file = path.join(dir, `edited-${Math.random().toString(36).slice(2)}.jsonl`);
+        fs.writeFileSync(file, text.join('\n'));
+        return verifyExport(file, base.manifest);
+      };
+
+      it('refuses a line that is not byte for byte its row, even where the hash still holds', async () => {
+        const seq = lines[4]!.seq;
+        const edits: [string, (line: string) => string][] = [
+          ['a field added', (l) => l.replace('{', '{"x":1,')],
+          ['a field removed', (l) => l.replace(/"event_id":"[^"]*",/, '')],
+          ['a null field removed', (l) => l.replace(/"[a-z_]+":null,/, '')],
+          ['a field renamed', (l) => l.replace('"actor":', '"Actor":')],
+          [
+            'fields re-ordered',
+            (l) => JSON.stringify(Object.fromEntries(Object.entries(JSON.parse(l)).reverse())),
+          ],
+          ['a number written another way', (l) => l.replace(`"seq":${seq}`, `"seq":${seq}.0`)],
+          ['white space', (l) => l.replace('"kind":', '"kind": ')],
+          ['a CR before the LF', (l) => `${l}\r`],
+        ];
+        for (const [what, edit] of edits) {
+          assert.notEqual(edit(base.text[4]!), base.text[4], `${what}: the edit changes the line`);
+          const report = await textEdited(4, edit);
+          assert.equal(report.ok, false, what);
+          assert.deepEqual([report.first_bad?.line, report.first_bad?.seq], [5, seq], what);
+          assert.match(report.first_bad!.reason, /canonical form|hash mismatch|not a valid row/, what);
+        }
+        // The ones whose content still hashes are named for what they are.
+        for (const edit of [edits[0]![1], edits[4]![1], edits[6]![1]]) {
+          assert.match((await textEdited(4, edit)).first_bad!.reason, /not the canonical form/);
+        }
+      });
+
+      it('refuses a CSV cell written another way than the exporter writes it', async () => {
+        const csv = await exportTo('csv');
+        const text = fs.readFileSync(csv.file, 'utf8').split('\n');
+        const row = text[3]!;
+        // The first cell (seq) quoted: the same value, other bytes.
+        const requoted = row.replace(/^(\d+),/, '"$1",');
+        assert.notEqual(requoted, row);
+        const file = path.join(dir, `edited-${Math.random().toString(36).slice(2)}.csv`);
+        fs.writeFileSync(file, [...text.slice(0, 3), requoted, ...text.slice(4)].join('\n'));
+        const report = await verifyExport(file, csv.manifest);
+        assert.equal(report.ok, false);
+        assert.equal(report.first_bad?.line, 4);
+        assert.match(report.first_bad!.reason, /not the canonical form/);
+        assert.equal((await verifyExport(csv.file, csv.manifest)).ok, true, 'the export as written verifies');
       });
 
       it('one byte flipped in each field of a row: hash mismatch at that row', async () => {

@@ -5,7 +5,7 @@ import { stringify } from 'csv-stringify/sync';
 import type { AuditRow } from './chain.ts';
 import { createCheckpoint, type Checkpoint, type CheckpointDeps } from './checkpoints.ts';
 import { exportLines, exportPages } from './export-pages.ts';
-import { EXPORT_COLUMNS, toCsvRecord } from './format.ts';
+import { EXPORT_COLUMNS, toCsvLine } from './format.ts';
 import { ExportFilter } from './export-filter.ts';
 import { AppError, isAppError } from '../core/errors.ts';
 
@@ -41,7 +41,7 @@ async function* csvLines(pages: AsyncIterable<AuditRow[]>) {
     yield page.map((row) => ({
       seq: row.seq,
       hash: row.hash,
-      line: stringify([toCsvRecord(row)], { quoted_string: true, cast: { boolean: (v) => String(v) } }),
+      line: toCsvLine(row),
     }));
   }
 }

@@ -1,3 +1,4 @@
+import { stringify } from 'csv-stringify/sync';
 import { z } from 'zod';
 import { AuditRow, canonicalRow } from './chain.ts';
 
@@ -47,6 +48,10 @@ export function toCsvRecord(row: AuditRow): (string | number | boolean | null)[]
     return neutralise(String(v));
   });
 }
+
+/** One CSV line of a row, exactly as an export writes it (the verifier compares lines with it). */
+export const toCsvLine = (row: AuditRow): string =>
+  stringify([toCsvRecord(row)], { quoted_string: true, cast: { boolean: (v) => String(v) } });
 
 /** Rebuilds a row from CSV cells; `quoted[i]` tells an empty string ("") from null (empty, unquoted). */
 export function fromCsvRecord(cells: string[], quoted: boolean[]): ExportedRow {

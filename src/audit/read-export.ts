@@ -3,7 +3,16 @@ import fs from 'node:fs';
 import { parse } from 'csv-parse';
 import { z } from 'zod';
 import { chainHash } from './chain.ts';
-import { EXPORT_COLUMNS, fromCsvRecord, fromJsonLine, JSONL_TAIL_BYTES, type ExportedRow } from './format.ts';
+import type { AuditRow } from './chain.ts';
+import {
+  EXPORT_COLUMNS,
+  fromCsvRecord,
+  fromJsonLine,
+  JSONL_TAIL_BYTES,
+  toCsvLine,
+  toJsonLine,
+  type ExportedRow,
+} from './format.ts';
 
 /** What the verifier needs of one row: where it is, its seq and links, and whether its hash holds. */
 export interface RowFacts {
@@ -12,6 +21,11 @@ export interface RowFacts {
   prev_hash: string;
   hash: string;
   hashValid: boolean;
+  /**
+   * Set when the row's content holds but its line is not byte for byte what the exporter writes for it
+   * (a field added, removed, renamed or re-ordered, a number or white space reformatted): tampering too.
+   */
+  notCanonical?: true;
 }
 
 /** One line of an export: a row's facts, or why it is not a row. */
@@ -24,14 +38,22 @@ function problemOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-function factsOf(line: number, row: ExportedRow): Item {
+/**
+ * The facts of a row read by parsing. `canonical` says whether the line was exactly the exporter's
+ * text for this row; a line that is not is refused even when its hash holds, since the hash covers the
+ * row's canonical form, not the bytes a reader was handed.
+ */
+function factsOf(line: number, row: ExportedRow, canonical: (row: AuditRow) => boolean): Item {
   let hashValid: boolean;
   try {
     hashValid = chainHash(row.prev_hash, row) === row.hash;
   } catch (err) {
     return { line, error: `not a valid row (${problemOf(err)})` };
   }
-  return { line, facts: { line, seq: row.seq, prev_hash: row.prev_hash, hash: row.hash, hashValid } };
+  const facts: RowFacts = { line, seq: row.seq, prev_hash: row.prev_hash, hash: row.hash, hashValid };
+  // With a valid hash every hashed field is present and as stored, so the row can be written again.
+  if (hashValid && !canonical(row as unknown as AuditRow)) facts.notCanonical = true;
+  return { line, facts };
 }
 
 const TAIL_OPEN = Buffer.from(',"prev_hash":"');
@@ -82,23 +104,25 @@ function canonicalLine(line: number, buf: Buffer, from: number, to: number): Ite
 function jsonlItem(line: number, buf: Buffer, from: number, to: number): Item {
   const fast = canonicalLine(line, buf, from, to);
   if (fast) return fast;
+  const text = buf.toString('utf8', from, to);
   let row: ExportedRow;
   try {
-    row = fromJsonLine(buf.toString('utf8', from, to));
+    row = fromJsonLine(text);
   } catch (err) {
     const what = err instanceof z.ZodError ? 'not a valid row' : 'not a JSON row';
     return { line, error: `${what} (${problemOf(err)})` };
   }
-  return factsOf(line, row);
+  // Not canonical by the fast path's test; parsed, the row says whether its content or only its form changed.
+  return factsOf(line, row, (r) => toJsonLine(r) === `${text}\n`);
 }
 
 /** JSONL rows, a chunk of the file at a time; lines split on LF (a CR before it dropped), blank ones skipped. */
 async function* jsonlItems(file: string): AsyncGenerator<Item[]> {
   let line = 0;
   let rest: Buffer = Buffer.alloc(0);
+  // A CR before the LF is kept in the line: the exporter writes none, so such a line is not canonical.
   const push = (items: Item[], buf: Buffer, from: number, to: number) => {
     line++;
-    if (to > from && buf[to - 1] === 13) to--;
     if (to > from) items.push(jsonlItem(line, buf, from, to));
   };
   for await (const chunk of fs.createReadStream(file, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>) {
@@ -120,13 +144,18 @@ async function* jsonlItems(file: string): AsyncGenerator<Item[]> {
 }
 
 async function* csvItems(file: string): AsyncGenerator<Item[]> {
-  const parser = fs
-    .createReadStream(file)
-    .pipe(
-      parse({ cast: (value, context) => ({ value, quoted: context.quoting }), relax_column_count: true }),
-    );
+  const parser = fs.createReadStream(file).pipe(
+    parse({
+      cast: (value, context) => ({ value, quoted: context.quoting }),
+      relax_column_count: true,
+      raw: true,
+    }),
+  );
   let line = 0;
-  for await (const cells of parser as AsyncIterable<{ value: string; quoted: boolean }[]>) {
+  for await (const { record: cells, raw } of parser as AsyncIterable<{
+    record: { value: string; quoted: boolean }[];
+    raw: string;
+  }>) {
     line++;
     if (line === 1) {
       if (cells.map((c) => c.value).join(',') !== EXPORT_COLUMNS.join(','))
@@ -143,7 +172,7 @@ async function* csvItems(file: string): AsyncGenerator<Item[]> {
       yield [{ line, error: `not a valid row (${problemOf(err)})` }];
       continue;
     }
-    yield [factsOf(line, row)];
+    yield [factsOf(line, row, (r) => toCsvLine(r) === raw)];
   }
 }
 

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { GENESIS_HASH } from './chain.ts';
 import { checkpointSignatureValid } from './checkpoints.ts';
 import type { Manifest } from './export.ts';
-import { readExport } from './read-export.ts';
+import { readExport, type RowFacts } from './read-export.ts';
 import { keyIdOf, verifySignature } from './signing.ts';
 
 export interface ExportReport {
@@ -67,14 +67,7 @@ export async function verifyExport(
       }
       const row = item.facts;
       hashes += `${row.hash}\n`;
-      let problem: string | undefined;
-      if (!row.hashValid) problem = 'hash mismatch: the row was changed';
-      else if (prev && row.seq <= prev.seq) problem = `reordered: seq ${row.seq} after seq ${prev.seq}`;
-      else if (!manifest.filtered && row.seq !== (prev ? prev.seq + 1 : 1)) {
-        problem = `missing row: expected seq ${prev ? prev.seq + 1 : 1}, found ${row.seq}`;
-      } else if (!manifest.filtered && row.prev_hash !== (prev?.hash ?? GENESIS_HASH)) {
-        problem = 'prev_hash mismatch: a row before it was removed, inserted or changed';
-      }
+      const problem = rowProblem(row, prev, manifest.filtered);
       if (problem) fail(item.line, row.seq, problem);
       else if (!report.first_bad) report.valid++;
       prev = { seq: row.seq, hash: row.hash };
@@ -102,6 +95,25 @@ export async function verifyExport(
   }
   report.ok = !report.first_bad;
   return report;
+}
+
+/** What is wrong with one row read from an export, given the row before it; undefined when nothing. */
+function rowProblem(row: RowFacts, prev: { seq: number; hash: string } | null, filtered: boolean) {
+  if (!row.hashValid) return 'hash mismatch: the row was changed';
+  if (row.notCanonical) {
+    return (
+      'not the canonical form of its row: a field added, removed, renamed or re-ordered, or a value or ' +
+      'white space written differently'
+    );
+  }
+  if (prev && row.seq <= prev.seq) return `reordered: seq ${row.seq} after seq ${prev.seq}`;
+  if (!filtered && row.seq !== (prev ? prev.seq + 1 : 1)) {
+    return `missing row: expected seq ${prev ? prev.seq + 1 : 1}, found ${row.seq}`;
+  }
+  if (!filtered && row.prev_hash !== (prev?.hash ?? GENESIS_HASH)) {
+    return 'prev_hash mismatch: a row before it was removed, inserted or changed';
+  }
+  return undefined;
 }
 
 export function describeReport(r: ExportReport): string {
