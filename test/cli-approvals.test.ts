@@ -104,5 +104,31 @@ for (const kind of databaseKinds()) {
       const rejected = await runCli(['approvals', 'list', '--as', 'nadia', '--status', 'rejected'], chair);
       assert.match(rejected.stdout, new RegExp(draft2.approval.approval_request_id));
     });
+
+    it('counts wrong passwords at the CLI like the web form: audited, then locked out, the right one included', async () => {
+      const made = await runCli(['user', 'add', 'lena', '--role', 'chair'], server.env, {
+        input: 'lena-right-password\n',
+      });
+      assert.equal(made.code, 0, made.stderr);
+      const list = (password: string) => runCli(['approvals', 'list', '--as', 'lena'], as('lena', password));
+      // The default limit: 5 failures in 15 minutes per user name.
+      for (let i = 0; i < 5; i++) {
+        const wrong = await list(`wrong-${i}`);
+        assert.equal(wrong.code, 1);
+        assert.match(wrong.stderr, /wrong user name or password/);
+      }
+      const locked = await list('lena-right-password');
+      assert.equal(locked.code, 1, 'the right password is refused while locked out');
+      assert.match(locked.stderr, /too many failed sign-ins/);
+      const rows = await server.services
+        .knex('audit_events')
+        .where({ kind: 'user.login_failed', actor: 'lena' });
+      assert.equal(rows.length, 5);
+      for (const row of rows) {
+        const details = typeof row.details === 'string' ? JSON.parse(row.details) : row.details;
+        assert.equal(details.via, 'cli');
+        assert.match(details.ip, /^cli@/);
+      }
+    });
   });
 }

@@ -1,3 +1,4 @@
+import os from 'node:os';
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { BlobStore } from '../connectors/local/blobs.ts';
@@ -15,7 +16,8 @@ import { publicBaseUrl, type Config } from '../config.ts';
 import { createAgent, listAgents, revokeAgent, updateAgent } from '../accounts/agents.ts';
 import { AppError } from '../core/errors.ts';
 import { loadProfiles } from '../server/profiles.ts';
-import { checkCredentials, createUser } from '../accounts/users.ts';
+import { signIn } from '../accounts/sign-in.ts';
+import { createUser } from '../accounts/users.ts';
 import { AgentName, Role, UserName, type User } from '../core/identity.ts';
 
 /**
@@ -100,10 +102,31 @@ function checkProfile(name: string | undefined, dir?: string): void {
   }
 }
 
-async function signIn(deps: AdminDeps, name: string, password: string): Promise<User> {
-  const user = await checkCredentials(deps.knex, name, password);
-  if (!user) throw new AppError('NOT_LOGGED_IN', `wrong user name or password for "${name}"`);
-  return user;
+/**
+ * `--as USER`: the same sign-in as the web form's, with the same limits and the same user.login_failed
+ * rows; the origin is this host's command line, so failures there lock it out as one client address.
+ */
+async function signInAs(deps: AdminDeps, name: string, password: string): Promise<User> {
+  const outcome = await signIn(
+    {
+      knex: deps.knex,
+      audit: createAuditLog(deps.knex),
+      limits: {
+        perUser: deps.config.web.login_failures_per_user,
+        perIp: deps.config.web.login_failures_per_ip,
+      },
+    },
+    { name, password, origin: `cli@${os.hostname()}`, via: 'cli' },
+  );
+  if (!('refused' in outcome)) return outcome.user;
+  if (outcome.refused === 'locked_out') {
+    throw new AppError(
+      'NOT_LOGGED_IN',
+      `too many failed sign-ins for "${name}" (or from this host): wait 15 minutes, then try again`,
+      'locked_out',
+    );
+  }
+  throw new AppError('NOT_LOGGED_IN', `wrong user name or password for "${name}"`, 'wrong_password');
 }
 
 function approvalsOf(deps: AdminDeps) {
@@ -120,7 +143,7 @@ type Command<K extends AdminCommand['command']> = Extract<AdminCommand, { comman
 
 /** A chair's decision; a refusal keeps its reason, in its message too (the CLI prints that). */
 async function decideCommand(deps: AdminDeps, cmd: Command<'approvals.decide'>) {
-  const user = await signIn(deps, cmd.as, cmd.password);
+  const user = await signInAs(deps, cmd.as, cmd.password);
   try {
     const { id, decision, note } = cmd;
     return { approval: await approvalsOf(deps).decide({ id, user, decision, note }) };
@@ -180,12 +203,12 @@ const HANDLERS = {
   },
   'user.add': async (deps, cmd) => ({ user: await createUser(deps.knex, cmd) }),
   'approvals.list': async (deps, cmd) => {
-    await signIn(deps, cmd.as, cmd.password);
+    await signInAs(deps, cmd.as, cmd.password);
     const status = ApprovalStatus.parse(cmd.status ?? 'pending');
     return { approvals: await approvalsOf(deps).listForReview({ status }) };
   },
   'approvals.show': async (deps, cmd) => {
-    await signIn(deps, cmd.as, cmd.password);
+    await signInAs(deps, cmd.as, cmd.password);
     const shown = await approvalsOf(deps).showForReview(cmd.id);
     if (!shown) throw new AppError('NOT_FOUND', `no approval request ${cmd.id}`);
     return { approval: shown };

@@ -1,11 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import type { CookieOptions, Response, Router } from 'express';
 import type { Knex } from 'knex';
-import { checkCredentials } from '../accounts/users.ts';
+import { signIn } from '../accounts/sign-in.ts';
 import type { AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import type { PageKit } from './kit.ts';
-import { loginBlocked } from './login-limit.ts';
 import { readCookies, SESSION_COOKIE, tokensMatch, type SessionStore } from './sessions.ts';
 
 const LOGIN_COOKIE = 'cs_login';
@@ -57,20 +56,16 @@ export function mountLoginPages(router: Router, kit: PageKit, deps: LoginDeps): 
       perUser: deps.config.web.login_failures_per_user,
       perIp: deps.config.web.login_failures_per_ip,
     };
-    if (await loginBlocked(deps.knex, { name, ip, ...limits })) {
+    const outcome = await signIn(
+      { knex: deps.knex, audit: deps.audit, limits },
+      { name, password: String(body.password ?? ''), origin: ip, via: 'web' },
+    );
+    if ('refused' in outcome && outcome.refused === 'locked_out') {
       res.set('Retry-After', '900');
       return again(429, 'Too many failed sign-ins. Wait 15 minutes, then try again.');
     }
-    const user = name ? await checkCredentials(deps.knex, name, String(body.password ?? '')) : undefined;
-    if (!user) {
-      await deps.audit.append({
-        kind: 'user.login_failed',
-        actor: name.slice(0, 64) || null,
-        result: 'error',
-        details: { ip },
-      });
-      return again(401, 'Wrong user name or password.');
-    }
+    if ('refused' in outcome) return again(401, 'Wrong user name or password.');
+    const { user } = outcome;
     const created = await deps.sessions.create(user);
     await deps.sessions.destroy(res.locals.sessionId as string | undefined);
     await deps.audit.append({ kind: 'user.login', actor: user.name, result: 'ok', details: { ip } });
