@@ -32,6 +32,8 @@ import { VERSION } from './server/version.ts';
 
 const out = (line: string) => process.stdout.write(`${line}\n`);
 const err = (line: string) => process.stderr.write(`${line}\n`);
+/** Who acts, in audit rows of commands run here: the OS user and the host. */
+const cliActor = () => `cli:${os.userInfo().username}@${os.hostname()}`;
 
 /** The reason of a command line that cannot be right whatever the data: exit code 2, like commander's. */
 const USAGE = 'usage';
@@ -41,6 +43,7 @@ const usageError = (message: string) => new AppError('CONFIG_INVALID', message, 
 const NEEDS_EXISTING = new Set<AdminCommand['command']>([
   'agent.list',
   'agent.set',
+  'agent.rotate',
   'agent.revoke',
   'audit.export',
   'audit.verify_db',
@@ -368,6 +371,19 @@ function addAgentCommands(agent: Command): void {
           `${a.name}\t${a.id}\tprofile=${a.profile}\t${a.revoked_at ? `revoked ${a.revoked_at}` : 'active'}`,
         );
       }
+    });
+  agent
+    .command('rotate')
+    .argument('<name>')
+    .description(
+      'give an agent a new token, printed once alone on the last line; the old one is refused at once',
+    )
+    .action(async (name: string) => {
+      const result = await runData(config(), { command: 'agent.rotate', name, actor: cliActor() });
+      err(
+        `agent "${name}" has a new token; the old one is refused from now on. Keep this one, it is not shown again:`,
+      );
+      out(result.token);
     });
   agent
     .command('revoke')

@@ -3,6 +3,9 @@ import type { Knex } from 'knex';
 import { AppError } from '../core/errors.ts';
 import { AgentName, type Agent } from '../core/identity.ts';
 
+/** An agent token: 256 random bits, recognisable by its prefix. */
+const newToken = () => `cs_${randomBytes(32).toString('base64url')}`;
+
 /** Tokens carry 256 random bits; only their SHA-256 is stored, so a plain hash is enough. */
 export const hashToken = (token: string) => createHash('sha256').update(token).digest('hex');
 
@@ -13,7 +16,7 @@ export async function createAgent(
   opts: { name: string; profile?: string; owner?: string | null; rate_limit_per_min?: number | null },
 ): Promise<{ agent: Agent; token: string }> {
   const name = AgentName.parse(opts.name);
-  const token = `cs_${randomBytes(32).toString('base64url')}`;
+  const token = newToken();
   const agent: Agent = {
     id: randomUUID(),
     name,
@@ -53,6 +56,24 @@ export async function revokeAgent(knex: Knex, name: string): Promise<boolean> {
     .whereNull('revoked_at')
     .update({ revoked_at: knex.fn.now() });
   return n > 0;
+}
+
+/**
+ * A new token for an active agent, stored as its hash in place of the old one: the old token is refused
+ * from the moment this commits (on every replica: the agents trigger announces the change). Undefined
+ * when no active agent has the name.
+ */
+export async function rotateAgentToken(
+  knex: Knex | Knex.Transaction,
+  name: string,
+): Promise<{ agent_id: string; token: string } | undefined> {
+  const token = newToken();
+  const [row] = (await knex('agents')
+    .where({ name })
+    .whereNull('revoked_at')
+    .update({ token_hash: hashToken(token) })
+    .returning('id')) as { id: string }[];
+  return row && { agent_id: row.id, token };
 }
 
 export async function authenticate(

@@ -13,7 +13,7 @@ import { ExportFilter } from '../audit/export.ts';
 import { exportToFile } from '../audit/export-file.ts';
 import { createAuditLog } from '../audit/log.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
-import { createAgent, listAgents, revokeAgent, updateAgent } from '../accounts/agents.ts';
+import { createAgent, listAgents, revokeAgent, rotateAgentToken, updateAgent } from '../accounts/agents.ts';
 import { AppError } from '../core/errors.ts';
 import { loadProfiles } from '../server/profiles.ts';
 import { signIn } from '../accounts/sign-in.ts';
@@ -44,6 +44,7 @@ export const AdminCommand = z.discriminatedUnion('command', [
   }),
   z.strictObject({ command: z.literal('agent.list') }),
   z.strictObject({ command: z.literal('agent.revoke'), name: z.string().min(1) }),
+  z.strictObject({ command: z.literal('agent.rotate'), name: z.string().min(1), actor: z.string().min(1) }),
   z.strictObject({
     command: z.literal('user.add'),
     name: UserName,
@@ -154,6 +155,22 @@ async function decideCommand(deps: AdminDeps, cmd: Command<'approvals.decide'>) 
   }
 }
 
+/** A new token for an agent; the change and its audit row commit together. */
+async function rotateCommand(deps: AdminDeps, cmd: Command<'agent.rotate'>) {
+  return deps.knex.transaction(async (trx) => {
+    const rotated = await rotateAgentToken(trx, cmd.name);
+    if (!rotated) throw new AppError('NOT_FOUND', `no active agent named "${cmd.name}"`, 'unknown_agent');
+    await createAuditLog(deps.knex).appendIn(trx, {
+      kind: 'agent.token_rotated',
+      actor: cmd.actor,
+      agent_id: rotated.agent_id,
+      result: 'ok',
+      details: { agent: cmd.name },
+    });
+    return { token: rotated.token };
+  });
+}
+
 /** Writes an export and its manifest (FILE.manifest.json) where the operator asked. */
 async function exportCommand(deps: AdminDeps, cmd: Command<'audit.export'>) {
   const { path, manifest_path, manifest } = await exportToFile(
@@ -196,6 +213,7 @@ const HANDLERS = {
       throw new AppError('NOT_FOUND', `no active agent named "${cmd.name}"`);
     return { revoked: cmd.name };
   },
+  'agent.rotate': rotateCommand,
   'audit.export': exportCommand,
   'audit.verify_db': async (deps) => {
     const { ok, summary } = await verifyDatabase(deps.knex);

@@ -12,6 +12,7 @@ export const AuditKind = z.enum([
   'write.succeeded',
   'write.failed',
   'write.unknown',
+  'agent.token_rotated',
   'user.login',
   'user.login_failed',
   'export.created',
