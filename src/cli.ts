@@ -44,6 +44,10 @@ const NEEDS_EXISTING = new Set<AdminCommand['command']>([
   'agent.list',
   'agent.set',
   'agent.rotate',
+  'user.list',
+  'user.set',
+  'user.reset_password',
+  'user.disable',
   'agent.revoke',
   'audit.export',
   'audit.verify_db',
@@ -495,6 +499,46 @@ function addUserCommands(user: Command): void {
         password,
       });
       out(`user "${created.name}" created with roles ${created.roles.join(', ')}`);
+    });
+  user
+    .command('list')
+    .description('list users: name, roles, active or disabled')
+    .action(async () => {
+      const { users } = await runData(config(), { command: 'user.list' });
+      for (const u of users) {
+        out(`${u.name}\t${u.roles.join(',')}\t${u.disabled_at ? `disabled ${u.disabled_at}` : 'active'}`);
+      }
+    });
+  user
+    .command('set')
+    .argument('<name>')
+    .requiredOption('--role <roles>', 'the new roles: chair, compliance, admin (comma-separated)', roles)
+    .description("change a user's roles (the last active admin keeps admin)")
+    .action(async (name: string, opts: { role: Role[] }) => {
+      const result = await runData(config(), {
+        command: 'user.set',
+        name,
+        roles: opts.role,
+        actor: cliActor(),
+      });
+      out(`user "${result.user}" now has roles ${result.roles.join(', ')}`);
+    });
+  user
+    .command('reset-password')
+    .argument('<name>')
+    .description("set a user's password, read from stdin (first line); their web sessions end")
+    .action(async (name: string) => {
+      const password = await readSecretLine(`new password for ${name}: `);
+      await runData(config(), { command: 'user.reset_password', name, password, actor: cliActor() });
+      out(`password of user "${name}" reset; their web sessions have ended`);
+    });
+  user
+    .command('disable')
+    .argument('<name>')
+    .description('disable a user: sign-ins are refused and sessions end at once (not the last active admin)')
+    .action(async (name: string) => {
+      await runData(config(), { command: 'user.disable', name, actor: cliActor() });
+      out(`user "${name}" disabled`);
     });
 }
 

@@ -77,3 +77,74 @@ export async function checkCredentials(
   const roles = typeof row.roles === 'string' ? JSON.parse(row.roles) : row.roles;
   return { id: row.id, name: row.name, roles: z.array(Role).parse(roles) };
 }
+
+const rolesOf = (raw: unknown) => z.array(Role).parse(typeof raw === 'string' ? JSON.parse(raw) : raw);
+
+/** Every user, by name, with roles and whether disabled (never a password hash). */
+export async function listUsers(knex: Knex) {
+  const rows = (await knex('users').select('name', 'roles', 'disabled_at').orderBy('name')) as {
+    name: string;
+    roles: unknown;
+    disabled_at: Date | string | null;
+  }[];
+  return rows.map((r) => ({
+    name: r.name,
+    roles: rolesOf(r.roles),
+    disabled_at: r.disabled_at === null ? null : new Date(r.disabled_at).toISOString(),
+  }));
+}
+
+/** A change to a user: new roles, a new password, or disabling (sign-ins and sessions end at once). */
+export type UserChange = { roles: Role[] } | { password: string } | { disable: true };
+
+/**
+ * Applies `change` to the active user `name` in `trx` (the caller's transaction, with its audit row).
+ * Refused: an unknown or disabled user (NOT_FOUND), and leaving the server without an active admin
+ * (CONFLICT, last_admin). Returns the roles before and after.
+ */
+export async function changeUser(
+  trx: Knex.Transaction,
+  name: string,
+  change: UserChange,
+): Promise<{ id: string; before: Role[]; after: Role[] }> {
+  const row = (await trx('users').where({ name }).whereNull('disabled_at').forUpdate().first()) as
+    { id: string; roles: unknown } | undefined;
+  if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
+  const before = rolesOf(row.roles);
+  const after =
+    'roles' in change
+      ? z
+          .array(Role)
+          .min(1)
+          .parse([...new Set(change.roles)])
+      : before;
+  const losesAdmin = before.includes('admin') && ('disable' in change || !after.includes('admin'));
+  if (losesAdmin && (await otherActiveAdmins(trx, row.id)) === 0) {
+    throw new AppError(
+      'CONFLICT',
+      `"${name}" is the last active admin: add another admin first`,
+      'last_admin',
+    );
+  }
+  if ('roles' in change)
+    await trx('users')
+      .where({ id: row.id })
+      .update({ roles: JSON.stringify(after) });
+  if ('password' in change) {
+    z.object({ password: z.string().min(8, 'at least 8 characters') }).parse(change);
+    await trx('users')
+      .where({ id: row.id })
+      .update({ password_hash: await hashPassword(change.password) });
+    // Whoever signed in with the old password is signed out.
+    await trx('web_sessions').where({ user_id: row.id }).delete();
+  }
+  if ('disable' in change) await trx('users').where({ id: row.id }).update({ disabled_at: trx.fn.now() });
+  return { id: row.id, before, after };
+}
+
+async function otherActiveAdmins(trx: Knex.Transaction, id: string): Promise<number> {
+  const rows = (await trx('users').select('roles').whereNull('disabled_at').whereNot({ id }).forUpdate()) as {
+    roles: unknown;
+  }[];
+  return rows.filter((r) => rolesOf(r.roles).includes('admin')).length;
+}

@@ -17,7 +17,7 @@ import { createAgent, listAgents, revokeAgent, rotateAgentToken, updateAgent } f
 import { AppError } from '../core/errors.ts';
 import { loadProfiles } from '../server/profiles.ts';
 import { signIn } from '../accounts/sign-in.ts';
-import { createUser } from '../accounts/users.ts';
+import { changeUser, createUser, listUsers, type UserChange } from '../accounts/users.ts';
 import { AgentName, Role, UserName, type User } from '../core/identity.ts';
 
 /**
@@ -51,6 +51,20 @@ export const AdminCommand = z.discriminatedUnion('command', [
     roles: z.array(Role).min(1),
     password: z.string().min(8, 'at least 8 characters'),
   }),
+  z.strictObject({ command: z.literal('user.list') }),
+  z.strictObject({
+    command: z.literal('user.set'),
+    name: z.string().min(1),
+    roles: z.array(Role).min(1),
+    actor: z.string().min(1),
+  }),
+  z.strictObject({
+    command: z.literal('user.reset_password'),
+    name: z.string().min(1),
+    password: z.string().min(8, 'at least 8 characters'),
+    actor: z.string().min(1),
+  }),
+  z.strictObject({ command: z.literal('user.disable'), name: z.string().min(1), actor: z.string().min(1) }),
   z.strictObject({
     command: z.literal('approvals.list'),
     as: z.string().min(1),
@@ -155,6 +169,25 @@ async function decideCommand(deps: AdminDeps, cmd: Command<'approvals.decide'>) 
   }
 }
 
+/** A change to a user and its audit row (what changed, never a secret), committed together. */
+async function userCommand(
+  deps: AdminDeps,
+  cmd: { name: string; actor: string },
+  kind: 'user.role_changed' | 'user.password_reset' | 'user.disabled',
+  change: UserChange,
+) {
+  return deps.knex.transaction(async (trx) => {
+    const { before, after } = await changeUser(trx, cmd.name, change);
+    await createAuditLog(deps.knex).appendIn(trx, {
+      kind,
+      actor: cmd.actor,
+      result: 'ok',
+      details: { user: cmd.name, ...('roles' in change ? { roles_before: before, roles_after: after } : {}) },
+    });
+    return { user: cmd.name, roles: after };
+  });
+}
+
 /** A new token for an agent; the change and its audit row commit together. */
 async function rotateCommand(deps: AdminDeps, cmd: Command<'agent.rotate'>) {
   return deps.knex.transaction(async (trx) => {
@@ -220,6 +253,11 @@ const HANDLERS = {
     return { ok, summary };
   },
   'user.add': async (deps, cmd) => ({ user: await createUser(deps.knex, cmd) }),
+  'user.list': async (deps) => ({ users: await listUsers(deps.knex) }),
+  'user.set': (deps, cmd) => userCommand(deps, cmd, 'user.role_changed', { roles: cmd.roles }),
+  'user.reset_password': (deps, cmd) =>
+    userCommand(deps, cmd, 'user.password_reset', { password: cmd.password }),
+  'user.disable': (deps, cmd) => userCommand(deps, cmd, 'user.disabled', { disable: true }),
   'approvals.list': async (deps, cmd) => {
     await signInAs(deps, cmd.as, cmd.password);
     const status = ApprovalStatus.parse(cmd.status ?? 'pending');
