@@ -80,20 +80,26 @@ for (const kind of databaseKinds()) {
       assert.match(res.html, /(\d+)\/\1 rows valid/);
     });
 
-    it('exports with a signed manifest that verifies offline, and records the export', async () => {
-      const page = await auditor.get('/audit?kind=tool.call');
+    /** Exports from the log page filtered by `filter`, as the form does: the export's id and manifest. */
+    async function exportFromPage(format: 'jsonl' | 'csv', filter: Record<string, string>) {
+      const page = await auditor.get(`/audit?${new URLSearchParams(filter)}`);
       const res = await auditor.post('/audit/export', {
         _csrf: WebClient.field(page.html, '_csrf'),
-        format: 'csv',
-        kind: 'tool.call',
+        format,
+        ...filter,
       });
       assert.equal(res.res.status, 303);
       const exportPage = await auditor.get(res.res.headers.get('location')!);
       assert.match(exportPage.html, /Export ready/);
       const id = /\/audit\/exports\/([0-9a-f-]{36})\/file/.exec(exportPage.html)![1]!;
+      const manifest = JSON.parse((await auditor.get(`/audit/exports/${id}/manifest`)).html) as Manifest;
+      return { id, manifest };
+    }
+
+    it('exports with a signed manifest that verifies offline, and records the export', async () => {
+      const { id, manifest } = await exportFromPage('csv', { kind: 'tool.call' });
       const file = await auditor.get(`/audit/exports/${id}/file`);
       assert.match(file.res.headers.get('content-disposition') ?? '', /attachment/);
-      const manifest = JSON.parse((await auditor.get(`/audit/exports/${id}/manifest`)).html) as Manifest;
       const local = path.join(server.db.dataDir, 'web-export.csv');
       fs.writeFileSync(local, file.html);
       const report = await verifyExport(local, manifest);
@@ -108,16 +114,7 @@ for (const kind of databaseKinds()) {
     });
 
     it("exports with the log page's target filter, not every row", async () => {
-      const page = await auditor.get('/audit?target=ct_nobody_here');
-      const res = await auditor.post('/audit/export', {
-        _csrf: WebClient.field(page.html, '_csrf'),
-        format: 'jsonl',
-        target: 'ct_nobody_here',
-      });
-      assert.equal(res.res.status, 303);
-      const exportPage = await auditor.get(res.res.headers.get('location')!);
-      const id = /\/audit\/exports\/([0-9a-f-]{36})\/file/.exec(exportPage.html)![1]!;
-      const manifest = JSON.parse((await auditor.get(`/audit/exports/${id}/manifest`)).html) as Manifest;
+      const { manifest } = await exportFromPage('jsonl', { target: 'ct_nobody_here' });
       assert.deepEqual([manifest.filter.target_ref, manifest.row_count], ['ct_nobody_here', 0]);
     });
 
