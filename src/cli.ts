@@ -337,6 +337,7 @@ function addAgentCommands(agent: Command): void {
     .action(async (name: string, opts: { profile: string; owner?: string; rateLimit?: number }) => {
       const result = await runData(config(), {
         command: 'agent.add',
+        actor: cliActor(),
         name,
         profile: opts.profile,
         owner: opts.owner,
@@ -358,6 +359,7 @@ function addAgentCommands(agent: Command): void {
         throw usageError('agent set: give --profile or --rate-limit');
       await runData(config(), {
         command: 'agent.set',
+        actor: cliActor(),
         name,
         profile: opts.profile,
         rate_limit_per_min: opts.rateLimit === 'default' ? null : opts.rateLimit,
@@ -394,7 +396,7 @@ function addAgentCommands(agent: Command): void {
     .argument('<name>')
     .description('revoke an agent: its token stops working at once')
     .action(async (name: string) => {
-      await runData(config(), { command: 'agent.revoke', name });
+      await runData(config(), { command: 'agent.revoke', name, actor: cliActor() });
       out(`agent "${name}" revoked`);
     });
 }
@@ -494,6 +496,7 @@ function addUserCommands(user: Command): void {
       const password = await readSecretLine('password for the new user: ');
       const { user: created } = await runData(config(), {
         command: 'user.add',
+        actor: cliActor(),
         name,
         roles: opts.role,
         password,

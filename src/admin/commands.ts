@@ -11,6 +11,7 @@ import { isDecisionRefusal } from '../approval/decide.ts';
 import { checkpointDeps, verifyDatabase } from '../audit/context.ts';
 import { ExportFilter } from '../audit/export.ts';
 import { exportToFile } from '../audit/export-file.ts';
+import type { AuditInput } from '../audit/chain.ts';
 import { createAuditLog } from '../audit/log.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { createAgent, listAgents, revokeAgent, rotateAgentToken, updateAgent } from '../accounts/agents.ts';
@@ -18,7 +19,7 @@ import { AppError } from '../core/errors.ts';
 import { loadProfiles } from '../server/profiles.ts';
 import { signIn } from '../accounts/sign-in.ts';
 import { changeUser, createUser, listUsers, type UserChange } from '../accounts/users.ts';
-import { AgentName, Role, UserName, type User } from '../core/identity.ts';
+import { AgentName, Role, UserName, type Agent, type User } from '../core/identity.ts';
 
 /**
  * The data-changing operator commands. They run in the CLI's own process when it can open the database,
@@ -35,21 +36,24 @@ export const AdminCommand = z.discriminatedUnion('command', [
     profile: z.string().min(1).optional(),
     owner: z.string().min(1).optional(),
     rate_limit_per_min: z.number().int().positive().optional(),
+    actor: z.string().min(1),
   }),
   z.strictObject({
     command: z.literal('agent.set'),
     name: z.string().min(1),
     profile: z.string().min(1).optional(),
     rate_limit_per_min: z.number().int().positive().nullable().optional(),
+    actor: z.string().min(1),
   }),
   z.strictObject({ command: z.literal('agent.list') }),
-  z.strictObject({ command: z.literal('agent.revoke'), name: z.string().min(1) }),
+  z.strictObject({ command: z.literal('agent.revoke'), name: z.string().min(1), actor: z.string().min(1) }),
   z.strictObject({ command: z.literal('agent.rotate'), name: z.string().min(1), actor: z.string().min(1) }),
   z.strictObject({
     command: z.literal('user.add'),
     name: UserName,
     roles: z.array(Role).min(1),
     password: z.string().min(8, 'at least 8 characters'),
+    actor: z.string().min(1),
   }),
   z.strictObject({ command: z.literal('user.list') }),
   z.strictObject({
@@ -169,6 +173,25 @@ async function decideCommand(deps: AdminDeps, cmd: Command<'approvals.decide'>) 
   }
 }
 
+/** What an agent.created row says of the agent: never its token. */
+const agentFacts = (agent: Agent) => ({
+  agent: agent.name,
+  profile: agent.profile,
+  owner: agent.owner,
+  rate_limit_per_min: agent.rate_limit_per_min,
+});
+
+type AdminRow = Pick<AuditInput, 'kind' | 'actor' | 'agent_id' | 'details'>;
+
+/** Runs a data-changing command and appends its audit rows in the same transaction: both or neither. */
+function audited<T>(
+  deps: AdminDeps,
+  work: (trx: Knex.Transaction, audit: (row: AdminRow) => Promise<unknown>) => Promise<T>,
+): Promise<T> {
+  const log = createAuditLog(deps.knex);
+  return deps.knex.transaction((trx) => work(trx, (row) => log.appendIn(trx, { ...row, result: 'ok' })));
+}
+
 /** A change to a user and its audit row (what changed, never a secret), committed together. */
 async function userCommand(
   deps: AdminDeps,
@@ -230,29 +253,61 @@ const HANDLERS = {
   },
   'agent.add': async (deps, cmd) => {
     checkProfile(cmd.profile, deps.config.policy.profiles_dir);
-    const { agent, token } = await createAgent(deps.knex, cmd);
-    return { agent, token };
+    const { command: _c, actor, ...opts } = cmd;
+    return audited(deps, async (trx, audit) => {
+      const { agent, token } = await createAgent(trx, opts);
+      await audit({ kind: 'agent.created', actor, agent_id: agent.id, details: agentFacts(agent) });
+      return { agent, token };
+    });
   },
   'agent.set': async (deps, cmd) => {
     checkProfile(cmd.profile, deps.config.policy.profiles_dir);
-    const { command: _c, name, ...change } = cmd;
-    if (!(await updateAgent(deps.knex, name, change)))
-      throw new AppError('NOT_FOUND', `no agent named "${name}"`);
-    return { updated: name, ...change };
+    const { command: _c, actor, name, ...change } = cmd;
+    return audited(deps, async (trx, audit) => {
+      const before = (await trx('agents').where({ name }).forUpdate().first()) as Agent | undefined;
+      if (!before) throw new AppError('NOT_FOUND', `no agent named "${name}"`);
+      await updateAgent(trx, name, change);
+      for (const field of ['profile', 'rate_limit_per_min'] as const) {
+        if (change[field] === undefined || change[field] === before[field]) continue;
+        await audit({
+          kind: field === 'profile' ? 'agent.profile_changed' : 'agent.rate_limit_changed',
+          actor,
+          agent_id: before.id,
+          details: { agent: name, before: before[field], after: change[field] },
+        });
+      }
+      return { updated: name, ...change };
+    });
   },
   'agent.list': async (deps) => ({ agents: await listAgents(deps.knex) }),
-  'agent.revoke': async (deps, cmd) => {
-    if (!(await revokeAgent(deps.knex, cmd.name)))
-      throw new AppError('NOT_FOUND', `no active agent named "${cmd.name}"`);
-    return { revoked: cmd.name };
-  },
+  'agent.revoke': async (deps, cmd) =>
+    audited(deps, async (trx, audit) => {
+      const agent = (await trx('agents').where({ name: cmd.name }).whereNull('revoked_at').first()) as
+        Agent | undefined;
+      if (!agent || !(await revokeAgent(trx, cmd.name)))
+        throw new AppError('NOT_FOUND', `no active agent named "${cmd.name}"`);
+      await audit({
+        kind: 'agent.revoked',
+        actor: cmd.actor,
+        agent_id: agent.id,
+        details: { agent: cmd.name },
+      });
+      return { revoked: cmd.name };
+    }),
   'agent.rotate': rotateCommand,
   'audit.export': exportCommand,
   'audit.verify_db': async (deps) => {
     const { ok, summary } = await verifyDatabase(deps.knex);
     return { ok, summary };
   },
-  'user.add': async (deps, cmd) => ({ user: await createUser(deps.knex, cmd) }),
+  'user.add': async (deps, cmd) => {
+    const { command: _c, actor, ...opts } = cmd;
+    return audited(deps, async (trx, audit) => {
+      const user = await createUser(trx, opts);
+      await audit({ kind: 'user.created', actor, details: { user: user.name, roles: user.roles } });
+      return { user };
+    });
+  },
   'user.list': async (deps) => ({ users: await listUsers(deps.knex) }),
   'user.set': (deps, cmd) => userCommand(deps, cmd, 'user.role_changed', { roles: cmd.roles }),
   'user.reset_password': (deps, cmd) =>

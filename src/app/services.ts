@@ -126,7 +126,7 @@ export async function openServices(
       log,
       closers,
     );
-    const firstRun = config.demo ? await seedFirstRun(db.knex, blobs) : undefined;
+    const firstRun = config.demo ? await seedFirstRun(db.knex, blobs, audit) : undefined;
 
     if (db.dialect === 'pglite') {
       const admin = await startAdminEndpoint({ knex: db.knex, blobs, config, dataDir: config.data_dir, log });
