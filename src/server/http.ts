@@ -16,7 +16,7 @@ import type { Agent } from '../core/identity.ts';
 import type { Authenticate } from './agent-cache.ts';
 import { createMcpServer } from './mcp.ts';
 import type { CallPipeline } from './pipeline.ts';
-import { TOO_DEEP_ARGUMENTS, tooDeep } from './steps.ts';
+import { MAX_ARGUMENT_DEPTH, nestedDeeperThan, TOO_DEEP_ARGUMENTS } from './steps.ts';
 
 /** An HTTP refusal: a code from core/errors.ts, the machine reason, and words for people. */
 export interface Problem {
@@ -236,7 +236,11 @@ function withShallowArguments(body: unknown): unknown {
   const messages = Array.isArray(body) ? body : [body];
   for (const message of messages) {
     const params = (message as { method?: unknown; params?: { arguments?: unknown } } | null)?.params;
-    if ((message as { method?: unknown }).method === 'tools/call' && params && tooDeep(params.arguments)) {
+    if (
+      (message as { method?: unknown }).method === 'tools/call' &&
+      params &&
+      nestedDeeperThan(params.arguments, MAX_ARGUMENT_DEPTH)
+    ) {
       params.arguments = TOO_DEEP_ARGUMENTS;
     }
   }

@@ -60,15 +60,14 @@ export interface Call {
 export const MAX_ARGUMENT_DEPTH = 32;
 
 /** What the HTTP transport hands on in place of arguments too deep for the SDK to walk (server/http.ts). */
-export const TOO_DEEP_ARGUMENTS = Object.freeze({ '\u0000countersign': 'arguments nested too deep' });
+const STAND_IN_KEY = '\u0000countersign';
+export const TOO_DEEP_ARGUMENTS = Object.freeze({ [STAND_IN_KEY]: 'arguments nested too deep' });
 
-/** Whether arguments nest deeper than the limit, or are the transport's stand-in for such arguments. */
-export function tooDeep(args: unknown): boolean {
-  const marker = Object.keys(TOO_DEEP_ARGUMENTS)[0]!;
-  return (
-    nestedDeeperThan(args, MAX_ARGUMENT_DEPTH) ||
-    (typeof args === 'object' && args !== null && Object.keys(args).length === 1 && marker in args)
-  );
+/** Whether arguments are the transport's stand-in, or nest deeper than the limit (one walk, no recursion). */
+function tooDeep(args: unknown): boolean {
+  const standIn =
+    typeof args === 'object' && args !== null && STAND_IN_KEY in args && Object.keys(args).length === 1;
+  return standIn || nestedDeeperThan(args, MAX_ARGUMENT_DEPTH);
 }
 
 export function beginCall(agent: Agent, name: string, args: unknown, signal: AbortSignal): Call {
@@ -311,7 +310,7 @@ function describeIssue(issue: z.core.$ZodIssue): string {
 }
 
 /** Whether objects or arrays nest deeper than `limit` levels; iterative, so no depth can overflow it. */
-function nestedDeeperThan(value: unknown, limit: number): boolean {
+export function nestedDeeperThan(value: unknown, limit: number): boolean {
   const pending: [unknown, number][] = [[value, 1]];
   while (pending.length > 0) {
     const [v, depth] = pending.pop()!;
