@@ -2,8 +2,17 @@ import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { AppError, type AppErrorCode } from '../core/errors.ts';
 import type { User } from '../core/identity.ts';
-import { approversOf, expireRows, loadRow, viewOf, type ApprovalDeps } from './deps.ts';
-import { toView, type ApprovalView, type RequestRow } from './view.ts';
+import {
+  APPROVERS_OF_R,
+  approversColumn,
+  approversOf,
+  expireRows,
+  loadRow,
+  viewOf,
+  type ApprovalDeps,
+} from './deps.ts';
+import { chain, insertFromGuard, updateFromGuard } from './guarded.ts';
+import { requestFromDb, toView, type ApprovalView, type RequestRow } from './view.ts';
 import { isUuid } from '../core/ids.ts';
 
 export type DecisionRefusal =
@@ -59,6 +68,10 @@ export async function decide(deps: ApprovalDeps, opts: Decision): Promise<Approv
   }
   if (opts.decision === 'reject' && !note) throw refused('note_required', 'a rejection needs a note');
   if (!isUuid(opts.id)) throw refused('not_found', `no approval request ${opts.id}`);
+  if (opts.decision === 'approve') {
+    const done = await approveAtOnce(deps, opts, note);
+    if (done) return done;
+  }
 
   const outcome = await deps.knex.transaction<Outcome>(async (trx) => {
     const row = await loadRow(trx, { id: opts.id }, true);
@@ -152,6 +165,70 @@ async function reject({ deps, trx, row, user, now, note }: Recording): Promise<O
     approvers: [user.name],
   });
   return { row, refusal: undefined };
+}
+
+/**
+ * The common approval in one read and one statement: a pending, unexpired request this user has not
+ * decided and whose agent they do not own gets the decision, the status change when it is the last
+ * approval needed, and the approval.approved row together. Anything else — or anyone else deciding
+ * or appending meanwhile — leaves it to the locking transaction, which says what is true. Relies on
+ * every change to a request or its decisions appending an audit row in its transaction (see
+ * AuditLog.appendWith): what was read here is still true when the statement commits.
+ */
+async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | null) {
+  const raw = (await deps
+    .knex('approval_requests as r')
+    .join('agents as a', 'a.id', 'r.agent_id')
+    .select(
+      'r.*',
+      'a.owner as agent_owner',
+      deps.knex.raw(APPROVERS_OF_R),
+      deps.knex.raw(
+        'exists (select 1 from approval_decisions m where m.approval_request_id = r.id and m.user_name = ?) as mine',
+        [opts.user.name],
+      ),
+    )
+    .where('r.id', opts.id)
+    .first()) as Record<string, unknown> | undefined;
+  if (!raw || raw.mine === true || (raw.agent_owner !== null && raw.agent_owner === opts.user.name)) return;
+  const row = requestFromDb(raw);
+  const now = new Date();
+  if (row.status !== 'pending' || new Date(row.expires_at) <= now) return;
+
+  const approvers = [...approversColumn(raw), opts.user.name];
+  const decided = insertFromGuard('decided', 'approval_decisions', {
+    id: randomUUID(),
+    approval_request_id: row.id,
+    user_name: opts.user.name,
+    decision: 'approve',
+    note,
+    created_at: now.toISOString(),
+  });
+  const final = approvers.length >= row.required_approvers;
+  const change = final
+    ? {
+        status: 'approved' as const,
+        approval_id: randomUUID(),
+        decided_at: now.toISOString(),
+        note,
+        expires_at: new Date(now.getTime() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
+      }
+    : undefined;
+  const step = change
+    ? updateFromGuard('change', 'approval_requests', row.id, change, {
+        sql: "t.status = 'pending' and exists (select 1 from decided)",
+        bindings: [],
+      })
+    : { sql: 'change as (select id from decided)', bindings: [] };
+  const done = await deps.audit.appendWith(chain(decided, step), {
+    ...decisionFacts(row, opts.user),
+    kind: 'approval.approved',
+    approval_id: change?.approval_id ?? null,
+    approvers,
+    details: { final, approvals: approvers.length, required: row.required_approvers },
+  });
+  if (!done) return;
+  return toView({ ...row, ...change }, approvers, deps.reviewUrl(row.id));
 }
 
 /** One more approval; the last one required issues the approval_id, valid for approval.execute_ttl_s. */

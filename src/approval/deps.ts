@@ -32,6 +32,23 @@ export async function loadRow(q: Knex | Knex.Transaction, where: Record<string, 
   return raw ? requestFromDb(raw) : undefined;
 }
 
+/**
+ * A select-list item giving a request's approvers in decision order, as a JSON array, for a query
+ * over `approval_requests as r`: the row and its approvers in one round trip.
+ */
+export const APPROVERS_OF_R = `coalesce((select json_agg(d.user_name order by d.created_at)
+  from approval_decisions d where d.approval_request_id = r.id and d.decision = 'approve'), '[]'::json)
+  as approvers`;
+
+/** The approvers column of a row read with APPROVERS_OF_R (json comes back parsed or as text). */
+export function approversColumn(raw: Record<string, unknown>): string[] {
+  const v = typeof raw.approvers === 'string' ? (JSON.parse(raw.approvers) as unknown) : raw.approvers;
+  if (!Array.isArray(v) || !v.every((x) => typeof x === 'string')) {
+    throw new Error('approvers column is not a list of names');
+  }
+  return v;
+}
+
 export async function approversOf(q: Knex | Knex.Transaction, id: string): Promise<string[]> {
   const rows = (await q('approval_decisions')
     .where({ approval_request_id: id, decision: 'approve' })

@@ -1,8 +1,18 @@
 import type { Knex } from 'knex';
 import type { Agent } from '../core/identity.ts';
 import { AppError } from '../core/errors.ts';
-import { approversOf, expireRows, loadRow, policyVersion, requestFacts, type ApprovalDeps } from './deps.ts';
-import type { RequestRow, Target } from './view.ts';
+import {
+  APPROVERS_OF_R,
+  approversColumn,
+  approversOf,
+  expireRows,
+  loadRow,
+  policyVersion,
+  requestFacts,
+  type ApprovalDeps,
+} from './deps.ts';
+import { updateFromGuard } from './guarded.ts';
+import { requestFromDb, type RequestRow, type Target } from './view.ts';
 import { isUuid } from '../core/ids.ts';
 
 export type RefusalReason =
@@ -77,7 +87,11 @@ async function checkIdempotencyKey(
 export async function beginExecution(
   deps: ApprovalDeps,
   req: ExecutionRequest,
-): Promise<{ row: RequestRow; replay: boolean }> {
+): Promise<{ row: ExecutingRow; replay: boolean }> {
+  if (!req.idempotency_key) {
+    const row = await beginAtOnce(deps, req);
+    if (row) return { row, replay: false };
+  }
   const result = await deps.knex
     .transaction(async (trx) => {
       const replay = await checkIdempotencyKey(trx, req);
@@ -145,7 +159,7 @@ async function markExecuting(
   trx: Knex.Transaction,
   row: RequestRow,
   req: ExecutionRequest,
-): Promise<RequestRow> {
+): Promise<ExecutingRow> {
   const now = new Date().toISOString();
   const updated = await trx('approval_requests')
     .where({ id: row.id, status: 'approved' })
@@ -160,17 +174,64 @@ async function markExecuting(
       approval_request_id: row.id,
     });
   }
-  await deps.audit.appendIn(trx, {
-    kind: 'write.started',
-    ...requestFacts(row),
-    request_id: req.request_id,
-    trace_id: req.trace_id,
-    source: req.source,
-    approvers: await approversOf(trx, row.id),
-    dry_run: false,
-  });
-  return { ...row, status: 'executing' as const, execution_started_at: now, execution_source: req.source };
+  const approvers = await approversOf(trx, row.id);
+  await deps.audit.appendIn(trx, startedRow(row, req, approvers));
+  return {
+    ...row,
+    status: 'executing' as const,
+    execution_started_at: now,
+    execution_source: req.source,
+    approvers,
+  };
 }
+
+/** A request as execution knows it; `approvers` when they were read with it (they no longer change). */
+export type ExecutingRow = RequestRow & { approvers?: string[] };
+
+/**
+ * The common execution start in one read and one statement: an approved, unexpired approval of this
+ * agent whose bindings all match is marked executing with its write.started row. Anything else is
+ * left to the locking transaction, which refuses with the exact reason. Calls with an idempotency key
+ * always take that transaction (the key's row is checked under lock). Relies on every change to a
+ * request appending an audit row in its transaction (AuditLog.appendWith).
+ */
+async function beginAtOnce(deps: ApprovalDeps, req: ExecutionRequest): Promise<ExecutingRow | undefined> {
+  if (!isUuid(req.approval_id)) return undefined;
+  const raw = (await deps
+    .knex('approval_requests as r')
+    .select('r.*', deps.knex.raw(APPROVERS_OF_R))
+    .where('r.approval_id', req.approval_id)
+    .first()) as Record<string, unknown> | undefined;
+  if (!raw) return undefined;
+  const row = requestFromDb(raw);
+  const now = new Date();
+  if (row.agent_id !== req.agent.id || row.status !== 'approved' || new Date(row.expires_at) <= now) return;
+  if (bindingMismatch(deps, row, req)) return undefined;
+  const approvers = approversColumn(raw);
+  const started = {
+    status: 'executing' as const,
+    execution_started_at: now.toISOString(),
+    execution_source: req.source,
+  };
+  const done = await deps.audit.appendWith(
+    updateFromGuard('change', 'approval_requests', row.id, started, {
+      sql: "t.status = 'approved' and t.expires_at > ?::timestamptz",
+      bindings: [now.toISOString()],
+    }),
+    startedRow(row, req, approvers),
+  );
+  return done ? { ...row, ...started, approvers } : undefined;
+}
+
+const startedRow = (row: RequestRow, req: ExecutionRequest, approvers: string[]) => ({
+  kind: 'write.started' as const,
+  ...requestFacts(row),
+  request_id: req.request_id,
+  trace_id: req.trace_id,
+  source: req.source,
+  approvers,
+  dry_run: false,
+});
 
 export type ExecutionOutcome =
   | { status: 'succeeded'; result: Record<string, unknown> }
@@ -183,41 +244,70 @@ export type ExecutionOutcome =
  */
 export async function finishExecution(
   deps: ApprovalDeps,
-  row: RequestRow,
+  row: ExecutingRow,
   outcome: ExecutionOutcome,
-  context: { request_id?: string; trace_id?: string; source?: string; reconciled?: boolean },
+  context: FinishContext,
 ): Promise<boolean> {
+  if (row.approvers) {
+    const finished = finishedColumns(outcome);
+    const done = await deps.audit.appendWith(
+      updateFromGuard('change', 'approval_requests', row.id, finished, {
+        sql: "t.status = 'executing'",
+        bindings: [],
+      }),
+      finishedRow(row, outcome, context, row.approvers),
+    );
+    if (done) return true;
+  }
   return deps.knex.transaction(async (trx) => {
     const updated = await trx('approval_requests')
       .where({ id: row.id, status: 'executing' })
       .update({
-        status: outcome.status,
-        execution_finished_at: new Date().toISOString(),
+        ...finishedColumns(outcome),
         execution_result: outcome.status === 'succeeded' ? JSON.stringify(outcome.result) : null,
-        execution_error: outcome.status === 'succeeded' ? null : outcome.error_code,
       });
     if (updated !== 1) return false;
-    const kind =
-      outcome.status === 'succeeded'
-        ? 'write.succeeded'
-        : outcome.status === 'failed'
-          ? 'write.failed'
-          : 'write.unknown';
-    await deps.audit.appendIn(trx, {
-      kind,
-      ...requestFacts(row),
-      request_id: context.request_id ?? null,
-      trace_id: context.trace_id ?? null,
-      source: context.source ?? null,
-      approvers: await approversOf(trx, row.id),
-      dry_run: false,
-      result: outcome.status === 'succeeded' ? 'ok' : 'error',
-      error_code: outcome.status === 'succeeded' ? null : outcome.error_code,
-      details: {
-        ...(outcome.status === 'succeeded' ? outcome.result : (outcome.details ?? {})),
-        ...(context.reconciled ? { reconciled: true } : {}),
-      },
-    });
+    await deps.audit.appendIn(trx, finishedRow(row, outcome, context, await approversOf(trx, row.id)));
     return true;
   });
+}
+
+type FinishContext = { request_id?: string; trace_id?: string; source?: string; reconciled?: boolean };
+
+/** The request's columns once its execution has an outcome. */
+const finishedColumns = (outcome: ExecutionOutcome) => ({
+  status: outcome.status,
+  execution_finished_at: new Date().toISOString(),
+  execution_result: outcome.status === 'succeeded' ? outcome.result : null,
+  execution_error: outcome.status === 'succeeded' ? null : outcome.error_code,
+});
+
+const FINISHED_KIND = {
+  succeeded: 'write.succeeded',
+  failed: 'write.failed',
+  unknown: 'write.unknown',
+} as const;
+
+/** write.succeeded, write.failed or write.unknown for this outcome. */
+function finishedRow(
+  row: RequestRow,
+  outcome: ExecutionOutcome,
+  context: FinishContext,
+  approvers: string[],
+) {
+  return {
+    kind: FINISHED_KIND[outcome.status],
+    ...requestFacts(row),
+    request_id: context.request_id ?? null,
+    trace_id: context.trace_id ?? null,
+    source: context.source ?? null,
+    approvers,
+    dry_run: false,
+    result: outcome.status === 'succeeded' ? ('ok' as const) : ('error' as const),
+    error_code: outcome.status === 'succeeded' ? null : outcome.error_code,
+    details: {
+      ...(outcome.status === 'succeeded' ? outcome.result : (outcome.details ?? {})),
+      ...(context.reconciled ? { reconciled: true } : {}),
+    },
+  };
 }

@@ -1,9 +1,19 @@
 import { randomUUID } from 'node:crypto';
 import type { Agent } from '../core/identity.ts';
 import { refuseOtherContent } from './execute.ts';
-import { expireRows, policyVersion, requiredApprovers, viewOf, viewsOf, type ApprovalDeps } from './deps.ts';
+import {
+  APPROVERS_OF_R,
+  approversColumn,
+  expireRows,
+  policyVersion,
+  requiredApprovers,
+  viewOf,
+  viewsOf,
+  type ApprovalDeps,
+} from './deps.ts';
 import { requestFromDb, toView, type ApprovalStatus, type ApprovalView, type Target } from './view.ts';
 import { isUuid } from '../core/ids.ts';
+import { insertFromGuard } from './guarded.ts';
 
 export interface DraftWrite {
   agent: Agent;
@@ -31,32 +41,14 @@ async function refuseSpentKey(deps: ApprovalDeps, draft: DraftWrite): Promise<vo
   if (prior) refuseOtherContent(prior, draft);
 }
 
-/**
- * Creates the approval request for a drafted write — or returns the agent's open request (pending or
- * approved, not yet executed) for the same content. The partial unique index settles races.
- */
-export async function requestApproval(
-  deps: ApprovalDeps,
-  draft: DraftWrite,
-): Promise<{ view: ApprovalView; created: boolean }> {
-  await refuseSpentKey(deps, draft);
-  const open = { agent_id: draft.agent.id, content_sha256: draft.content_sha256 };
-  const existing = async () => {
-    const row = (await deps
-      .knex('approval_requests')
-      .where(open)
-      .whereIn('status', ['pending', 'approved'])
-      .first()) as Record<string, unknown> | undefined;
-    return row ? requestFromDb(row) : undefined;
-  };
-  const found = await existing();
-  if (found && new Date(found.expires_at) > new Date())
-    return { view: await viewOf(deps, deps.knex, found), created: false };
+/** The open-request index (agent, content) that makes a repeated draft find the first one. */
+const OPEN_CONTENT = "(agent_id, content_sha256) where status in ('pending', 'approved') do nothing";
 
+/** A new pending request for `draft`, as its row. */
+function newRequest(deps: ApprovalDeps, draft: DraftWrite) {
   const now = new Date();
-  const id = randomUUID();
-  const created = {
-    id,
+  return {
+    id: randomUUID(),
     agent_id: draft.agent.id,
     tool: draft.tool,
     target_type: draft.target.target_type,
@@ -70,33 +62,46 @@ export async function requestApproval(
     created_at: now.toISOString(),
     expires_at: new Date(now.getTime() + deps.config.approval.pending_ttl_s * 1000).toISOString(),
   };
-  try {
-    await deps.knex.transaction(async (trx) => {
-      // Past its expiry but not yet swept: expire it so a fresh request can take its place.
-      if (found) await expireRows(deps, trx, [found]);
-      await trx('approval_requests').insert({ ...created, review: JSON.stringify(draft.review) });
-      await deps.audit.appendIn(trx, {
-        kind: 'approval.requested',
-        request_id: draft.request_id,
-        trace_id: draft.trace_id,
-        agent_id: draft.agent.id,
-        tool: draft.tool,
-        target_type: draft.target.target_type,
-        target_ref: draft.target.target_id,
-        approval_request_id: id,
-        dry_run: true,
-        content_sha256: draft.content_sha256,
-        file_sha256: draft.file_sha256,
-        result: 'ok',
-      });
-    });
-  } catch (err) {
-    // Lost a race with the same agent drafting the same content: answer with the winner's request.
-    const winner = await existing();
-    if (winner) return { view: await viewOf(deps, deps.knex, winner), created: false };
-    throw err;
-  }
-  // Just written, with no decision yet: the view needs no second read.
+}
+type NewRequest = ReturnType<typeof newRequest>;
+
+const requestedRow = (draft: DraftWrite, id: string) => ({
+  kind: 'approval.requested' as const,
+  request_id: draft.request_id,
+  trace_id: draft.trace_id,
+  agent_id: draft.agent.id,
+  tool: draft.tool,
+  target_type: draft.target.target_type,
+  target_ref: draft.target.target_id,
+  approval_request_id: id,
+  dry_run: true,
+  content_sha256: draft.content_sha256,
+  file_sha256: draft.file_sha256,
+  result: 'ok' as const,
+});
+
+/**
+ * Creates the approval request for a drafted write — or returns the agent's open request (pending or
+ * approved, not yet executed) for the same content. The partial unique index settles races. The
+ * common case, new content, is one statement: the request and its approval.requested row together.
+ */
+export async function requestApproval(
+  deps: ApprovalDeps,
+  draft: DraftWrite,
+): Promise<{ view: ApprovalView; created: boolean }> {
+  await refuseSpentKey(deps, draft);
+  const created = newRequest(deps, draft);
+  const row = { ...created, review: draft.review };
+  const done = await deps.audit.appendWith(
+    insertFromGuard('change', 'approval_requests', row, { onConflict: OPEN_CONTENT }),
+    requestedRow(draft, created.id),
+  );
+  if (done) return { view: announce(deps, draft, created), created: true };
+  return requestInTransaction(deps, draft, created);
+}
+
+/** The request as just written, with no decision yet (no second read); the webhook is told. */
+function announce(deps: ApprovalDeps, draft: DraftWrite, created: NewRequest): ApprovalView {
   const view = toView(
     requestFromDb({
       ...created,
@@ -111,10 +116,44 @@ export async function requestApproval(
       execution_source: null,
     }),
     [],
-    deps.reviewUrl(id),
+    deps.reviewUrl(created.id),
   );
   deps.onRequested?.(view, draft.review, draft.agent.name);
-  return { view, created: true };
+  return view;
+}
+
+/** The general path: the open request if there is one, else a new one (expiring a stale open one). */
+async function requestInTransaction(
+  deps: ApprovalDeps,
+  draft: DraftWrite,
+  created: NewRequest,
+): Promise<{ view: ApprovalView; created: boolean }> {
+  const open = { agent_id: draft.agent.id, content_sha256: draft.content_sha256 };
+  const existing = async () => {
+    const row = (await deps
+      .knex('approval_requests')
+      .where(open)
+      .whereIn('status', ['pending', 'approved'])
+      .first()) as Record<string, unknown> | undefined;
+    return row ? requestFromDb(row) : undefined;
+  };
+  const found = await existing();
+  if (found && new Date(found.expires_at) > new Date())
+    return { view: await viewOf(deps, deps.knex, found), created: false };
+  try {
+    await deps.knex.transaction(async (trx) => {
+      // Past its expiry but not yet swept: expire it so a fresh request can take its place.
+      if (found) await expireRows(deps, trx, [found]);
+      await trx('approval_requests').insert({ ...created, review: JSON.stringify(draft.review) });
+      await deps.audit.appendIn(trx, requestedRow(draft, created.id));
+    });
+  } catch (err) {
+    // Lost a race with the same agent drafting the same content: answer with the winner's request.
+    const winner = await existing();
+    if (winner) return { view: await viewOf(deps, deps.knex, winner), created: false };
+    throw err;
+  }
+  return { view: announce(deps, draft, created), created: true };
 }
 
 /** One of the agent's own requests, by request id or approval id; another agent's is not found. */
@@ -124,11 +163,14 @@ export async function getOwnApproval(
   by: { approval_request_id?: string; approval_id?: string },
 ): Promise<ApprovalView | undefined> {
   if (!isUuid(by.approval_request_id) && !isUuid(by.approval_id)) return undefined;
-  const q = deps.knex('approval_requests').where('agent_id', agentId);
-  if (by.approval_request_id) q.where('id', by.approval_request_id);
-  if (by.approval_id) q.where('approval_id', by.approval_id);
+  const q = deps
+    .knex('approval_requests as r')
+    .select('r.*', deps.knex.raw(APPROVERS_OF_R))
+    .where('r.agent_id', agentId);
+  if (by.approval_request_id) q.where('r.id', by.approval_request_id);
+  if (by.approval_id) q.where('r.approval_id', by.approval_id);
   const raw = (await q.first()) as Record<string, unknown> | undefined;
-  return raw ? viewOf(deps, deps.knex, requestFromDb(raw)) : undefined;
+  return raw ? toView(requestFromDb(raw), approversColumn(raw), deps.reviewUrl(String(raw.id))) : undefined;
 }
 
 /** The agent's own requests, newest first, keyset-paged on (created_at, id). */

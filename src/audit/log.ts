@@ -42,6 +42,27 @@ interface Pending {
   reject(err: unknown): void;
 }
 
+/**
+ * A data change that commits together with its audit rows in one statement (AuditLog.appendWith).
+ * `sql` is a list of CTEs, without the leading `with`, the last one named `change` and returning the
+ * changed rows; every data-modifying CTE in it must only act `where exists (select 1 from guard)`
+ * (or read `from guard`), so that nothing changes unless the rows are appended in the same statement.
+ */
+export interface GuardedChange {
+  sql: string;
+  bindings: readonly Knex.RawBinding[];
+}
+
+/** What appendWith did: the rows appended and what `change` returned, or nothing at all. */
+export type GuardedResult = { rows: AuditRow[]; changed: Record<string, unknown>[] } | undefined;
+
+interface PendingChange {
+  change: GuardedChange;
+  inputs: AuditInput[];
+  resolve(result: GuardedResult): void;
+  reject(err: unknown): void;
+}
+
 export interface AuditLog {
   /** Appends one row and resolves once it is committed. */
   append(input: AuditInput): Promise<AuditRow>;
@@ -50,6 +71,13 @@ export interface AuditLog {
    * Holds the chain's advisory lock until that transaction ends: keep such transactions short.
    */
   appendIn(trx: Knex.Transaction, ...inputs: AuditInput[]): Promise<AuditRow[]>;
+  /**
+   * Commits `change` and `inputs` in one statement when this process knows the chain's head and nobody
+   * else appended since; otherwise does nothing and resolves undefined, and the caller takes its
+   * transaction path (which decides, with row locks, what is true). Also undefined when `change`
+   * changed nothing. Never one without the other.
+   */
+  appendWith(change: GuardedChange, ...inputs: AuditInput[]): Promise<GuardedResult>;
   /** Resolves when every queued row has been committed (or failed). */
   drain(): Promise<void>;
 }
@@ -97,6 +125,77 @@ async function appendAfter(knex: Knex, head: ChainHead, rows: AuditRow[]): Promi
   }
 }
 
+/**
+ * `change` and the rows chained after `head`, in one autocommit statement, or neither. The guard holds
+ * the advisory lock and checks that `head` is still the last row; the rows are inserted only when
+ * `change` changed something. Another writer that appended meanwhile makes the guard fail (its row was
+ * committed before the statement began) or the insert hit the primary key (committed while the
+ * statement waited for the lock): the whole statement then changes nothing and the caller takes its
+ * transaction path. The statement's snapshot predates the lock, which is sound because every change
+ * to the rows a guarded change touches appends an audit row in its own transaction: any such change
+ * committed after that snapshot moved the head, and this statement fails.
+ */
+async function changeAfter(
+  knex: Knex,
+  head: ChainHead,
+  rows: AuditRow[],
+  change: GuardedChange,
+): Promise<Record<string, unknown>[] | undefined> {
+  try {
+    const result = (await knex.raw(
+      `with lock as materialized (select pg_advisory_xact_lock(?)),
+       guard as materialized (
+         select 1 from lock
+         where exists (select 1 from audit_events where seq = ? and hash = ?)
+           and not exists (select 1 from audit_events where seq = ?)),
+       ${change.sql},
+       appended as (insert into audit_events (${COLUMNS})
+         select ${COLUMNS} from json_populate_recordset(null::audit_events, ?::json)
+         where exists (select 1 from change) returning seq)
+       select (select count(*) from appended)::int as appended,
+              coalesce((select json_agg(change) from change), '[]'::json) as changed`,
+      [AUDIT_LOCK_KEY, head.seq, head.hash, head.seq + 1, ...change.bindings, JSON.stringify(rows)],
+    )) as { rows: { appended: number; changed: unknown }[] };
+    const out = result.rows[0]!;
+    const changed = (typeof out.changed === 'string' ? JSON.parse(out.changed) : out.changed) as Record<
+      string,
+      unknown
+    >[];
+    return out.appended === rows.length && changed.length > 0 ? changed : undefined;
+  } catch (err) {
+    // Another writer took the next seq, or a unique key of `change` is taken (a race the caller's
+    // transaction path settles): the statement changed nothing.
+    if ((err as { code?: string }).code === '23505') return undefined;
+    throw err;
+  }
+}
+
+/**
+ * A guarded change, alone, after the known head (none known: not tried). Settles the job and returns
+ * the head after it, undefined when it is not known any more.
+ */
+async function writeChange(
+  knex: Knex,
+  head: ChainHead | undefined,
+  job: PendingChange,
+): Promise<ChainHead | undefined> {
+  if (!head) {
+    job.resolve(undefined);
+    return undefined;
+  }
+  const rows = chainRows(head, job.inputs);
+  try {
+    const changed = await changeAfter(knex, head, rows, job.change);
+    job.resolve(changed ? { rows, changed } : undefined);
+    if (!changed) return undefined;
+    const last = rows.at(-1)!;
+    return { seq: last.seq, hash: last.hash };
+  } catch (err) {
+    job.reject(explained(err));
+    return undefined;
+  }
+}
+
 /** Takes the chain's advisory lock in `trx` and reads the head after it is held. */
 async function lockedHead(trx: Knex.Transaction): Promise<ChainHead | undefined> {
   const lock = `select pg_advisory_xact_lock(${AUDIT_LOCK_KEY})`;
@@ -131,7 +230,7 @@ async function appendRows(trx: Knex.Transaction, inputs: AuditInput[]): Promise<
  */
 export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): AuditLog {
   const maxBatch = opts.maxBatch ?? 256;
-  let queue: Pending[] = [];
+  let queue: (Pending | PendingChange)[] = [];
   let flushing: Promise<void> | null = null;
   /** The last row this process committed through `append`: not known after an error. */
   let head: ChainHead | undefined;
@@ -148,7 +247,14 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
     for (let first = true; queue.length > 0; first = false) {
       // Let the callers whose rows just committed run first: what they append next joins this batch.
       if (!first) await new Promise((resolve) => setImmediate(resolve));
-      const batch = queue.slice(0, maxBatch);
+      const next = queue[0]!;
+      if ('change' in next) {
+        queue = queue.slice(1);
+        head = await writeChange(knex, head, next);
+        continue;
+      }
+      const end = queue.findIndex((p, i) => i >= maxBatch || 'change' in p);
+      const batch = queue.slice(0, end === -1 ? maxBatch : end) as Pending[];
       queue = queue.slice(batch.length);
       try {
         const rows = await writeBatch(batch.map((p) => p.input));
@@ -175,6 +281,12 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
     append(input) {
       return new Promise<AuditRow>((resolve, reject) => {
         queue.push({ input, resolve, reject });
+        kick();
+      });
+    },
+    appendWith(change, ...inputs) {
+      return new Promise<GuardedResult>((resolve, reject) => {
+        queue.push({ change, inputs, resolve, reject });
         kick();
       });
     },

@@ -63,11 +63,60 @@ async function conversationFor(trx: Knex.Transaction, target: ResolvedTarget): P
   return id;
 }
 
+type LocalWrite = { target: ResolvedTarget; text: string; key: string; file?: OutgoingFile };
+
+/** The outgoing message row for `w`, but its conversation. */
+function messageRow(w: LocalWrite, id: string, now: string) {
+  return {
+    id,
+    direction: 'outgoing',
+    sender_id: null,
+    sender_name: null,
+    content_type: w.file ? 'file' : 'text',
+    content_text: w.text,
+    text_key: searchKey(w.text),
+    created_at: now,
+    received_at: null,
+    write_key: w.key,
+  };
+}
+
+/**
+ * A text message into an existing conversation in one statement: inserted unless the write key is
+ * already there (the unique write_key settles a race). Undefined when the target has no conversation
+ * yet, or the key names a write already made: the transaction below handles both.
+ */
+async function sendTextAtOnce(knex: Knex, w: LocalWrite): Promise<string | undefined> {
+  const row = messageRow(w, `ms_${randomUUID()}`, new Date().toISOString());
+  const columns = Object.keys(row);
+  const conversation =
+    w.target.target_type === 'conversation'
+      ? { sql: 'select id from conversations where id = ?', binding: w.target.target_id }
+      : {
+          sql: `select id from conversations where ${w.target.target_type === 'contact' ? 'contact_id' : 'group_id'} = ? order by id limit 1`,
+          binding: w.target.target_id,
+        };
+  const result = (await knex.raw(
+    `with conv as (${conversation.sql}),
+     ins as (insert into messages (conversation_id, ${columns.join(', ')})
+       select conv.id, ${columns.map((c) => `r.${c}`).join(', ')}
+       from conv, json_populate_record(null::messages, ?::json) r
+       on conflict (write_key) do nothing returning id)
+     select id from ins`,
+    [conversation.binding, JSON.stringify(row)],
+  )) as { rows: { id: string }[] };
+  return result.rows[0]?.id;
+}
+
 /** Inserts the outgoing message unless one with this write key exists; returns its id either way. */
 export async function sendLocal(
   knex: Knex,
-  w: { target: ResolvedTarget; text: string; key: string; file?: OutgoingFile },
+  w: LocalWrite,
 ): Promise<{ ref: string; file_ref: string | null }> {
+  if (!w.file) {
+    const id = await sendTextAtOnce(knex, w);
+    if (id) return { ref: id, file_ref: null };
+  }
   return knex.transaction(async (trx) => {
     const prior = (await trx('messages').where({ write_key: w.key }).first()) as Row | undefined;
     if (prior) {
@@ -77,19 +126,7 @@ export async function sendLocal(
     const conversationId = await conversationFor(trx, w.target);
     const now = new Date().toISOString();
     const id = `ms_${randomUUID()}`;
-    await trx('messages').insert({
-      id,
-      conversation_id: conversationId,
-      direction: 'outgoing',
-      sender_id: null,
-      sender_name: null,
-      content_type: w.file ? 'file' : 'text',
-      content_text: w.text,
-      text_key: searchKey(w.text),
-      created_at: now,
-      received_at: null,
-      write_key: w.key,
-    });
+    await trx('messages').insert({ ...messageRow(w, id, now), conversation_id: conversationId });
     let fileRef: string | null = null;
     if (w.file) {
       fileRef = `fl_${randomUUID()}`;
