@@ -87,6 +87,18 @@ for (const kind of databaseKinds()) {
       assert.deepEqual(counts, budgetOn(kind));
     });
 
+    it('keeps the chain head through a change that changed nothing (a repeated draft)', async () => {
+      const args = { target_type: 'contact', target_id: 'ct_david', content_text: 'drafted twice' };
+      const first = await call(agent, 'isphere_send_message', args);
+      const again = await call(agent, 'isphere_send_message', args);
+      assert.equal(again.approval.approval_request_id, first.approval.approval_request_id);
+      const id = first.approval.approval_request_id as string;
+      const [, statements] = await counted(() =>
+        call(agent, 'isphere_get_approval', { approval_request_id: id }),
+      );
+      assert.equal(statements, budgetOn(kind).get_approval, 'the audit append after it is one statement');
+    });
+
     it('still refuses what the short path does not take: a second execution is consumed', async () => {
       const args = { target_type: 'contact', target_id: 'ct_david', content_text: 'once only' };
       const draft = await call(agent, 'isphere_send_message', args);

@@ -140,7 +140,7 @@ async function changeAfter(
   head: ChainHead,
   rows: AuditRow[],
   change: GuardedChange,
-): Promise<Record<string, unknown>[] | undefined> {
+): Promise<{ headHeld: boolean; changed: Record<string, unknown>[] }> {
   try {
     const result = (await knex.raw(
       `with lock as materialized (select pg_advisory_xact_lock(?)),
@@ -152,20 +152,23 @@ async function changeAfter(
        appended as (insert into audit_events (${COLUMNS})
          select ${COLUMNS} from json_populate_recordset(null::audit_events, ?::json)
          where exists (select 1 from change) returning seq)
-       select (select count(*) from appended)::int as appended,
+       select (select count(*) from guard)::int as guarded,
+              (select count(*) from appended)::int as appended,
               coalesce((select json_agg(change) from change), '[]'::json) as changed`,
       [AUDIT_LOCK_KEY, head.seq, head.hash, head.seq + 1, ...change.bindings, JSON.stringify(rows)],
-    )) as { rows: { appended: number; changed: unknown }[] };
+    )) as { rows: { guarded: number; appended: number; changed: unknown }[] };
     const out = result.rows[0]!;
     const changed = (typeof out.changed === 'string' ? JSON.parse(out.changed) : out.changed) as Record<
       string,
       unknown
     >[];
-    return out.appended === rows.length && changed.length > 0 ? changed : undefined;
+    if (out.guarded !== 1) return { headHeld: false, changed: [] };
+    if (out.appended !== rows.length) return { headHeld: true, changed: [] };
+    return { headHeld: true, changed };
   } catch (err) {
     // Another writer took the next seq, or a unique key of `change` is taken (a race the caller's
     // transaction path settles): the statement changed nothing.
-    if ((err as { code?: string }).code === '23505') return undefined;
+    if ((err as { code?: string }).code === '23505') return { headHeld: false, changed: [] };
     throw err;
   }
 }
@@ -185,9 +188,13 @@ async function writeChange(
   }
   const rows = chainRows(head, job.inputs);
   try {
-    const changed = await changeAfter(knex, head, rows, job.change);
-    job.resolve(changed ? { rows, changed } : undefined);
-    if (!changed) return undefined;
+    const { headHeld, changed } = await changeAfter(knex, head, rows, job.change);
+    if (changed.length === 0) {
+      job.resolve(undefined);
+      // Guard passed and nothing changed: the head is still the last row.
+      return headHeld ? head : undefined;
+    }
+    job.resolve({ rows, changed });
     const last = rows.at(-1)!;
     return { seq: last.seq, hash: last.hash };
   } catch (err) {
