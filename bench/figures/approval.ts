@@ -1,3 +1,4 @@
+import type { Client } from '@modelcontextprotocol/client';
 import pg from 'pg';
 import { figure, type Figure } from '../lib/report.ts';
 import { callTool, connect, spawnCountersign } from '../lib/server.ts';
@@ -33,10 +34,60 @@ async function insertRoundTrips(url: string, n: number): Promise<number[]> {
   }
 }
 
+/** The server's count of database statements so far (its /metrics, read over loopback). */
+async function statementsSoFar(url: string): Promise<number> {
+  const text = await (await fetch(new URL('/metrics', url))).text();
+  const m = /^countersign_db_statements_total (\d+)/m.exec(text);
+  if (!m) throw new Error('no countersign_db_statements_total in /metrics');
+  return Number(m[1]);
+}
+
+type Steps = Record<(typeof STEPS)[number], number>;
+
 /**
- * (e) the machine time of one write, end to end: the agent's dry run, the chair's approval through the
- * review form, the agent's get_approval, and the real execution — against one plain INSERT round trip.
- * The human's reading time is not in it; everything the machines do is.
+ * One write, end to end: the agent's dry run, the chair's approval through the review form, the
+ * agent's get_approval and the real execution. Each step's value is what `mark` measured after it
+ * minus before it: milliseconds, or the server's statement count.
+ */
+async function cycle(
+  i: number,
+  agent: Client,
+  chair: ChairSession,
+  mark: () => Promise<number> | number,
+): Promise<Steps> {
+  const args = {
+    target_type: 'contact',
+    target_id: 'ct_david',
+    content_text: `Bench message ${i} — נא לאשר`,
+  };
+  const t = [await mark()];
+  const draft = await callTool(agent, 'isphere_send_message', args);
+  const approval = draft.envelope.approval as { approval_request_id: string } | undefined;
+  if (!approval) throw new Error(`dry run failed: ${JSON.stringify(draft.envelope.error)}`);
+  t.push(await mark());
+  await chair.approve(approval.approval_request_id);
+  t.push(await mark());
+  const got = await callTool(agent, 'isphere_get_approval', {
+    approval_request_id: approval.approval_request_id,
+  });
+  const approvalId = (got.envelope.approval as { approval_id: string | null } | undefined)?.approval_id;
+  if (!approvalId) throw new Error(`no approval_id after approval: ${JSON.stringify(got.envelope)}`);
+  t.push(await mark());
+  const sent = await callTool(agent, 'isphere_send_message', {
+    ...args,
+    dry_run: false,
+    approval_id: approvalId,
+  });
+  if (sent.envelope.send_status !== 'sent')
+    throw new Error(`execution failed: ${JSON.stringify(sent.envelope)}`);
+  t.push(await mark());
+  return Object.fromEntries(STEPS.map((s, k) => [s, t[k + 1]! - t[k]!])) as Steps;
+}
+
+/**
+ * (e) the machine time of one write, end to end, against one plain INSERT round trip; the human's
+ * reading time is not in it, everything the machines do is. Then, in rounds of their own (reading
+ * /metrics between steps would add to the times), the database statements each step sent.
  */
 export async function approvalFigures(o: ApprovalOptions): Promise<Figure[]> {
   const server = await spawnCountersign({ DATABASE_URL: o.url, COUNTERSIGN_DATA_DIR: o.dataDir });
@@ -53,42 +104,30 @@ export async function approvalFigures(o: ApprovalOptions): Promise<Figure[]> {
     };
     const warmup = Math.min(10, Math.ceil(o.rounds / 5));
     for (let i = 0; i < warmup + o.rounds; i++) {
-      const args = {
-        target_type: 'contact',
-        target_id: 'ct_david',
-        content_text: `Bench message ${i} — נא לאשר`,
-      };
-      const t = [performance.now()];
-      const draft = await callTool(agent, 'isphere_send_message', args);
-      const approval = draft.envelope.approval as { approval_request_id: string } | undefined;
-      if (!approval) throw new Error(`dry run failed: ${JSON.stringify(draft.envelope.error)}`);
-      t.push(performance.now());
-      await chair.approve(approval.approval_request_id);
-      t.push(performance.now());
-      const got = await callTool(agent, 'isphere_get_approval', {
-        approval_request_id: approval.approval_request_id,
-      });
-      const approvalId = (got.envelope.approval as { approval_id: string | null } | undefined)?.approval_id;
-      if (!approvalId) throw new Error(`no approval_id after approval: ${JSON.stringify(got.envelope)}`);
-      t.push(performance.now());
-      const sent = await callTool(agent, 'isphere_send_message', {
-        ...args,
-        dry_run: false,
-        approval_id: approvalId,
-      });
-      if (sent.envelope.send_status !== 'sent')
-        throw new Error(`execution failed: ${JSON.stringify(sent.envelope)}`);
-      t.push(performance.now());
+      const ms = await cycle(i, agent, chair, () => performance.now());
       if (i < warmup) continue;
-      totals.push(t[4]! - t[0]!);
-      STEPS.forEach((s, k) => steps[s].push(t[k + 1]! - t[k]!));
+      totals.push(STEPS.reduce((sum, s) => sum + ms[s], 0));
+      for (const s of STEPS) steps[s].push(ms[s]);
+    }
+    const counts: Record<(typeof STEPS)[number], number[]> = {
+      dry_run: [],
+      approve: [],
+      get_approval: [],
+      execute: [],
+    };
+    for (let i = 0; i < 10; i++) {
+      const n = await cycle(warmup + o.rounds + i, agent, chair, () => statementsSoFar(server.url));
+      for (const s of STEPS) counts[s].push(n[s]);
     }
     await agent.close();
     const insert = await insertRoundTrips(o.url, Math.max(200, o.rounds));
     const breakdown = STEPS.map((s) => `${s} ${median(steps[s]).toFixed(1)}`).join(', ');
+    const statements = STEPS.map((s) => `${s} ${median(counts[s])}`).join(', ');
+    const cycleStatements = STEPS.reduce((sum, s) => sum + median(counts[s]), 0);
     o.log(
       `  p50 ${median(totals).toFixed(1)} ms (${breakdown} ms); one INSERT p50 ${median(insert).toFixed(2)} ms`,
     );
+    o.log(`  database statements per step (median of 10 cycles): ${statements}; cycle ${cycleStatements}`);
     return [
       figure({
         id: 'e_approval_roundtrip_p50_ms',
@@ -106,6 +145,13 @@ export async function approvalFigures(o: ApprovalOptions): Promise<Figure[]> {
         baseline: percentile(insert, 99),
         baseline_label: 'one plain INSERT round trip (p99)',
         check: null,
+      }),
+      figure({
+        id: 'e_approval_cycle_statements',
+        unit: 'statements',
+        value: cycleStatements,
+        check: { valueAtMost: 15 },
+        note: `database round trips per step: ${statements}`,
       }),
     ];
   } finally {

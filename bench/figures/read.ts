@@ -34,15 +34,22 @@ function combine(results: LoadResult[]): { perSecond: number; calls: number; fai
   return { perSecond: calls / seconds, calls, failures: results.reduce((s, r) => s + r.failures, 0) };
 }
 
-/** Sequential calls from one client: latency without queueing. */
-async function sequential(side: Side, n: number): Promise<number> {
-  const samples: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const t0 = performance.now();
-    await side.call(side.clients[0]!);
-    samples.push(performance.now() - t0);
+/**
+ * Sequential calls from one client — latency without queueing — in `rounds` alternating rounds of
+ * `n` calls per side, so that drift on a shared machine hits both alike; the p50 of each side.
+ */
+async function sequential(sides: Side[], n: number, rounds: number): Promise<number[]> {
+  const samples: number[][] = sides.map(() => []);
+  for (let r = 0; r < rounds; r++) {
+    for (const [i, side] of sides.entries()) {
+      for (let k = 0; k < n; k++) {
+        const t0 = performance.now();
+        await side.call(side.clients[0]!);
+        samples[i]!.push(performance.now() - t0);
+      }
+    }
   }
-  return median(samples);
+  return samples.map(median);
 }
 
 /**
@@ -102,8 +109,7 @@ export async function readFigures(o: ReadOptions): Promise<Figure[]> {
         );
       }
     }
-    const seqBare = await sequential(bare, 200);
-    const seqCs = await sequential(cs, 200);
+    const [seqBare, seqCs] = (await sequential(sides, 100, 4)) as [number, number];
     const rssCs = statusMb(csServer.pid, 'VmHWM');
     const rssBare = statusMb(bareServer.pid, 'VmHWM');
     await Promise.allSettled([...bare.clients, ...cs.clients].map((c) => c.close()));
@@ -123,14 +129,24 @@ export async function readFigures(o: ReadOptions): Promise<Figure[]> {
         check: { ratioAtLeast: 0.8 },
         note,
       }),
+      // SPEC §12's added latency: one client calling sequentially, countersign minus the bare server.
+      figure({
+        id: 'a_read_p50_added_1client_ms',
+        unit: 'ms',
+        value: seqCs - seqBare,
+        baseline: seqBare,
+        baseline_label: 'bare server p50 latency (ms), one client, one call at a time',
+        ratio: seqCs / seqBare,
+        check: { valueAtMost: 1 },
+      }),
       figure({
         id: 'a_read_p50_overhead_ms',
         unit: 'ms',
         value: lat(cs, 'p50') - lat(bare, 'p50'),
         baseline: lat(bare, 'p50'),
-        baseline_label: 'bare server p50 latency (ms) under the same load',
+        baseline_label: `bare server p50 latency (ms) under the same load (${o.clients} clients)`,
         ratio: lat(cs, 'p50') / lat(bare, 'p50'),
-        check: { valueAtMost: 1 },
+        check: null,
       }),
       figure({
         id: 'a_read_p99_overhead_ms',
@@ -139,15 +155,6 @@ export async function readFigures(o: ReadOptions): Promise<Figure[]> {
         baseline: lat(bare, 'p99'),
         baseline_label: 'bare server p99 latency (ms) under the same load',
         ratio: lat(cs, 'p99') / lat(bare, 'p99'),
-        check: null,
-      }),
-      figure({
-        id: 'a_read_p50_overhead_1client_ms',
-        unit: 'ms',
-        value: seqCs - seqBare,
-        baseline: seqBare,
-        baseline_label: 'bare server p50 latency (ms), one client, one call at a time',
-        ratio: seqCs / seqBare,
         check: null,
       }),
       figure({

@@ -114,6 +114,7 @@ export async function openServices(
     });
     const memory = createMemoryStore(db.knex);
     const metrics = createMetrics();
+    db.knex.on('query', () => metrics.statement());
     const upstreams = await connectUpstreams(config, log, cluster.bus, closers);
     const pipeline = createCallPipeline({
       ...{ tools: builtinTools, upstreams, memory, limiter, profiles, metrics, audit },

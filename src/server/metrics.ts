@@ -40,6 +40,11 @@ export function createMetrics() {
     help: "Calls of tools the agent's profile denies",
     registers: [registry],
   });
+  const statements = new client.Counter({
+    name: 'countersign_db_statements_total',
+    help: 'Statements sent to the database (round trips), transaction control included',
+    registers: [registry],
+  });
 
   return {
     registry,
@@ -64,6 +69,9 @@ export function createMetrics() {
     denied() {
       counters.denied_calls++;
       denied.inc();
+    },
+    statement() {
+      statements.inc();
     },
   };
 }
