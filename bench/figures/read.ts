@@ -1,9 +1,8 @@
-import path from 'node:path';
 import type { Client } from '@modelcontextprotocol/client';
 import { closedLoop, type LoadResult } from '../lib/load.ts';
 import { cpuSeconds, statusMb } from '../lib/proc.ts';
 import { figure, type Figure } from '../lib/report.ts';
-import { callTool, connect, ROOT, spawnCountersign, spawnNode, type Child } from '../lib/server.ts';
+import { callTool, connect, spawnBareServer, spawnCountersign, type Child } from '../lib/server.ts';
 import { median } from '../lib/stats.ts';
 
 export interface ReadOptions {
@@ -58,11 +57,7 @@ async function sequential(sides: Side[], n: number, rounds: number): Promise<num
  * and are loaded in alternating segments, so drift on a shared machine hits both alike.
  */
 export async function readFigures(o: ReadOptions): Promise<Figure[]> {
-  const bareServer = await spawnNode(
-    [path.join(ROOT, 'bench/bare-server.ts')],
-    { DATABASE_URL: o.url },
-    /"url":"(http:\/\/[^"]+)\/mcp"/,
-  );
+  const bareServer = await spawnBareServer({ DATABASE_URL: o.url });
   const csServer = await spawnCountersign({ DATABASE_URL: o.url, COUNTERSIGN_DATA_DIR: o.dataDir });
   try {
     const bare: Side = {

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { build as esbuild } from 'esbuild';
 import path from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import type { CallToolResult } from '@modelcontextprotocol/client';
@@ -18,7 +19,7 @@ export interface Child {
 }
 
 /**
- * Starts a node process running `script` (through tsx) and waits until its stderr shows a line matching
+ * Starts a node process running `script` (through tsx, unless it is built JavaScript) and waits until its stderr shows a line matching
  * `ready` (with the URL in its first group). Output past the first 64 KiB is dropped.
  */
 export function spawnNode(
@@ -28,7 +29,8 @@ export function spawnNode(
   opts: { timeoutMs?: number; nodeArgs?: string[] } = {},
 ): Promise<Child> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), '--import', 'tsx', ...args], {
+    const loader = args[0]?.endsWith('.ts') ? ['--import', 'tsx'] : [];
+    const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), ...loader, ...args], {
       cwd: ROOT,
       env: { PATH: process.env.PATH ?? '', ...env },
       stdio: ['ignore', 'ignore', 'pipe'],
@@ -84,18 +86,52 @@ export function spawnNode(
   });
 }
 
+let built: Promise<void> | undefined;
+
 /**
- * `countersign serve` on HTTP, as a child process; resolves once it listens.
+ * `npm run build` once per process, and the bare baseline server built the same way into
+ * dist/bench/: the servers measured run built JavaScript, as `npm start` does, both of them.
+ */
+export function buildOnce(): Promise<void> {
+  built ??= new Promise<void>((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'scripts/build.ts')], {
+      cwd: ROOT,
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    child.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`build failed (${code})`))));
+  }).then(async () => {
+    await esbuild({
+      entryPoints: [path.join(ROOT, 'bench/bare-server.ts')],
+      outdir: path.join(ROOT, 'dist/bench'),
+      ...{ bundle: true, packages: 'external', platform: 'node', format: 'esm', target: 'node20' },
+      ...{ sourcemap: true, logLevel: 'warning' },
+    });
+  });
+  return built;
+}
+
+/** The bare baseline server (bench/bare-server.ts), built; resolves once it listens. */
+export async function spawnBareServer(env: Record<string, string>): Promise<Child> {
+  await buildOnce();
+  return spawnNode([path.join(ROOT, 'dist/bench/bare-server.js')], env, /"url":"(http:\/\/[^"]+)\/mcp"/, {
+    nodeArgs: ['--enable-source-maps'],
+  });
+}
+
+/**
+ * `countersign serve` on HTTP, as `npm start` runs it (the build, source maps on), as a child process;
+ * resolves once it listens.
  * BENCH_SERVER_NODE_ARGS adds node options, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to profile it.
  */
-export function spawnCountersign(
+export async function spawnCountersign(
   env: Record<string, string>,
   opts: { timeoutMs?: number; nodeArgs?: string[] } = {},
 ): Promise<Child> {
+  await buildOnce();
   const extra = process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
-  opts = { ...opts, nodeArgs: [...extra, ...(opts.nodeArgs ?? [])] };
+  opts = { ...opts, nodeArgs: ['--enable-source-maps', ...extra, ...(opts.nodeArgs ?? [])] };
   return spawnNode(
-    [path.join(ROOT, 'src/cli.ts'), 'serve'],
+    [path.join(ROOT, 'dist/cli.js'), 'serve'],
     {
       COUNTERSIGN_PORT: '0',
       COUNTERSIGN_RATE_LIMIT_PER_MIN: '100000000',

@@ -1,9 +1,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { pathToFileURL } from 'node:url';
 import type { Knex } from 'knex';
+import { COMPILED, ROOT } from '../core/paths.ts';
 
-const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations', import.meta.url));
+/** The TypeScript migrations, or their compiled copies when running the build. */
+const MIGRATIONS_DIR = COMPILED ? path.join(ROOT, 'dist/migrations') : path.join(ROOT, 'migrations');
 
 /**
  * Lists `migrations/` by name without extension, so the names recorded in knex_migrations are the same

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { z } from 'zod';
 import { Facet } from '../core/schemas.ts';
 import { AppError, isAppError } from '../core/errors.ts';
+import { ROOT } from '../core/paths.ts';
 
 export const FACETS = Facet.options;
 
@@ -53,7 +54,7 @@ export function validateProfile(input: unknown, source: string): Profile {
   return { ...p, allowed: new Set(p.allow as Facet[]) };
 }
 
-export const PROFILES_DIR = path.resolve(import.meta.dirname, '../../profiles');
+export const PROFILES_DIR = path.join(ROOT, 'profiles');
 
 /** Loads every `*.json` profile of `dir`; any invalid one stops start-up with its problem named. */
 export function loadProfiles(dir = PROFILES_DIR): Map<string, Profile> {

@@ -1,12 +1,11 @@
 import fs from 'node:fs';
+import path from 'node:path';
+import { ROOT } from '../core/paths.ts';
 
-/** The package version, read once from package.json (two levels up from sources, three from dist/). */
+/** The package version, read once from package.json. */
 function readVersion(): string {
-  for (const rel of ['../../package.json', '../../../package.json']) {
-    const url = new URL(rel, import.meta.url);
-    if (fs.existsSync(url)) return (JSON.parse(fs.readFileSync(url, 'utf8')) as { version: string }).version;
-  }
-  return '0.0.0';
+  const file = path.join(ROOT, 'package.json');
+  return (JSON.parse(fs.readFileSync(file, 'utf8')) as { version: string }).version;
 }
 
 export const VERSION: string = readVersion();

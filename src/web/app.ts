@@ -1,4 +1,4 @@
-import { fileURLToPath } from 'node:url';
+import path from 'node:path';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import helmet from 'helmet';
 import type { Knex } from 'knex';
@@ -8,6 +8,7 @@ import type { AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
 import type { Logger } from '../log.ts';
+import { ROOT } from '../core/paths.ts';
 import { hostGuard } from '../server/http.ts';
 import { mountApprovalPages } from './approval-pages.ts';
 import { mountAuditPages } from './audit-pages.ts';
@@ -15,7 +16,7 @@ import { createPageKit, type PageKit } from './kit.ts';
 import { mountLoginPages } from './login-pages.ts';
 import { createSessionStore, readCookies, SESSION_COOKIE, type SessionStore } from './sessions.ts';
 
-const STATIC = fileURLToPath(new URL('./static', import.meta.url));
+const STATIC = path.join(ROOT, 'src/web/static');
 
 export interface WebDeps {
   knex: Knex;

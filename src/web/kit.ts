@@ -1,9 +1,10 @@
-import { fileURLToPath } from 'node:url';
+import path from 'node:path';
 import type { NextFunction, Request, Response } from 'express';
 import nunjucks from 'nunjucks';
+import { ROOT } from '../core/paths.ts';
 import { tokensMatch, type WebSession } from './sessions.ts';
 
-const VIEWS = fileURLToPath(new URL('./views', import.meta.url));
+const VIEWS = path.join(ROOT, 'src/web/views');
 
 /** What every page group is given: the one template engine, and the guards in front of its routes. */
 export interface PageKit {

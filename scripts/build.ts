@@ -1,0 +1,35 @@
+/**
+ * npm run build: the server as plain JavaScript in dist/, which `npm start` runs without tsx.
+ *
+ * Sources run through tsx everywhere else (tests, the CLI): no build step is needed to work on
+ * countersign. The server is built because tsx's loader costs a running server about 60 MB and
+ * almost a second of start-up (docs/performance.md). Templates, static files and profiles are read
+ * from the checkout at run time (src/core/paths.ts); migrations are compiled file by file into
+ * dist/migrations, keeping their names.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { build } from 'esbuild';
+
+const ROOT = path.resolve(import.meta.dirname, '..');
+const common = { platform: 'node', format: 'esm', target: 'node20', logLevel: 'warning' } as const;
+
+fs.rmSync(path.join(ROOT, 'dist'), { recursive: true, force: true });
+await build({
+  ...common,
+  entryPoints: [path.join(ROOT, 'src/cli.ts')],
+  outdir: path.join(ROOT, 'dist'),
+  bundle: true,
+  // Each command's modules stay their own chunk, loaded when the command runs (as from the sources).
+  splitting: true,
+  packages: 'external',
+  sourcemap: true,
+});
+const migrations = fs.readdirSync(path.join(ROOT, 'migrations')).filter((f) => f.endsWith('.ts'));
+await build({
+  ...common,
+  entryPoints: migrations.map((f) => path.join(ROOT, 'migrations', f)),
+  outdir: path.join(ROOT, 'dist/migrations'),
+  sourcemap: true,
+});
+process.stderr.write(`built dist/cli.js and ${migrations.length} migrations\n`);

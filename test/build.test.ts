@@ -1,0 +1,65 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { call, connectHttp, ROOT, waitFor } from './helpers/server.ts';
+
+/**
+ * `npm start` runs the build (dist/), not the sources: everything the server reads at run time —
+ * migrations, templates, static files, profiles, package.json — must be found from there too. This
+ * builds it and starts it on a fresh embedded database, as a newcomer's first `npm start` does.
+ */
+describe('the build that npm start runs', () => {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'cs-build-'));
+  let child: ReturnType<typeof spawn>;
+  let stderr = '';
+
+  before(async () => {
+    const build = spawn(process.execPath, ['--import', 'tsx', 'scripts/build.ts'], { cwd: ROOT });
+    const code = await new Promise<number | null>((resolve) => build.once('exit', resolve));
+    assert.equal(code, 0, 'npm run build');
+    child = spawn(process.execPath, ['--enable-source-maps', 'dist/cli.js', 'serve'], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', COUNTERSIGN_DATA_DIR: dataDir, COUNTERSIGN_PORT: '0' },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    await waitFor('the first-run banner', async () => (/chair login/.test(stderr) ? true : undefined), 30_000);
+  });
+
+  after(async () => {
+    child?.kill('SIGTERM');
+    if (child && child.exitCode === null) await new Promise((resolve) => child.once('exit', resolve));
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  });
+
+  const url = () => /MCP endpoint: (http:\/\/\S+)\/mcp/.exec(stderr)![1]!;
+
+  it('migrates a new database from dist/migrations and serves a tool call', async () => {
+    const token = /demo agent token \(shown once\): (\S+)/.exec(stderr)![1]!;
+    const agent = await connectHttp(url(), token);
+    try {
+      const res = await call(agent, 'isphere_search_contacts', { query: 'david' });
+      assert.equal(res.ok, true, JSON.stringify(res.error));
+      assert.ok(res.contacts.length > 0);
+    } finally {
+      await agent.close();
+    }
+  });
+
+  it('renders pages from the templates and serves static files', async () => {
+    const login = await fetch(new URL('/login', url()));
+    assert.equal(login.status, 200);
+    assert.match(await login.text(), /<form/);
+    const css = await fetch(new URL('/static/app.css', url()));
+    assert.equal(css.status, 200);
+  });
+
+  it('reports the package version', async () => {
+    const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    const health = (await (await fetch(new URL('/healthz', url()))).json()) as { version: string };
+    assert.equal(health.version, pkg.version);
+  });
+});
