@@ -12,7 +12,8 @@ import {
   type ApprovalDeps,
 } from './deps.ts';
 import { updateFromGuard } from './guarded.ts';
-import { requestFromDb, type RequestRow, type Target } from './view.ts';
+import type { z } from 'zod';
+import { requestFromDb, type Preflight as PreflightView, type RequestRow, type Target } from './view.ts';
 import { isUuid } from '../core/ids.ts';
 
 export type RefusalReason =
@@ -124,9 +125,13 @@ export async function beginExecution(
  * The approval this approval_id names, locked, if the agent may execute it; otherwise APPROVAL_REQUIRED
  * with the reason. An approval_request_id passed as approval_id tells the agent where its request stands.
  */
-async function lockApproval(trx: Knex.Transaction, req: ExecutionRequest): Promise<RequestRow> {
+async function lockApproval(
+  trx: Knex | Knex.Transaction,
+  req: ExecutionRequest,
+  lock = true,
+): Promise<RequestRow> {
   const row = isUuid(req.approval_id)
-    ? await loadRow(trx, { approval_id: req.approval_id }, true)
+    ? await loadRow(trx, { approval_id: req.approval_id }, lock)
     : undefined;
   if (!row) {
     const asRequest = isUuid(req.approval_id)
@@ -142,6 +147,43 @@ async function lockApproval(trx: Knex.Transaction, req: ExecutionRequest): Promi
   if (row.status === 'expired') throw approvalRequired('expired');
   if (EXECUTED.has(row.status)) throw approvalRequired('consumed');
   return row;
+}
+
+/** What a dry run given an approval_id learns: would a real run with these arguments be accepted? */
+export type Preflight = z.infer<typeof PreflightView>;
+
+/**
+ * The checks a real run makes, read-only: nothing is locked, consumed or expired. A real run that
+ * follows may still meet a change made in between (another chair, the expiry); it checks again.
+ */
+export async function preflightExecution(deps: ApprovalDeps, req: ExecutionRequest): Promise<Preflight> {
+  const no = (err: AppError): Preflight => ({
+    would_execute: false,
+    code: err.code,
+    reason: err.reason ?? null,
+    message: err.message,
+  });
+  try {
+    if (req.idempotency_key) {
+      const prior = (await deps
+        .knex('idempotency_keys')
+        .where({ agent_id: req.agent.id, key: req.idempotency_key })
+        .first()) as { tool: string; content_sha256: string } | undefined;
+      if (prior) {
+        refuseOtherContent(prior, req);
+        const message = 'this idempotency_key already ran this write: a real run returns its stored outcome';
+        return { would_execute: false, code: null, reason: 'replayed', message };
+      }
+    }
+    const row = await lockApproval(deps.knex, req, false);
+    if (new Date(row.expires_at) <= new Date()) return no(approvalRequired('expired'));
+    const mismatch = bindingMismatch(deps, row, req);
+    if (mismatch) return no(approvalRequired('mismatch', `${mismatch} differs from what was approved`));
+    return { would_execute: true, code: null, reason: null, message: null };
+  } catch (err) {
+    if (err instanceof AppError) return no(err);
+    throw err;
+  }
 }
 
 /** Which binding of the approval this call breaks, if any: tool, target, content or policy version. */

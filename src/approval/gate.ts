@@ -3,8 +3,9 @@ import canonicalize from 'canonicalize';
 import type { z } from 'zod';
 import { AppError } from '../core/errors.ts';
 import type { Faults } from '../core/faults.ts';
+import { isUuid } from '../core/ids.ts';
 import type { Agent } from '../core/identity.ts';
-import { approvalRequired } from './execute.ts';
+import { approvalRequired, type ExecutionRequest, type Preflight } from './execute.ts';
 import type { Approvals } from './index.ts';
 import type { ApprovalSummary, Target } from './view.ts';
 
@@ -45,6 +46,8 @@ export interface WriteResult {
   /** The connector's references once written (message_ref, file_ref …). */
   result: Record<string, unknown> | null;
   approval: z.infer<typeof ApprovalSummary> | null;
+  /** On a dry run given an approval_id: whether a real run with these arguments would be accepted. */
+  preflight?: Preflight;
 }
 
 /** A write, resolved and checked but not performed: what the gate hashes, shows the chair, and runs. */
@@ -69,7 +72,7 @@ export interface GateContext {
   trace_id: string;
   /** The agent's profile allows this tool's writes in dry run only. */
   dryRunOnly: boolean;
-  approvals: Pick<Approvals, 'request' | 'beginExecution' | 'finishExecution'>;
+  approvals: Pick<Approvals, 'request' | 'preflight' | 'beginExecution' | 'finishExecution'>;
   /** Test hooks; production wiring never provides them. */
   faults?: Faults;
 }
@@ -122,7 +125,8 @@ export async function runWrite(
       file_sha256: prepared.file_sha256,
     },
   };
-  return args.dry_run ? draft(write, args, ctx) : execute(write, args, ctx);
+  if (!args.dry_run) return execute(write, args, ctx);
+  return args.approval_id ? preflight(write, args, args.approval_id, ctx) : draft(write, args, ctx);
 }
 
 /** Dry run: the approval request for exactly this content (the agent's open one, if it has one). */
@@ -160,6 +164,61 @@ async function draft(write: Write, args: WriteControls, ctx: GateContext): Promi
   };
 }
 
+/** The execution request this write makes with `approval_id`. */
+const executionOf = (
+  write: Write,
+  approval_id: string,
+  args: WriteControls,
+  ctx: GateContext,
+): ExecutionRequest => ({
+  agent: ctx.agent,
+  tool: write.tool,
+  approval_id,
+  target: write.prepared.target,
+  content_sha256: write.content_sha256,
+  file_sha256: write.prepared.file_sha256,
+  idempotency_key: args.idempotency_key,
+  request_id: ctx.request_id,
+  trace_id: ctx.trace_id,
+  source: write.prepared.source,
+});
+
+/**
+ * Dry run with an approval_id: no new request, nothing consumed — the answer says whether a real run
+ * with these arguments would be accepted now, or exactly why not.
+ */
+async function preflight(
+  write: Write,
+  args: WriteControls,
+  approval_id: string,
+  ctx: GateContext,
+): Promise<GateOutcome> {
+  const check: Preflight = ctx.dryRunOnly
+    ? {
+        would_execute: false,
+        code: 'DRY_RUN_ONLY',
+        reason: 'profile_dry_run_only',
+        message: "this agent's profile allows this tool in dry run only",
+      }
+    : await ctx.approvals.preflight(executionOf(write, approval_id, args, ctx));
+  return {
+    data: write.prepared.present({
+      dry_run: true,
+      send_status: 'planned',
+      content_sha256: write.content_sha256,
+      result: null,
+      approval: null,
+      preflight: check,
+    }),
+    audit: {
+      ...write.facts,
+      dry_run: true,
+      approval_id: isUuid(approval_id) ? approval_id : null,
+      details: { preflight: check.would_execute, ...(check.reason ? { reason: check.reason } : {}) },
+    },
+  };
+}
+
 /** Real run: consume the approval (or replay the key's stored outcome), perform once, record the outcome. */
 async function execute(write: Write, args: WriteControls, ctx: GateContext): Promise<GateOutcome> {
   if (ctx.dryRunOnly) {
@@ -170,18 +229,7 @@ async function execute(write: Write, args: WriteControls, ctx: GateContext): Pro
     );
   }
   if (!args.approval_id) throw approvalRequired('missing');
-  const { row, replay } = await ctx.approvals.beginExecution({
-    agent: ctx.agent,
-    tool: write.tool,
-    approval_id: args.approval_id,
-    target: write.prepared.target,
-    content_sha256: write.content_sha256,
-    file_sha256: write.prepared.file_sha256,
-    idempotency_key: args.idempotency_key,
-    request_id: ctx.request_id,
-    trace_id: ctx.trace_id,
-    source: write.prepared.source,
-  });
+  const { row, replay } = await ctx.approvals.beginExecution(executionOf(write, args.approval_id, args, ctx));
   if (replay) return replayed(write, row);
 
   await ctx.faults?.at('after_write_started');

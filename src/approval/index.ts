@@ -4,7 +4,13 @@ import type { User } from '../core/identity.ts';
 import { decide } from './decide.ts';
 import { countByStatus, listForReview, showForReview, type QueueFilter } from './review.ts';
 import type { ApprovalDeps } from './deps.ts';
-import { beginExecution, finishExecution, type ExecutionOutcome, type ExecutionRequest } from './execute.ts';
+import {
+  beginExecution,
+  finishExecution,
+  preflightExecution,
+  type ExecutionOutcome,
+  type ExecutionRequest,
+} from './execute.ts';
 import { expireDue, purgeIdempotencyKeys, reconcileStale, type WriteLookup } from './maintenance.ts';
 import { getOwnApproval, listOwnApprovals, requestApproval, type DraftWrite } from './request.ts';
 import type { ApprovalStatus, RequestRow } from './view.ts';
@@ -24,6 +30,7 @@ export function createApprovals(deps: ApprovalDeps) {
     listForReview: (filter: QueueFilter) => listForReview(deps, filter),
     countByStatus: (filter: Pick<QueueFilter, 'tool' | 'agent'>) => countByStatus(deps, filter),
     showForReview: (id: string) => showForReview(deps, id),
+    preflight: (req: ExecutionRequest) => preflightExecution(deps, req),
     beginExecution: (req: ExecutionRequest) => beginExecution(deps, req),
     finishExecution: (
       row: RequestRow,

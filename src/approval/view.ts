@@ -47,6 +47,14 @@ export const ApprovalView = z.object({
 });
 export type ApprovalView = z.infer<typeof ApprovalView>;
 
+/** What a dry run given an approval_id answers (approval/execute.ts preflightExecution). */
+export const Preflight = z.object({
+  would_execute: z.boolean(),
+  code: z.string().nullable(),
+  reason: z.string().nullable(),
+  message: z.string().nullable(),
+});
+
 /** The short form returned by a dry run. */
 export const ApprovalSummary = z.object({
   approval_request_id: z.string(),

@@ -34,6 +34,7 @@ const writeOutput = z.object({
   target: Target,
   content_sha256: writeOutputFields.content_sha256,
   approval: writeOutputFields.approval,
+  preflight: writeOutputFields.preflight,
   call: z
     .object({
       upstream: z.string(),
@@ -213,6 +214,7 @@ function writeTool(
           target,
           content_sha256: r.content_sha256,
           approval: r.approval,
+          preflight: r.preflight ?? null,
           call,
           result: (r.result as z.infer<typeof UpstreamResult> | null) ?? null,
         }),

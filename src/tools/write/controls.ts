@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ApprovalSummary, Target } from '../../approval/view.ts';
+import { ApprovalSummary, Preflight, Target } from '../../approval/view.ts';
 import { SourcePreference } from '../../connectors/index.ts';
 import { MessageTargetType } from '../../core/schemas.ts';
 import type { ResolvedTarget } from '../../connectors/types.ts';
@@ -46,6 +46,9 @@ export const writeOutputFields = {
     .string()
     .describe('SHA-256 of the canonical JSON of the exact write; the approval is bound to it.'),
   approval: ApprovalSummary.nullable().describe('On dry run: the approval request to have approved.'),
+  preflight: Preflight.nullable().describe(
+    'On a dry run given an approval_id (nothing is drafted or consumed): whether a real run with these arguments would be accepted now, or the code and reason it would be refused with.',
+  ),
 };
 
 /** The output fields every write tool fills the same way from the gate's result. */
@@ -56,6 +59,7 @@ export function writeOutput(r: WriteResult, target: ResolvedTarget) {
     target,
     content_sha256: r.content_sha256,
     approval: r.approval,
+    preflight: r.preflight ?? null,
     message_ref: (r.result?.message_ref as string | undefined) ?? null,
   };
 }
