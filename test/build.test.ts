@@ -26,7 +26,11 @@ describe('the build that npm start runs', () => {
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    await waitFor('the first-run banner', async () => (/chair login/.test(stderr) ? true : undefined), 30_000);
+    await waitFor(
+      'the first-run banner',
+      async () => (/chair login/.test(stderr) ? true : undefined),
+      90_000,
+    );
   });
 
   after(async () => {
@@ -55,6 +59,20 @@ describe('the build that npm start runs', () => {
     assert.match(await login.text(), /<form/);
     const css = await fetch(new URL('/static/app.css', url()));
     assert.equal(css.status, 200);
+  });
+
+  it('is what bin/countersign.js runs while it is as new as the sources', async () => {
+    const bin = spawn(process.execPath, ['bin/countersign.js', 'agent', 'list'], {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', COUNTERSIGN_DATA_DIR: dataDir },
+    });
+    let out = '';
+    bin.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    bin.stderr.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    const code = await new Promise<number | null>((resolve) => bin.once('exit', resolve));
+    // The server holds the embedded database: the command goes through its admin endpoint.
+    assert.equal(code, 0, out);
+    assert.match(out, /demo/);
   });
 
   it('reports the package version', async () => {
