@@ -62,6 +62,17 @@ for (const kind of databaseKinds()) {
       assert.ok((await reasons()).includes('missing_token'));
     });
 
+    it('without OAuth configured, challenges as before and serves no protected-resource metadata', async () => {
+      const { res } = await post(server.url, INIT, { authorization: 'Bearer cs_not-a-real-token' });
+      assert.equal(res.status, 401);
+      assert.equal(res.headers.get('www-authenticate'), 'Bearer realm="countersign"');
+      // A JWT-shaped token is just an unknown static token when no issuer is configured.
+      const jwtShaped = await post(server.url, INIT, { authorization: 'Bearer aaa.bbb.ccc' });
+      assert.deepEqual([jwtShaped.res.status, jwtShaped.json().reason], [401, 'unknown_token']);
+      const metadata = await fetch(new URL('/.well-known/oauth-protected-resource/mcp', server.url));
+      assert.equal(metadata.status, 404);
+    });
+
     it('refuses an unknown token', async () => {
       const { res, json } = await post(server.url, INIT, { authorization: 'Bearer cs_not-a-real-token' });
       assert.equal(res.status, 401);

@@ -1,24 +1,38 @@
 import type { Knex } from 'knex';
 import type { ClusterBus } from '../cluster/bus.ts';
 import { authenticate, hashToken } from '../accounts/agents.ts';
+import { findAgentByName, type OAuthFailure, type OAuthVerifier } from '../accounts/oauth.ts';
 import { type Agent } from '../core/identity.ts';
 
 /** Resolves an agent token (missing, unknown and revoked ones are failures). */
 export type Authenticate = (token: string | undefined) => ReturnType<typeof authenticate>;
 
+/** An OAuth access token's agent, or why not; `subject` is the client the token named, once verified. */
+export type OAuthAuthenticate = (
+  token: string,
+) => Promise<{ agent: Agent } | { failure: OAuthFailure; agent?: Agent; subject?: string }>;
+
+/** Agents on HTTP by OAuth access token: the check, and what the protected-resource metadata shows. */
+export interface OAuthAgents {
+  authenticate: OAuthAuthenticate;
+  verifier: OAuthVerifier;
+}
+
 /** How long a cached agent is trusted without word from PostgreSQL (a listening connection cut silently). */
 const TRUST_MS = 10_000;
 const MAX_ENTRIES = 10_000;
 
+type Lookup<F> = { agent: Agent } | { failure: F; agent?: Agent };
+
 /**
- * Token → agent, cached per replica only while PostgreSQL can tell this replica that an agent changed: a
+ * Key → agent, cached per replica only while PostgreSQL can tell this replica that an agent changed: a
  * trigger on `agents` announces every change on LISTEN/NOTIFY (src/cluster/bus.ts), which drops the
  * agent's entries. While the listening connection is down nothing is served from the cache; an entry is
  * never trusted for longer than TRUST_MS. So a revocation, a profile or rate-limit change holds from
  * the agent's next call after PostgreSQL delivered the notification (a few milliseconds after commit).
  * Failures (unknown, revoked) are not cached: they are read again.
  */
-export function createAgentAuth(knex: Knex, bus: ClusterBus): Authenticate {
+function agentCache(bus: ClusterBus) {
   const cache = new Map<string, { agent: Agent; at: number }>();
   /** Bumped on every announcement: a read that straddled one is not cached. */
   let generation = 0;
@@ -27,17 +41,41 @@ export function createAgentAuth(knex: Knex, bus: ClusterBus): Authenticate {
     if (id === '*') cache.clear();
     else for (const [key, entry] of cache) if (entry.agent.id === id) cache.delete(key);
   });
-  return async (token) => {
-    if (!token) return authenticate(knex, token);
-    const key = hashToken(token);
+  return async <F>(key: string, load: () => Promise<Lookup<F>>): Promise<Lookup<F>> => {
     const hit = cache.get(key);
     if (hit && bus.listening() && performance.now() - hit.at < TRUST_MS) return { agent: hit.agent };
     const seen = generation;
-    const result = await authenticate(knex, token);
+    const result = await load();
     if (!('failure' in result) && bus.listening() && seen === generation) {
       if (cache.size >= MAX_ENTRIES) cache.delete(cache.keys().next().value!);
       cache.set(key, { agent: result.agent, at: performance.now() });
     }
     return result;
+  };
+}
+
+/** Static agent tokens, cached by their hash. */
+export function createAgentAuth(knex: Knex, bus: ClusterBus): Authenticate {
+  const cached = agentCache(bus);
+  return async (token) => {
+    if (!token) return authenticate(knex, token);
+    return cached(hashToken(token), () => authenticate(knex, token));
+  };
+}
+
+/**
+ * OAuth access tokens: the JWT is verified in process (no database), and the agent it maps to is read
+ * through the same kind of cache by name, so a call costs no more round trips than a static token's.
+ */
+export function createOAuthAgentAuth(knex: Knex, bus: ClusterBus, verifier: OAuthVerifier): OAuthAgents {
+  const cached = agentCache(bus);
+  return {
+    verifier,
+    async authenticate(token) {
+      const verdict = await verifier.verify(token);
+      if ('failure' in verdict) return verdict;
+      const found = await cached(verdict.agent_name, () => findAgentByName(knex, verdict.agent_name));
+      return 'failure' in found ? { ...found, subject: verdict.subject } : found;
+    },
   };
 }

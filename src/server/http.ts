@@ -13,7 +13,8 @@ import { HTTP_STATUS, type AppErrorCode } from '../core/errors.ts';
 import { isConnectionError } from '../db/knex.ts';
 import type { Logger } from '../log.ts';
 import type { Agent } from '../core/identity.ts';
-import type { Authenticate } from './agent-cache.ts';
+import { looksLikeJwt, OAUTH_FAILURE_DETAIL, OAuthFailure } from '../accounts/oauth.ts';
+import type { Authenticate, OAuthAgents } from './agent-cache.ts';
 import { createMcpServer } from './mcp.ts';
 import type { CallPipeline } from './pipeline.ts';
 import { MAX_ARGUMENT_DEPTH, nestedDeeperThan, TOO_DEEP_ARGUMENTS } from './steps.ts';
@@ -95,6 +96,8 @@ export function hostGuard(config: Config) {
 export interface McpHttpDeps {
   /** Resolves each request's bearer token to its agent. */
   authenticate: Authenticate;
+  /** When `oauth` is configured: JWT access tokens, checked against the issuer (docs/identity.md). */
+  oauth?: OAuthAgents;
   pipeline: CallPipeline;
   audit: AuditLog;
   /** Where change events go to reach `subscriptions/listen` streams on every replica. */
@@ -138,8 +141,9 @@ export function createMcpRouter(deps: McpHttpDeps) {
   router.use(express.json({ limit: deps.config.http.max_body_bytes, type: ['application/json'] }));
 
   router.all('/', async (req: Request, res: Response) => {
-    const auth = await deps.authenticate(bearer(req));
-    if ('failure' in auth) return refuse(deps, req, res, auth.failure, auth.agent);
+    const token = bearer(req);
+    const auth = await authenticateBearer(deps, token);
+    if ('failure' in auth) return refuse(deps, req, res, { ...auth, token });
     // Handed to the server factory as authInfo; the token itself goes no further.
     (req as Request & { auth?: AuthInfo }).auth = {
       token: '',
@@ -161,25 +165,106 @@ export function createMcpRouter(deps: McpHttpDeps) {
   };
 }
 
+/** With OAuth configured, a JWT-shaped token goes to the issuer's check; a static one (cs_…) never has that shape. */
+async function authenticateBearer(deps: McpHttpDeps, token: string | undefined) {
+  if (deps.oauth && token && looksLikeJwt(token)) {
+    return { ...(await deps.oauth.authenticate(token)), via: 'oauth' as const };
+  }
+  return { ...(await deps.authenticate(token)), via: 'token' as const };
+}
+
+interface Refusal {
+  failure: string;
+  agent?: Agent;
+  /** The client an OAuth token named, once its signature verified (never the token). */
+  subject?: string;
+  token: string | undefined;
+  via: 'token' | 'oauth';
+}
+
 /** A request without a valid agent token: audited (auth.denied), then 401 with the reason. */
-async function refuse(deps: McpHttpDeps, req: Request, res: Response, reason: string, agent?: Agent) {
+async function refuse(deps: McpHttpDeps, req: Request, res: Response, refusal: Refusal) {
+  const { failure: reason, agent, subject, via } = refusal;
   await deps.audit.append({
     kind: 'auth.denied',
     agent_id: agent?.id ?? null,
     result: 'error',
     error_code: 'UNAUTHENTICATED',
-    details: { reason, transport: 'http', ip: req.ip ?? null },
+    details: {
+      reason,
+      transport: 'http',
+      ip: req.ip ?? null,
+      ...(via === 'oauth' ? { via, ...(subject === undefined ? {} : { subject }) } : {}),
+    },
   });
+  if (reason === 'issuer_unavailable') {
+    // The authorization server could not be asked: a retryable outage, not a verdict on the token.
+    return sendProblem(
+      res,
+      {
+        code: 'SOURCE_UNAVAILABLE',
+        reason,
+        title: 'Service unavailable',
+        detail: OAUTH_FAILURE_DETAIL[reason],
+      },
+      { 'Retry-After': '5' },
+    );
+  }
+  const oauthReason = OAuthFailure.safeParse(reason);
   sendProblem(
     res,
     {
       code: 'NOT_LOGGED_IN',
       reason,
       title: 'Unauthorized',
-      detail: 'a valid agent token is required (Authorization: Bearer …)',
+      detail: oauthReason.success
+        ? OAUTH_FAILURE_DETAIL[oauthReason.data]
+        : 'a valid agent token is required (Authorization: Bearer …)',
     },
-    { 'WWW-Authenticate': 'Bearer realm="countersign"' },
+    { 'WWW-Authenticate': bearerChallenge(deps.oauth, refusal.token !== undefined) },
   );
+}
+
+/**
+ * The 401 challenge. With OAuth configured it names the protected-resource metadata (RFC 9728 §5.1), from
+ * which an MCP client finds the authorization server; `error="invalid_token"` only when a token was sent
+ * (RFC 6750 §3.1). Without OAuth it stays what static-token clients have always seen.
+ */
+function bearerChallenge(oauth: OAuthAgents | undefined, tokenGiven: boolean): string {
+  if (!oauth) return 'Bearer realm="countersign"';
+  const metadata = protectedResourceMetadataUrl(oauth.verifier.resource());
+  return `Bearer resource_metadata="${metadata}"${tokenGiven ? ', error="invalid_token"' : ''}`;
+}
+
+/** Where RFC 9728 §3.1 puts a resource's metadata: the well-known path inserted before the resource's path. */
+export function protectedResourceMetadataUrl(resource: string): string {
+  const url = new URL(resource);
+  const path = url.pathname === '/' ? '' : url.pathname.replace(/\/$/, '');
+  return `${url.origin}/.well-known/oauth-protected-resource${path}`;
+}
+
+/**
+ * GET /.well-known/oauth-protected-resource (and its /mcp-suffixed form, which MCP clients try first):
+ * the RFC 9728 document naming this server's resource URL and its authorization server. It is public
+ * and meant for clients on any origin, so neither the Host/Origin guard nor a token applies.
+ */
+export function protectedResourceRouter(oauth: OAuthAgents) {
+  const router = express.Router();
+  const document = (_req: Request, res: Response) => {
+    const { config } = oauth.verifier;
+    res.set({ 'Access-Control-Allow-Origin': '*', 'Cache-Control': 'public, max-age=300' }).json({
+      resource: oauth.verifier.resource(),
+      authorization_servers: [config.issuer],
+      bearer_methods_supported: ['header'],
+      ...(config.scopes_supported ? { scopes_supported: config.scopes_supported } : {}),
+      resource_name: 'countersign',
+    });
+  };
+  router.get(
+    ['/.well-known/oauth-protected-resource', '/.well-known/oauth-protected-resource/mcp'],
+    document,
+  );
+  return router;
 }
 
 /** Errors before the MCP handler answers: body too large or malformed, the database gone, a crash. */
