@@ -4,6 +4,8 @@ import { isConnectionError } from '../db/knex.ts';
 import type { Agent } from '../core/identity.ts';
 import { databaseUnavailable, type CallPipeline } from './pipeline.ts';
 import { newTraceId } from '../core/ids.ts';
+import type { ActiveSpan } from '../core/tracing.ts';
+import { inRequestSpan } from './tracing.ts';
 
 export const SERVER_NAME = 'countersign';
 
@@ -27,20 +29,25 @@ export function createMcpServer(opts: {
     { capabilities: { tools: { listChanged: true } }, instructions: INSTRUCTIONS },
   );
   // Authorising needs the database: an outage is answered as such, not as an internal error.
-  const authorize = () =>
+  const authorize = (span?: ActiveSpan) =>
     opts.authorize().catch((err: unknown) => {
       if (isAuditUnavailable(err) || isConnectionError(err)) {
-        throw databaseUnavailable(newTraceId());
+        throw databaseUnavailable(span?.traceId ?? newTraceId());
       }
       throw err;
     });
-  server.setRequestHandler('tools/list', async () => {
-    const agent = await authorize();
-    return { tools: opts.pipeline.listTools(agent) };
+  // With tracing on, each request runs in its span (server/tracing.ts); without, as it is.
+  const tracer = opts.pipeline.tracer;
+  server.setRequestHandler('tools/list', async (_request, ctx) => {
+    const list = async (span?: ActiveSpan) => ({ tools: opts.pipeline.listTools(await authorize(span)) });
+    return tracer ? inRequestSpan(tracer, server, ctx, undefined, list) : list();
   });
   server.setRequestHandler('tools/call', async (request, ctx) => {
-    const agent = await authorize();
-    return opts.pipeline.call(agent, request.params.name, request.params.arguments, ctx.mcpReq.signal);
+    const run = async (span?: ActiveSpan) => {
+      const agent = await authorize(span);
+      return opts.pipeline.call(agent, request.params.name, request.params.arguments, ctx.mcpReq.signal);
+    };
+    return tracer ? inRequestSpan(tracer, server, ctx, request.params.name, run) : run();
   });
   return server;
 }

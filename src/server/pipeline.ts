@@ -2,11 +2,13 @@ import { ProtocolError } from '@modelcontextprotocol/server';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import { isAuditUnavailable } from '../audit/log.ts';
 import type { Agent } from '../core/identity.ts';
+import type { Tracer } from '../core/tracing.ts';
 import type { Upstream } from '../connectors/mcp/upstream.ts';
 import type { Settled } from '../tools/envelope.ts';
 import type { AnyToolDef } from '../tools/types.ts';
 import { createCatalogue, type Catalogue } from './catalogue.ts';
 import type { Profile } from './profiles.ts';
+import { failIfToolError } from './tracing.ts';
 import {
   admit,
   asFailure,
@@ -32,6 +34,8 @@ export interface CallPipeline {
   call(agent: Agent, name: string, args: unknown, signal: AbortSignal): Promise<CallToolResult>;
   /** Calls `listener` whenever the tool list changed (an upstream's tools); returns the unsubscribe. */
   onListChanged(listener: () => void): () => void;
+  /** Set when tracing is on: the transport opens each request's span with it. */
+  readonly tracer?: Tracer;
 }
 
 /** JSON-RPC code of a call that could not be audited because the database is unavailable. */
@@ -63,9 +67,32 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
   const catalogue = createCatalogue({ ...deps, upstreams: deps.upstreams ?? [] });
   return {
     listTools: (agent) => catalogue.listFor(deps.profiles.get(agent.profile)),
-    call: (agent, name, args, signal) => runCall(deps, catalogue, beginCall(agent, name, args, signal)),
+    // Chosen once: without tracing, a call takes exactly the path it always took.
+    call: deps.tracer
+      ? tracedCall(deps, catalogue, deps.tracer)
+      : (agent, name, args, signal) => runCall(deps, catalogue, beginCall(agent, name, args, signal)),
     onListChanged: catalogue.onChanged,
+    tracer: deps.tracer,
   };
+}
+
+/**
+ * A call in its `execute_tool {tool}` span (the GenAI conventions' tool execution), a child of the
+ * request's span; the envelope's trace_id is the span's trace id, and a failure its error.type.
+ */
+function tracedCall(deps: StepDeps, catalogue: Catalogue, tracer: Tracer): CallPipeline['call'] {
+  return (agent, name, args, signal) =>
+    tracer.span(
+      `execute_tool ${name}`,
+      { 'gen_ai.operation.name': 'execute_tool', 'gen_ai.tool.name': name },
+      async (span) => {
+        const call = beginCall(agent, name, args, signal, span.traceId);
+        span.set({ 'gen_ai.tool.call.id': call.request_id, 'countersign.agent.id': agent.id });
+        const result = await runCall(deps, catalogue, call);
+        failIfToolError(span, result);
+        return result;
+      },
+    );
 }
 
 async function runCall(deps: StepDeps, catalogue: Catalogue, call: Call): Promise<CallToolResult> {

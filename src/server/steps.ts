@@ -23,6 +23,7 @@ import type { Metrics } from './metrics.ts';
 import type { Profile } from './profiles.ts';
 import type { RateLimiter } from './rate-limit.ts';
 import { newTraceId } from '../core/ids.ts';
+import { traced, type Tracer } from '../core/tracing.ts';
 
 /** What the call steps use. Built once per process (src/app/services.ts). */
 export interface StepDeps {
@@ -40,6 +41,8 @@ export interface StepDeps {
   log: Logger;
   /** Test hooks; production wiring never provides them. */
   faults?: Faults;
+  /** Set when tracing is on (an OTLP endpoint is configured); the steps then run in child spans. */
+  tracer?: Tracer;
 }
 
 /** One tools/call as it moves through the steps. */
@@ -70,7 +73,14 @@ function tooDeep(args: unknown): boolean {
   return standIn || nestedDeeperThan(args, MAX_ARGUMENT_DEPTH);
 }
 
-export function beginCall(agent: Agent, name: string, args: unknown, signal: AbortSignal): Call {
+/** `trace_id` is the call's span's trace id when tracing is on. */
+export function beginCall(
+  agent: Agent,
+  name: string,
+  args: unknown,
+  signal: AbortSignal,
+  trace_id = newTraceId(),
+): Call {
   const given = args ?? {};
   return {
     agent,
@@ -78,7 +88,7 @@ export function beginCall(agent: Agent, name: string, args: unknown, signal: Abo
     args: given,
     signal,
     request_id: randomUUID(),
-    trace_id: newTraceId(),
+    trace_id,
     started: new Date(),
     args_sha256: tooDeep(given)
       ? null
@@ -98,13 +108,17 @@ const callRow = (call: Call) => ({
   tool: call.name,
 });
 
+/** The audit append, in an `audit.append` span when tracing is on (src/audit/log.ts stays untouched). */
+const append = (deps: StepDeps, row: Parameters<AuditLog['append']>[0]) =>
+  traced(deps.tracer, 'audit.append', { 'countersign.audit.kind': row.kind }, () => deps.audit.append(row));
+
 /** An error answered as a JSON-RPC error, after its audit row is written and it is counted. */
 async function protocolError(
   deps: StepDeps,
   call: Call,
   e: { audit: AuditErrorCode; rpc: number; message: string; data: Record<string, unknown> },
 ) {
-  await deps.audit.append({
+  await append(deps, {
     ...callRow(call),
     result: 'error',
     error_code: e.audit,
@@ -131,7 +145,7 @@ export async function admit(deps: StepDeps, call: Call, tool: AnyToolDef): Promi
   const reason = profile
     ? (profile.deny[tool.facet] ?? `the ${tool.facet} facet is not allowed`)
     : `this agent's profile "${call.agent.profile}" is not installed on this server`;
-  await deps.audit.append({
+  await append(deps, {
     ...callRow(call),
     kind: 'auth.denied',
     result: 'error',
@@ -154,9 +168,8 @@ export async function admit(deps: StepDeps, call: Call, tool: AnyToolDef): Promi
 
 /** Counts the call against the agent's per-minute limit; over it, RATE_LIMITED with when to retry. */
 export async function takeRate(deps: StepDeps, call: Call): Promise<void> {
-  const wait = await deps.limiter.take(
-    call.agent.id,
-    call.agent.rate_limit_per_min ?? deps.config.policy.rate_limit_per_min,
+  const wait = await traced(deps.tracer, 'rate_limit.take', {}, () =>
+    deps.limiter.take(call.agent.id, call.agent.rate_limit_per_min ?? deps.config.policy.rate_limit_per_min),
   );
   if (wait > 0) {
     throw new AppError('RATE_LIMITED', `too many calls: retry in ${wait} s`, 'rate_limited', {
@@ -272,7 +285,7 @@ export async function asFailure(deps: StepDeps, call: Call, err: unknown): Promi
 export async function record(deps: StepDeps, call: Call, settled: Settled): Promise<CallToolResult> {
   const facts = settled.outcome?.audit ?? {};
   const failure = settled.failure;
-  const row = await deps.audit.append({
+  const row = await append(deps, {
     ...callRow(call),
     source: facts.source ?? null,
     target_type: facts.target_type ?? null,
