@@ -60,7 +60,10 @@ for (const kind of databaseKinds()) {
 
       const list = await runCli(['approvals', 'list', '--as', 'nadia'], chair);
       assert.equal(list.code, 0, list.stderr);
-      assert.match(list.stdout, new RegExp(`^${id}\\tpending\\tsend_message\\tdemo\\tcontact:ct_wang`, 'm'));
+      assert.match(
+        list.stdout,
+        new RegExp(`^${id}\\tpending\\tisphere_send_message\\tdemo\\tcontact:ct_wang`, 'm'),
+      );
       const show = await runCli(['approvals', 'show', id, '--as', 'nadia'], chair);
       assert.match(show.stdout, /王伟你好 — approve me from the CLI/);
 

@@ -45,7 +45,7 @@ export function createWebRouter(deps: WebDeps) {
   router.use(loadSession(sessions));
 
   mountLoginPages(router, kit, { knex: deps.knex, audit: deps.audit, config: deps.config, sessions });
-  mountApprovalPages(router, kit, { approvals: deps.approvals, blobs: deps.blobs });
+  mountApprovalPages(router, kit, { approvals: deps.approvals, blobs: deps.blobs, config: deps.config });
   mountAuditPages(router, kit, { knex: deps.knex, checkpoints: deps.checkpoints, config: deps.config });
   router.use(errorPage(kit, deps.log));
 
@@ -59,6 +59,8 @@ function securityHeaders(config: Config) {
       directives: {
         defaultSrc: ["'none'"],
         styleSrc: ["'self'"],
+        // Only the page scripts served from /static (time.js): no inline script, no other origin.
+        scriptSrc: ["'self'"],
         imgSrc: ["'self'"],
         formAction: ["'self'"],
         frameAncestors: ["'none'"],

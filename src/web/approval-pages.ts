@@ -3,9 +3,10 @@ import type { Response, Router } from 'express';
 import { isDecisionRefusal } from '../approval/decide.ts';
 import { HTTP_STATUS } from '../core/errors.ts';
 import type { Approvals } from '../approval/index.ts';
-import { ApprovalStatus } from '../approval/view.ts';
+import { ApprovalStatus, storedToolName, withAgentToolName } from '../approval/view.ts';
+import type { Config } from '../config.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
-import type { PageKit } from './kit.ts';
+import { duration, type PageKit } from './kit.ts';
 import type { WebSession } from './sessions.ts';
 
 const PAGE_SIZE = 25;
@@ -14,6 +15,7 @@ const PREVIEW_BYTES = 64 * 1024;
 export interface ApprovalPageDeps {
   approvals: Approvals;
   blobs: BlobStore;
+  config: Config;
 }
 
 /**
@@ -22,13 +24,16 @@ export interface ApprovalPageDeps {
  */
 export function mountApprovalPages(router: Router, kit: PageKit, deps: ApprovalPageDeps): void {
   const detail = showRequest(kit, deps);
+  const prefix = deps.config.tools.prefix;
 
   router.get('/', (_req, res) => res.redirect(303, '/approvals'));
   router.get('/approvals', kit.requireUser, async (req, res) => {
     const status = ApprovalStatus.safeParse(req.query.status ?? 'pending');
+    const tool = typeof req.query.tool === 'string' ? req.query.tool.trim() : '';
     const filter = {
       status: status.success ? status.data : 'pending',
-      tool: typeof req.query.tool === 'string' && req.query.tool ? req.query.tool : undefined,
+      // Typed as agents call it (isphere_send_message) or as requests store it (send_message).
+      tool: tool ? storedToolName(tool, prefix) : undefined,
       agent: typeof req.query.agent === 'string' && req.query.agent ? req.query.agent : undefined,
     } as const;
     const page = Math.max(1, Math.min(10_000, Number.parseInt(String(req.query.page ?? '1'), 10) || 1));
@@ -44,10 +49,11 @@ export function mountApprovalPages(router: Router, kit: PageKit, deps: ApprovalP
         page: String(p),
       }).toString();
     kit.render(res, 200, 'queue.njk', {
-      rows: rows.slice(0, PAGE_SIZE),
+      rows: rows.slice(0, PAGE_SIZE).map((r) => withAgentToolName(r, prefix)),
       counts,
       statuses: ApprovalStatus.options,
-      filter,
+      filter: { ...filter, tool: tool || undefined },
+      toolPlaceholder: `${prefix}send_message`,
       page,
       prev: page > 1 ? `/approvals?${query(page - 1)}` : null,
       next: rows.length > PAGE_SIZE ? `/approvals?${query(page + 1)}` : null,
@@ -97,8 +103,12 @@ function showRequest(kit: PageKit, deps: ApprovalPageDeps) {
     }
     const session = res.locals.session as WebSession;
     kit.render(res, status, 'detail.njk', {
-      request,
+      request: withAgentToolName(request, deps.config.tools.prefix),
       review,
+      ttl: {
+        pending: duration(deps.config.approval.pending_ttl_s),
+        execute: duration(deps.config.approval.execute_ttl_s),
+      },
       preview,
       canDecide: session.user.roles.includes('chair') && request.status === 'pending',
       ...extra,

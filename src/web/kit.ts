@@ -16,19 +16,50 @@ export interface PageKit {
   requireCsrf(req: Request, res: Response, next: NextFunction): void;
 }
 
-/** "3 h 05 min" between now and `iso` (past or future). */
-function span(iso: string): string {
-  const minutes = Math.round(Math.abs(Date.parse(iso) - Date.now()) / 60_000);
-  if (minutes < 60) return `${minutes} min`;
-  const hours = Math.floor(minutes / 60);
-  return hours < 48
-    ? `${hours} h ${String(minutes % 60).padStart(2, '0')} min`
-    : `${Math.floor(hours / 24)} days`;
+/** A time from a view (ISO text) or a row (Date on pg); nothing for a missing or unreadable one. */
+function toDate(value: unknown): Date | undefined {
+  if (value === null || value === undefined || value === '') return undefined;
+  const t = value instanceof Date ? value : new Date(String(value));
+  return Number.isNaN(t.getTime()) ? undefined : t;
+}
+
+/** "2026-11-30 09:00 UTC" (with seconds: "2026-11-30 09:00:05 UTC"); what a page says without its script. */
+function utc(value: unknown, seconds = false): string {
+  const t = toDate(value);
+  if (!t) return '—';
+  return `${t
+    .toISOString()
+    .slice(0, seconds ? 19 : 16)
+    .replace('T', ' ')} UTC`;
+}
+
+/**
+ * A time element: the UTC text as the server's fallback and the exact UTC instant as its title; the page's
+ * script (static/time.js) rewrites the text to the reader's local time and how far away it is.
+ */
+function when(value: unknown): nunjucks.runtime.SafeString | string {
+  const t = toDate(value);
+  if (!t) return '—';
+  // Safe to mark up unescaped: an ISO string made here holds only digits, "-", ":", ".", "T" and "Z".
+  const iso = t.toISOString();
+  return new nunjucks.runtime.SafeString(
+    `<time datetime="${iso}" title="${utc(iso, true)}">${utc(iso)}</time>`,
+  );
+}
+
+/** "24 h", "3 days", "90 min": a configured duration as people read it. */
+export function duration(seconds: number): string {
+  if (seconds % 86_400 === 0 && seconds >= 2 * 86_400) return `${seconds / 86_400} days`;
+  if (seconds % 3600 === 0) return `${seconds / 3600} h`;
+  if (seconds % 60 === 0) return `${seconds / 60} min`;
+  return `${seconds} s`;
 }
 
 export function createPageKit(): PageKit {
   const env = new nunjucks.Environment(new nunjucks.FileSystemLoader(VIEWS), { autoescape: true });
-  env.addFilter('span', span);
+  env.addFilter('utc', utc);
+  env.addFilter('when', when);
+  env.addFilter('duration', duration);
   env.addFilter('dash', (v: unknown) => (v === null || v === undefined ? '—' : String(v)));
 
   const render: PageKit['render'] = (res, status, view, ctx = {}) =>

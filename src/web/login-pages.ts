@@ -17,11 +17,16 @@ export interface LoginDeps {
   sessions: SessionStore;
 }
 
-/** Only same-site paths of the approvals pages are followed after login (no open redirect). */
-function safeNext(next: unknown): string {
-  return typeof next === 'string' && /^\/approvals(\/[0-9a-f-]{36})?(\?[\w=&%.-]*)?$/i.test(next)
-    ? next
-    : '/approvals';
+/**
+ * Where to go after sign-in: a path on this origin, else the queue (no open redirect). A path starts with
+ * exactly one "/": "//host" and "/\\host" are read by browsers as another host, and they drop tabs and
+ * newlines, so "/\t/host" would become "//host" too; a scheme or host never passes the first test.
+ */
+export function safeNext(next: unknown): string {
+  if (typeof next !== 'string' || next.length > 2048) return '/approvals';
+  // eslint-disable-next-line no-control-regex -- control characters are exactly what must be refused
+  const samePath = /^\/(?![/\\])/.test(next) && !/[\\\u0000-\u001f\u007f]/.test(next);
+  return samePath && next !== '/login' && !next.startsWith('/login?') ? next : '/approvals';
 }
 
 /**

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ApprovalView } from '../../approval/view.ts';
+import { ApprovalView, withAgentToolName } from '../../approval/view.ts';
 import { AppError } from '../../core/errors.ts';
 import type { ReadToolDef } from '../types.ts';
 
@@ -26,10 +26,11 @@ export const getApproval = {
   input,
   output,
   async handler(args, ctx) {
-    const approval = await ctx.approvals.getOwn(ctx.agent, args);
+    const own = await ctx.approvals.getOwn(ctx.agent, args);
     // Another agent's request is indistinguishable from a missing one.
-    if (!approval)
+    if (!own)
       throw new AppError('TARGET_NOT_FOUND', 'no such approval request for this agent', 'approval_not_found');
+    const approval = withAgentToolName(own, ctx.config.tools.prefix);
     return {
       data: { approval },
       audit: {

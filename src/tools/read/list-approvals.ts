@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ApprovalStatus, ApprovalView } from '../../approval/view.ts';
+import { ApprovalStatus, ApprovalView, withAgentToolName } from '../../approval/view.ts';
 import { cursorParam, limitParam } from '../params.ts';
 import type { ReadToolDef } from '../types.ts';
 
@@ -28,7 +28,7 @@ export const listApprovals = {
       (after) => ctx.approvals.listOwn(ctx.agent, { status: args.status, limit: args.limit, after }),
     );
     return {
-      data: { approvals: page.items },
+      data: { approvals: page.items.map((a) => withAgentToolName(a, ctx.config.tools.prefix)) },
       empty: page.items.length === 0,
       next_cursor: page.next_cursor,
       audit: { source: 'local', details: { count: page.items.length } },
