@@ -7,6 +7,7 @@ const FLOORS = [
   ['accounts', '^src/accounts/'],
   ['connectors', '^src/connectors/'],
   ['approval', '^src/approval/'],
+  ['notify', '^src/notify/'],
   ['tools', '^src/tools/'],
   ['server', '^src/server/'],
   ['web/admin', '^src/(web|admin)/'],

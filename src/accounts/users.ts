@@ -80,16 +80,18 @@ export async function checkCredentials(
 
 const rolesOf = (raw: unknown) => z.array(Role).parse(typeof raw === 'string' ? JSON.parse(raw) : raw);
 
-/** Every user, by name, with roles and whether disabled (never a password hash). */
+/** Every user, by name, with roles, e-mail address and whether disabled (never a password hash). */
 export async function listUsers(knex: Knex) {
-  const rows = (await knex('users').select('name', 'roles', 'disabled_at').orderBy('name')) as {
+  const rows = (await knex('users').select('name', 'roles', 'email', 'disabled_at').orderBy('name')) as {
     name: string;
     roles: unknown;
+    email: string | null;
     disabled_at: Date | string | null;
   }[];
   return rows.map((r) => ({
     name: r.name,
     roles: rolesOf(r.roles),
+    email: r.email,
     disabled_at: r.disabled_at === null ? null : new Date(r.disabled_at).toISOString(),
   }));
 }
@@ -140,6 +142,23 @@ export async function changeUser(
   }
   if ('disable' in change) await trx('users').where({ id: row.id }).update({ disabled_at: trx.fn.now() });
   return { id: row.id, before, after };
+}
+
+/**
+ * Sets (or, with null, clears) the e-mail address of the active user `name` in `trx`, where notices of
+ * requests reach chairs. Returns the address before and after; an unknown or disabled user is NOT_FOUND.
+ */
+export async function setUserEmail(
+  trx: Knex.Transaction,
+  name: string,
+  email: string | null,
+): Promise<{ before: string | null; after: string | null }> {
+  const after = email === null ? null : z.email().parse(email.trim());
+  const row = (await trx('users').where({ name }).whereNull('disabled_at').forUpdate().first()) as
+    { id: string; email: string | null } | undefined;
+  if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
+  await trx('users').where({ id: row.id }).update({ email: after });
+  return { before: row.email, after };
 }
 
 async function otherActiveAdmins(trx: Knex.Transaction, id: string): Promise<number> {

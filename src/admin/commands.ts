@@ -18,7 +18,7 @@ import { createAgent, listAgents, revokeAgent, rotateAgentToken, updateAgent } f
 import { AppError } from '../core/errors.ts';
 import { loadProfiles } from '../server/profiles.ts';
 import { signIn } from '../accounts/sign-in.ts';
-import { changeUser, createUser, listUsers, type UserChange } from '../accounts/users.ts';
+import { changeUser, createUser, listUsers, setUserEmail, type UserChange } from '../accounts/users.ts';
 import { AgentName, Role, UserName, type Agent, type User } from '../core/identity.ts';
 
 /**
@@ -60,6 +60,13 @@ export const AdminCommand = z.discriminatedUnion('command', [
     command: z.literal('user.set'),
     name: z.string().min(1),
     roles: z.array(Role).min(1),
+    actor: z.string().min(1),
+  }),
+  z.strictObject({
+    command: z.literal('user.set_email'),
+    name: z.string().min(1),
+    /** null clears it. */
+    email: z.email().nullable(),
     actor: z.string().min(1),
   }),
   z.strictObject({
@@ -310,6 +317,13 @@ const HANDLERS = {
   },
   'user.list': async (deps) => ({ users: await listUsers(deps.knex) }),
   'user.set': (deps, cmd) => userCommand(deps, cmd, 'user.role_changed', { roles: cmd.roles }),
+  'user.set_email': (deps, cmd) =>
+    audited(deps, async (trx, audit) => {
+      const { before, after } = await setUserEmail(trx, cmd.name, cmd.email);
+      const details = { user: cmd.name, email_before: before, email_after: after };
+      await audit({ kind: 'user.email_changed', actor: cmd.actor, details });
+      return { user: cmd.name, email: after };
+    }),
   'user.reset_password': (deps, cmd) =>
     userCommand(deps, cmd, 'user.password_reset', { password: cmd.password }),
   'user.disable': (deps, cmd) => userCommand(deps, cmd, 'user.disabled', { disable: true }),

@@ -11,7 +11,8 @@ import {
   viewOf,
   type ApprovalDeps,
 } from './deps.ts';
-import { chain, insertFromGuard, updateFromGuard } from './guarded.ts';
+import { chain, insertFromGuard, updateFromGuard, withQueued } from './guarded.ts';
+import { changeAndQueue, deliveriesFor } from './notify.ts';
 import { requestFromDb, toView, type ApprovalView, type RequestRow } from './view.ts';
 import { isUuid } from '../core/ids.ts';
 
@@ -70,7 +71,10 @@ export async function decide(deps: ApprovalDeps, opts: Decision): Promise<Approv
   if (!isUuid(opts.id)) throw refused('not_found', `no approval request ${opts.id}`);
   if (opts.decision === 'approve') {
     const done = await approveAtOnce(deps, opts, note);
-    if (done) return done;
+    if (done) {
+      deps.onQueued?.();
+      return done;
+    }
   }
 
   const outcome = await deps.knex.transaction<Outcome>(async (trx) => {
@@ -92,6 +96,7 @@ export async function decide(deps: ApprovalDeps, opts: Decision): Promise<Approv
     return opts.decision === 'reject' ? reject(step) : approve(step);
   });
   if (outcome.refusal) throw outcome.refusal;
+  deps.onQueued?.();
   if (outcome.settled) {
     return toView(outcome.settled.row, outcome.settled.approvers, deps.reviewUrl(outcome.settled.row.id));
   }
@@ -158,7 +163,15 @@ interface Recording {
 }
 
 async function reject({ deps, trx, row, user, now, note }: Recording): Promise<Outcome> {
-  await trx('approval_requests').where({ id: row.id }).update({ status: 'rejected', decided_at: now, note });
+  const update = trx('approval_requests')
+    .where({ id: row.id })
+    .update({ status: 'rejected', decided_at: now, note });
+  const decision = { approvers: [], decided_by: user.name };
+  await changeAndQueue(
+    trx,
+    update,
+    deliveriesFor(deps, 'decided', { ...row, status: 'rejected', note }, decision),
+  );
   await deps.audit.appendIn(trx, {
     ...decisionFacts(row, user),
     kind: 'approval.rejected',
@@ -220,7 +233,10 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
         bindings: [],
       })
     : { sql: 'change as (select id from decided)', bindings: [] };
-  const done = await deps.audit.appendWith(chain(decided, step), {
+  const notices = change
+    ? deliveriesFor(deps, 'decided', { ...row, ...change }, { approvers, decided_by: opts.user.name })
+    : [];
+  const done = await deps.audit.appendWith(withQueued(chain(decided, step), notices), {
     ...decisionFacts(row, opts.user),
     kind: 'approval.approved',
     approval_id: change?.approval_id ?? null,
@@ -251,7 +267,9 @@ async function approve({ deps, trx, row, user, now, note }: Recording): Promise<
     note,
     expires_at: new Date(Date.now() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
   };
-  await trx('approval_requests').where({ id: row.id }).update(change);
+  const update = trx('approval_requests').where({ id: row.id }).update(change);
+  const decision = { approvers, decided_by: user.name };
+  await changeAndQueue(trx, update, deliveriesFor(deps, 'decided', { ...row, ...change }, decision));
   await deps.audit.appendIn(trx, {
     ...decisionFacts(row, user),
     kind: 'approval.approved',

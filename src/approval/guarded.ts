@@ -46,7 +46,48 @@ export function updateFromGuard(
   };
 }
 
-/** CTEs in order, as one change; the last must be named `change`. */
+/**
+ * CTEs in order, as one change; one must be named `change`, and only CTEs that read it may follow it
+ * (the outbox's `queued`).
+ */
 export function chain(...parts: GuardedChange[]): GuardedChange {
   return { sql: parts.map((p) => p.sql).join(',\n'), bindings: parts.flatMap((p) => p.bindings) };
 }
+
+/** One notice to queue: `recipient` null stands for every active chair with an e-mail address. */
+export interface Delivery {
+  event: 'requested' | 'decided' | 'expired';
+  approval_request_id: string;
+  channel: 'webhook' | 'email' | 'slack';
+  recipient: string | null;
+  /** What the notice shows, never a secret; must hold `agent_id` (the agent's name is added here). */
+  payload: { agent_id: string };
+}
+
+/**
+ * `queued as (insert into notification_outbox …)`: the deliveries whose request the `change` CTE before
+ * it returned, so a notice is queued exactly when its change is made, in the same statement. A null
+ * recipient becomes one row per chair with an address, leaving out the owner of the requesting agent
+ * (who may not decide its requests); the payload gains the agent's name.
+ */
+export function queuedAfterChange(deliveries: readonly Delivery[]): GuardedChange {
+  return {
+    sql: `queued as (insert into notification_outbox (event, approval_request_id, channel, recipient, payload)
+      select d.event, d.approval_request_id, d.channel, r.recipient, d.payload || jsonb_build_object('agent', a.name)
+      from json_populate_recordset(null::notification_outbox, ?::json) d
+      join agents a on a.id::text = d.payload->>'agent_id'
+      cross join lateral (
+        select d.recipient where d.recipient is not null
+        union all
+        select u.email from users u
+        where d.recipient is null and u.email is not null and u.disabled_at is null
+          and u.roles @> '["chair"]'::jsonb and u.name is distinct from a.owner) r (recipient)
+      where d.approval_request_id in (select id from change)
+      returning id)`,
+    bindings: [JSON.stringify(deliveries)],
+  };
+}
+
+/** `change`, and its deliveries queued in the same statement when there are any. */
+export const withQueued = (change: GuardedChange, deliveries: readonly Delivery[]): GuardedChange =>
+  deliveries.length === 0 ? change : chain(change, queuedAfterChange(deliveries));

@@ -1,55 +1,157 @@
-import { createHmac } from 'node:crypto';
-import type { ApprovalView } from './view.ts';
-import type { Config } from '../config.ts';
-import type { Logger } from '../log.ts';
+import canonicalize from 'canonicalize';
+import type { Knex } from 'knex';
+import type { Config, NotificationEvent } from '../config.ts';
+import { queuedAfterChange, type Delivery } from './guarded.ts';
+import type { RequestRow } from './view.ts';
 
 /**
- * Tells people a request waits: a Slack-compatible JSON POST (`text`), signed with HMAC-SHA256 over
- * `timestamp + "." + body` in `X-Countersign-Signature: sha256=…`. The message body is left out unless
- * configured. Never blocks or fails the request that caused it: failures are logged.
+ * The queueing side of notifications (docs/notifications.md): which notices a state change queues, and
+ * queueing them in the same statement as the change. Sending is the deliverer's (src/notify/), on its own
+ * loop, so a tool call never waits for a mail server or a webhook.
  */
-export function createNotifier(config: Config, log: Logger) {
-  const { webhook_url: url, webhook_secret: secret, webhook_include_content: withContent } = config.web;
-  if (!url || !secret) return undefined;
-  return (view: ApprovalView, review: Record<string, unknown>, agentName: string): void => {
-    const target = view.target.display_name ?? view.target.target_id;
-    const lines = [
-      `New approval request: ${view.tool} to ${target} (${view.target.target_type} ${view.target.target_id}) from agent ${agentName}.`,
-      `Review: ${view.review_url}`,
-    ];
-    if (withContent && typeof review.content_text === 'string') lines.push(`> ${review.content_text}`);
-    if (typeof review.file_name === 'string')
-      lines.push(`File: ${review.file_name} (${String(review.file_size_bytes)} bytes)`);
-    const body = JSON.stringify({
-      text: lines.join('\n'),
-      approval_request_id: view.approval_request_id,
-      review_url: view.review_url,
-      tool: view.tool,
-      agent: agentName,
-      target: view.target,
-      expires_at: view.expires_at,
-    });
-    const timestamp = String(Math.floor(Date.now() / 1000));
-    const signature = createHmac('sha256', secret).update(`${timestamp}.${body}`).digest('hex');
-    fetch(url, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        'x-countersign-timestamp': timestamp,
-        'x-countersign-signature': `sha256=${signature}`,
-      },
-      body,
-      signal: AbortSignal.timeout(5000),
-    })
-      .then((res) => {
-        if (!res.ok)
-          log.warn(
-            { status: res.status, approval_request_id: view.approval_request_id },
-            'webhook refused the notice',
-          );
-      })
-      .catch((err: unknown) =>
-        log.warn({ err, approval_request_id: view.approval_request_id }, 'webhook notice failed'),
-      );
+
+/** How much of the content a notice shows: its first part; the review page shows all of it. */
+export const EXCERPT_CHARS = 500;
+
+/** What a notice tells of one request: the facts people decide on, never a token or secret. */
+export interface Notice {
+  event: NotificationEvent;
+  approval_request_id: string;
+  agent_id: string;
+  /** The requesting agent's name, added when the notice is queued. */
+  agent?: string;
+  /** The tool as stored on the request (built-ins unprefixed, as the webhook always sent it). */
+  tool: string;
+  target: { target_type: string; target_id: string; display_name: string | null };
+  content_sha256: string;
+  file_sha256: string | null;
+  /** The content's first EXCERPT_CHARS characters (a message's text, else the reviewed fields as JSON). */
+  excerpt: string;
+  excerpt_truncated: boolean;
+  /** The whole message text: only in webhook notices, and only with web.webhook_include_content. */
+  content_text?: string;
+  file: { name: string; size_bytes: number | null } | null;
+  status: string;
+  review_url: string | null;
+  expires_at: string;
+  approvers: string[];
+  decided_by: string | null;
+  note: string | null;
+}
+
+/** The request as a notice needs it. */
+export type NoticeFacts = Pick<
+  RequestRow,
+  | 'id'
+  | 'agent_id'
+  | 'tool'
+  | 'target_type'
+  | 'target_id'
+  | 'target_display'
+  | 'content_sha256'
+  | 'file_sha256'
+  | 'review'
+  | 'status'
+  | 'expires_at'
+  | 'note'
+>;
+
+/** What of ApprovalDeps this needs (not the type itself: deps.ts queues through this module). */
+interface NoticeDeps {
+  config: Config;
+  reviewUrl(id: string): string | null;
+}
+
+/** The channels notices go to, as configured: none means nothing is queued at all. */
+export function channelsOf(config: Config): { webhook: string | null; email: boolean } {
+  const { webhook_url: url, webhook_secret: secret } = config.web;
+  // The outbox row names the webhook by origin: a Slack-style webhook URL's path is itself the credential.
+  return { webhook: url && secret ? new URL(url).origin : null, email: Boolean(config.notifications.email) };
+}
+
+/** The content's first EXCERPT_CHARS characters (code points, so no character is cut in half). */
+function excerptOf(review: Record<string, unknown>): { excerpt: string; excerpt_truncated: boolean } {
+  const text = typeof review.content_text === 'string' ? review.content_text : (canonicalize(review) ?? '');
+  const chars = Array.from(text);
+  return { excerpt: chars.slice(0, EXCERPT_CHARS).join(''), excerpt_truncated: chars.length > EXCERPT_CHARS };
+}
+
+function noticeOf(
+  deps: NoticeDeps,
+  event: NotificationEvent,
+  row: NoticeFacts,
+  decision: { approvers: string[]; decided_by: string | null },
+): Notice {
+  const { review } = row;
+  return {
+    event,
+    approval_request_id: row.id,
+    agent_id: row.agent_id,
+    tool: row.tool,
+    target: { target_type: row.target_type, target_id: row.target_id, display_name: row.target_display },
+    content_sha256: row.content_sha256,
+    file_sha256: row.file_sha256,
+    ...excerptOf(review),
+    file:
+      typeof review.file_name === 'string'
+        ? {
+            name: review.file_name,
+            size_bytes: typeof review.file_size_bytes === 'number' ? review.file_size_bytes : null,
+          }
+        : null,
+    status: row.status,
+    review_url: deps.reviewUrl(row.id),
+    expires_at: row.expires_at,
+    ...decision,
+    note: row.note,
   };
+}
+
+/**
+ * The deliveries one event of one request queues: one per configured channel (e-mail: per fixed
+ * recipient, or one standing for every chair with an address). None when no channel is configured or
+ * the event is not one notices are sent for.
+ */
+export function deliveriesFor(
+  deps: NoticeDeps,
+  event: NotificationEvent,
+  row: NoticeFacts,
+  decision: { approvers: string[]; decided_by: string | null } = { approvers: [], decided_by: null },
+): Delivery[] {
+  const { config } = deps;
+  if (!config.notifications.events.includes(event)) return [];
+  const channels = channelsOf(config);
+  if (!channels.webhook && !channels.email) return [];
+  const notice = noticeOf(deps, event, row, decision);
+  const out: Delivery[] = [];
+  const base = { event, approval_request_id: row.id } as const;
+  if (channels.webhook) {
+    const text = config.web.webhook_include_content ? row.review.content_text : undefined;
+    const payload = { ...notice, ...(typeof text === 'string' ? { content_text: text } : {}) };
+    out.push({ ...base, channel: 'webhook', recipient: channels.webhook, payload });
+  }
+  const email = config.notifications.email;
+  if (email) {
+    const recipients = email.to.length > 0 ? email.to : [null];
+    for (const recipient of recipients) out.push({ ...base, channel: 'email', recipient, payload: notice });
+  }
+  return out;
+}
+
+/**
+ * For the transaction paths: runs `query` (an insert or update of approval_requests) and queues the
+ * deliveries of the rows it changed in the same statement, so queueing adds no round trip.
+ */
+export async function changeAndQueue(
+  trx: Knex.Transaction,
+  query: Knex.QueryBuilder,
+  deliveries: readonly Delivery[],
+): Promise<void> {
+  if (deliveries.length === 0) {
+    await query;
+    return;
+  }
+  const { sql, bindings } = query.returning('id').toSQL();
+  const queued = queuedAfterChange(deliveries);
+  await trx.raw(`with change as (${sql}), ${queued.sql} select 1`, [...bindings, ...queued.bindings]);
 }

@@ -13,7 +13,8 @@ import {
 } from './deps.ts';
 import { requestFromDb, toView, type ApprovalStatus, type ApprovalView, type Target } from './view.ts';
 import { isUuid } from '../core/ids.ts';
-import { insertFromGuard } from './guarded.ts';
+import { insertFromGuard, withQueued } from './guarded.ts';
+import { changeAndQueue, deliveriesFor } from './notify.ts';
 
 export interface DraftWrite {
   agent: Agent;
@@ -93,14 +94,21 @@ export async function requestApproval(
   const created = newRequest(deps, draft);
   const row = { ...created, review: draft.review };
   const done = await deps.audit.appendWith(
-    insertFromGuard('change', 'approval_requests', row, { onConflict: OPEN_CONTENT }),
+    withQueued(
+      insertFromGuard('change', 'approval_requests', row, { onConflict: OPEN_CONTENT }),
+      noticesOf(deps, draft, created),
+    ),
     requestedRow(draft, created.id),
   );
   if (done) return { view: announce(deps, draft, created), created: true };
   return requestInTransaction(deps, draft, created);
 }
 
-/** The request as just written, with no decision yet (no second read); the webhook is told. */
+/** The notices a new request queues with itself (none when no channel is configured). */
+const noticesOf = (deps: ApprovalDeps, draft: DraftWrite, created: NewRequest) =>
+  deliveriesFor(deps, 'requested', { ...created, status: 'pending', review: draft.review, note: null });
+
+/** The request as just written, with no decision yet (no second read); the deliverer is woken. */
 function announce(deps: ApprovalDeps, draft: DraftWrite, created: NewRequest): ApprovalView {
   const view = toView(
     requestFromDb({
@@ -118,7 +126,7 @@ function announce(deps: ApprovalDeps, draft: DraftWrite, created: NewRequest): A
     [],
     deps.reviewUrl(created.id),
   );
-  deps.onRequested?.(view, draft.review, draft.agent.name);
+  deps.onQueued?.();
   return view;
 }
 
@@ -144,7 +152,8 @@ async function requestInTransaction(
     await deps.knex.transaction(async (trx) => {
       // Past its expiry but not yet swept: expire it so a fresh request can take its place.
       if (found) await expireRows(deps, trx, [found]);
-      await trx('approval_requests').insert({ ...created, review: JSON.stringify(draft.review) });
+      const insert = trx('approval_requests').insert({ ...created, review: JSON.stringify(draft.review) });
+      await changeAndQueue(trx, insert, noticesOf(deps, draft, created));
       await deps.audit.appendIn(trx, requestedRow(draft, created.id));
     });
   } catch (err) {

@@ -1,0 +1,89 @@
+import nodemailer from 'nodemailer';
+import type { Notice } from '../approval/notify.ts';
+import type { EmailConfig } from '../config.ts';
+
+/** Header values come from requests (a contact's display name): no line breaks may reach a header. */
+const oneLine = (s: string) => s.replace(/[\r\n\t]+/g, ' ').slice(0, 200);
+
+const targetOf = (n: Notice) =>
+  `${n.target.display_name ?? n.target.target_id} (${n.target.target_type} ${n.target.target_id})`;
+
+export function subjectOf(n: Notice): string {
+  const what = `${n.tool} to ${n.target.display_name ?? n.target.target_id}`;
+  const agent = n.agent ?? n.agent_id;
+  switch (n.event) {
+    case 'requested':
+      return oneLine(`[countersign] Approval needed: ${what} (agent ${agent})`);
+    case 'decided':
+      return oneLine(`[countersign] ${n.status === 'approved' ? 'Approved' : 'Rejected'}: ${what}`);
+    case 'expired':
+      return oneLine(`[countersign] Expired: ${what}`);
+  }
+}
+
+/**
+ * The mail's text: what is to be written, where, by which agent, the content's first part and its
+ * SHA-256 (what an approval is bound to), and the review link. Plain text only: the content is shown as
+ * it is, never interpreted as HTML. No token, approval_id or password is ever in it.
+ */
+export function bodyOf(n: Notice): string {
+  const head = {
+    requested: 'A write waits for a chair to decide.',
+    decided: `This request was ${n.status}${n.decided_by ? ` by ${n.decided_by}` : ''}.`,
+    expired: 'This request expired: it can no longer be approved or executed.',
+  }[n.event];
+  const content = n.file
+    ? [`File:    ${n.file.name} (${String(n.file.size_bytes)} bytes)`]
+    : [
+        `Content${n.excerpt_truncated ? ' (first part)' : ''}:`,
+        ...n.excerpt.split('\n').map((l) => `  ${l}`),
+      ];
+  const review = n.review_url
+    ? `Review and decide: ${n.review_url}`
+    : `Decide with the CLI (no web form is served): countersign approvals approve|reject ${n.approval_request_id} --as <chair>`;
+  return [
+    head,
+    '',
+    `Tool:    ${n.tool}`,
+    `Target:  ${targetOf(n)}`,
+    `Agent:   ${n.agent ?? n.agent_id}`,
+    ...content,
+    `Content SHA-256: ${n.content_sha256}`,
+    ...(n.file_sha256 ? [`File SHA-256:    ${n.file_sha256}`] : []),
+    ...(n.note ? [`Note:    ${n.note}`] : []),
+    `Request: ${n.approval_request_id} (expires ${n.expires_at})`,
+    '',
+    review,
+    '',
+  ].join('\n');
+}
+
+export interface Mailer {
+  send(to: string, notice: Notice): Promise<void>;
+  close(): void;
+}
+
+/** Mail through the configured SMTP relay; each attempt bounded by `timeoutMs`. */
+export function createMailer(config: EmailConfig, timeoutMs: number): Mailer {
+  const timeouts = { connectionTimeout: timeoutMs, greetingTimeout: timeoutMs, socketTimeout: timeoutMs };
+  const transport = config.smtp_url
+    ? nodemailer.createTransport({ url: config.smtp_url, ...timeouts })
+    : nodemailer.createTransport({
+        host: config.host,
+        port: config.port,
+        secure: config.secure,
+        ...(config.user ? { auth: { user: config.user, pass: config.password } } : {}),
+        ...timeouts,
+      });
+  return {
+    async send(to, notice) {
+      await transport.sendMail({
+        from: config.from,
+        to,
+        subject: subjectOf(notice),
+        text: bodyOf(notice),
+      });
+    },
+    close: () => transport.close(),
+  };
+}
