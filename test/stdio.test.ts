@@ -1,10 +1,40 @@
 import assert from 'node:assert/strict';
+import net from 'node:net';
+import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { builtinTools } from '../src/tools/index.ts';
+import { WebClient } from './helpers/browser-less.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { createTestDatabase, type TestDatabase } from './helpers/db.ts';
 import { runCli } from './helpers/cli.ts';
-import { call, connectStdio, ERAS, testEnv } from './helpers/server.ts';
+import { call, connectStdio, ERAS, newClient, ROOT, testEnv } from './helpers/server.ts';
+
+/** Something else listening on a loopback port. */
+async function occupy(): Promise<{ port: number; close(): Promise<void> }> {
+  const blocker = net.createServer();
+  await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+  const { port } = blocker.address() as net.AddressInfo;
+  return { port, close: () => new Promise<void>((resolve) => blocker.close(() => resolve())) };
+}
+
+/** `countersign serve --stdio --no-web`, driven by the SDK's stdio client (connectStdio takes no options). */
+async function connectStdioWithoutWeb(env: Record<string, string>) {
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: ['--import', 'tsx', path.join(ROOT, 'src/cli.ts'), 'serve', '--stdio', '--no-web'],
+    env: { PATH: process.env.PATH ?? '', ...env },
+    cwd: ROOT,
+    stderr: 'pipe',
+  });
+  let stderr = '';
+  transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const client = newClient();
+  await client.connect(transport);
+  return { client, stderr: () => stderr };
+}
+
+const DRAFT = { target_type: 'contact', target_id: 'ct_david' } as const;
 
 for (const kind of databaseKinds()) {
   describe(`stdio transport on ${kind}`, () => {
@@ -19,6 +49,8 @@ for (const kind of databaseKinds()) {
       const added = await runCli(['agent', 'add', 'desktop'], env);
       assert.equal(added.code, 0, added.stderr);
       token = added.stdout.trim().split('\n').at(-1)!;
+      const chair = await runCli(['user', 'add', 'ada', '--role', 'chair'], env, { input: 'ada password\n' });
+      assert.equal(chair.code, 0, chair.stderr);
     });
     after(async () => db?.drop());
 
@@ -49,6 +81,96 @@ for (const kind of databaseKinds()) {
         assert.doesNotMatch(stderr(), /Error|Warning|Maximum call stack/);
       });
     }
+
+    it("serves the web form beside stdio: a dry run's review_url answers the chair after sign-in", async () => {
+      const { client, stderr, exited } = await connectStdio({ ...env, COUNTERSIGN_AGENT_TOKEN: token });
+      try {
+        const draft = await call(client, 'isphere_send_message', { ...DRAFT, content_text: 'from stdio' });
+        const url = new URL(draft.approval.review_url);
+        assert.equal(url.pathname, `/approvals/${draft.approval.approval_request_id}`);
+        assert.match(draft.approval.next_step, /in the web form at http:\/\/127\.0\.0\.1:\d+\/approvals\//);
+        const web = new WebClient(url.origin);
+        const anonymous = await web.get(url.pathname);
+        assert.equal(anonymous.res.status, 303, 'the login redirect');
+        assert.match(anonymous.res.headers.get('location')!, /^\/login\?next=/);
+        assert.equal((await web.login('ada', 'ada password')).res.status, 303);
+        const page = await web.get(url.pathname);
+        assert.equal(page.res.status, 200);
+        assert.match(page.html, /from stdio/);
+        assert.equal((await web.get('/healthz')).res.status, 200);
+        // The agent is served on stdio: the web port has no MCP endpoint.
+        const mcp = await fetch(new URL('/mcp', url.origin), { method: 'POST', body: '{}' });
+        assert.equal(mcp.status, 404);
+      } finally {
+        await client.close();
+      }
+      await exited();
+      assert.doesNotMatch(stderr(), /in use/);
+    });
+
+    it('keeps serving MCP when the web port is taken, says so once, and points the chair at the CLI', async () => {
+      const blocker = await occupy();
+      try {
+        const { client, stderr, exited } = await connectStdio({
+          ...env,
+          COUNTERSIGN_PORT: String(blocker.port),
+          COUNTERSIGN_AGENT_TOKEN: token,
+        });
+        let approvalId: string;
+        try {
+          const draft = await call(client, 'isphere_send_message', { ...DRAFT, content_text: 'no web form' });
+          assert.equal(draft.ok, true);
+          const id: string = draft.approval.approval_request_id;
+          assert.equal(draft.approval.review_url, null, 'no link to a page nobody serves');
+          assert.ok(
+            draft.approval.next_step.includes(`countersign approvals approve ${id} --as <chair>`),
+            draft.approval.next_step,
+          );
+          const lines = stderr()
+            .split('\n')
+            .filter((l) => l.includes('in use'));
+          assert.deepEqual(lines, [
+            `countersign: port ${blocker.port} is in use; set COUNTERSIGN_PORT or pass --no-web ` +
+              '(chairs approve with: countersign approvals approve <id> --as <user>)',
+          ]);
+          // The command the answer names works while this server runs.
+          const approved = await runCli(['approvals', 'approve', id, '--as', 'ada'], {
+            ...env,
+            COUNTERSIGN_PASSWORD: 'ada password',
+          });
+          assert.equal(approved.code, 0, approved.stderr);
+          approvalId = approved.stdout.trim().split('\n').at(-1)!;
+          const sent = await call(client, 'isphere_send_message', {
+            ...DRAFT,
+            content_text: 'no web form',
+            dry_run: false,
+            approval_id: approvalId,
+          });
+          assert.equal(sent.send_status, 'sent', JSON.stringify(sent.error));
+        } finally {
+          await client.close();
+        }
+        await exited();
+      } finally {
+        await blocker.close();
+      }
+    });
+
+    it('serves no web form with --no-web, and says where to approve instead', async () => {
+      const { client, stderr } = await connectStdioWithoutWeb({ ...env, COUNTERSIGN_AGENT_TOKEN: token });
+      try {
+        const draft = await call(client, 'isphere_send_message', { ...DRAFT, content_text: 'told no web' });
+        assert.equal(draft.approval.review_url, null);
+        assert.match(draft.approval.next_step, /countersign approvals approve \S+ --as <chair>/);
+        const got = await call(client, 'isphere_get_approval', {
+          approval_request_id: draft.approval.approval_request_id,
+        });
+        assert.equal(got.approval.review_url, null);
+        assert.doesNotMatch(stderr(), /in use/, 'nothing to complain about: the web form was turned off');
+      } finally {
+        await client.close();
+      }
+    });
 
     it('exits non-zero with a clear message for a bad token', async () => {
       const res = await runCli(['serve', '--stdio'], { ...env, COUNTERSIGN_AGENT_TOKEN: 'cs_wrong' });

@@ -1,66 +1,161 @@
 import { randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
+import { z } from 'zod';
 import { toCount } from '../db/knex.ts';
+import { readSetting, replaceSetting, writeSetting } from '../db/settings.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
 import { demoData } from '../connectors/local/demo.ts';
 import { importData } from '../connectors/local/import.ts';
 import { createAgent } from '../accounts/agents.ts';
 import { createUser } from '../accounts/users.ts';
 import type { AuditLog } from '../audit/log.ts';
+import type { Config } from '../config.ts';
 import { isAppError } from '../core/errors.ts';
+import { runAdminCommand } from './commands.ts';
 
+/** Credentials to show once, and the way to record that they were. */
 export interface FirstRun {
   token: string;
-  /** A chair login, created when no user exists yet. */
+  /** A chair login, when the first run created the chair. */
   chair?: { name: string; password: string };
+  /** New credentials for what an earlier start created but never showed. */
+  renewed: boolean;
+  /**
+   * Records that the banner with these credentials has been written out. Until it is called, every start
+   * makes new credentials (the old ones may never have been seen) and shows them instead.
+   */
+  markShown(): Promise<void>;
 }
+
+export interface FirstRunDeps {
+  knex: Knex;
+  blobs: BlobStore;
+  audit: AuditLog;
+  config: Config;
+}
+
+/** The actor of what the first run creates and renews. */
+const FIRST_RUN = 'first-run';
+/** The settings row that remembers what the first run created and whether its banner was shown. */
+const SETTING = 'first_run';
+
+/**
+ * `generation` counts the credentials made so far: an instance claims a renewal by raising it, and a
+ * banner marks only its own generation shown, so two instances starting at once never leave the shown
+ * credentials stale.
+ */
+const FirstRunState = z.object({
+  agent: z.string(),
+  chair: z.string().nullable(),
+  generation: z.number().int().positive(),
+  shown: z.boolean(),
+});
+type FirstRunState = z.infer<typeof FirstRunState>;
 
 /**
  * On the very first start (no agent has ever been created), seeds the demo directory when the store is
- * empty, creates the `demo` agent and, when there is no user yet, a `chair` user. Returns the
- * credentials, to be shown once.
+ * empty and creates the `demo` agent and, when there is no user yet, a `chair` user. On a later start
+ * whose predecessor never showed them (it failed, or was killed, first), rotates the agent's token and
+ * resets the chair's password, so that this start can show working credentials. Once shown, nothing.
  */
-/** The actor of what the first run creates. */
-const FIRST_RUN = 'first-run';
+export async function firstRun(deps: FirstRunDeps): Promise<FirstRun | undefined> {
+  const state = FirstRunState.optional().parse(await readSetting(deps.knex, SETTING));
+  if (state?.shown) return undefined;
+  return state ? renew(deps, state) : create(deps);
+}
 
-export async function firstRun(knex: Knex, blobs: BlobStore, audit: AuditLog): Promise<FirstRun | undefined> {
+const marker = (knex: Knex, state: FirstRunState) => async (): Promise<void> => {
+  await replaceSetting(knex, SETTING, state, { ...state, shown: true });
+};
+
+async function create(deps: FirstRunDeps): Promise<FirstRun | undefined> {
+  const { knex, blobs, audit } = deps;
+  // A database that had agents before this record existed has had its first run.
   const agents = toCount((await knex('agents').count({ n: '*' }).first())?.n);
   if (agents > 0) return undefined;
   const contacts = toCount((await knex('contacts').count({ n: '*' }).first())?.n);
   if (contacts === 0) await importData(knex, blobs, demoData());
-  let token: string;
   try {
-    token = await knex.transaction(async (trx) => {
+    // The agent, the chair and the record of them commit together: no credential exists unrecorded.
+    const made = await knex.transaction(async (trx) => {
       const created = await createAgent(trx, { name: 'demo' });
+      const { agent } = created;
+      const facts = { agent: agent.name, profile: agent.profile, owner: null, rate_limit_per_min: null };
       await audit.appendIn(trx, {
         kind: 'agent.created',
         actor: FIRST_RUN,
-        agent_id: created.agent.id,
+        agent_id: agent.id,
         result: 'ok',
-        details: {
-          agent: created.agent.name,
-          profile: created.agent.profile,
-          owner: null,
-          rate_limit_per_min: null,
-        },
+        details: facts,
       });
-      return created.token;
+      const chair = await createChair(trx, audit);
+      const state: FirstRunState = {
+        agent: agent.name,
+        chair: chair?.name ?? null,
+        generation: 1,
+        shown: false,
+      };
+      await writeSetting(trx, SETTING, state);
+      return { token: created.token, chair, state };
     });
+    return { token: made.token, chair: made.chair, renewed: false, markShown: marker(knex, made.state) };
   } catch (err) {
     if (isAppError(err, 'CONFLICT')) return undefined; // another instance created it first
     throw err;
   }
-  const users = toCount((await knex('users').count({ n: '*' }).first())?.n);
-  if (users > 0) return { token };
+}
+
+/** A `chair` user when there is no user yet. */
+async function createChair(trx: Knex.Transaction, audit: AuditLog) {
+  const users = toCount((await trx('users').count({ n: '*' }).first())?.n);
+  if (users > 0) return undefined;
   const password = randomBytes(12).toString('base64url');
-  await knex.transaction(async (trx) => {
-    const user = await createUser(trx, { name: 'chair', roles: ['chair'], password });
-    await audit.appendIn(trx, {
-      kind: 'user.created',
-      actor: FIRST_RUN,
-      result: 'ok',
-      details: { user: user.name, roles: user.roles },
-    });
+  const user = await createUser(trx, { name: 'chair', roles: ['chair'], password });
+  await audit.appendIn(trx, {
+    kind: 'user.created',
+    actor: FIRST_RUN,
+    result: 'ok',
+    details: { user: user.name, roles: user.roles },
   });
-  return { token, chair: { name: 'chair', password } };
+  return { name: user.name, password };
+}
+
+/**
+ * New credentials for what the first run created, through the same audited commands an operator runs
+ * (`agent rotate`, `user reset-password`), with actor `first-run`.
+ */
+async function renew(deps: FirstRunDeps, state: FirstRunState): Promise<FirstRun | undefined> {
+  const next = { ...state, generation: state.generation + 1 };
+  // Claimed first: an instance that starts at the same moment sees the claim and renews nothing.
+  if (!(await replaceSetting(deps.knex, SETTING, state, next))) return undefined;
+  const admin = { knex: deps.knex, blobs: deps.blobs, config: deps.config };
+  let token: string;
+  try {
+    ({ token } = await runAdminCommand(admin, {
+      command: 'agent.rotate',
+      name: state.agent,
+      actor: FIRST_RUN,
+    }));
+  } catch (err) {
+    if (!isAppError(err, 'NOT_FOUND')) throw err;
+    // The operator revoked the demo agent: they have moved on; there is nothing left to show.
+    await replaceSetting(deps.knex, SETTING, next, { ...next, shown: true });
+    return undefined;
+  }
+  let chair: FirstRun['chair'];
+  if (state.chair) {
+    const password = randomBytes(12).toString('base64url');
+    try {
+      await runAdminCommand(admin, {
+        command: 'user.reset_password',
+        name: state.chair,
+        password,
+        actor: FIRST_RUN,
+      });
+      chair = { name: state.chair, password };
+    } catch (err) {
+      if (!isAppError(err, 'NOT_FOUND')) throw err; // the chair was disabled meanwhile: shown without it
+    }
+  }
+  return { token, chair, renewed: true, markShown: marker(deps.knex, next) };
 }

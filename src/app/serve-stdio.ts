@@ -1,38 +1,126 @@
+import type { Server } from 'node:http';
 import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import { serveStdio as serveMcpStdio } from '@modelcontextprotocol/server/stdio';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import type { AuthFailure } from '../accounts/agents.ts';
+import type { FirstRun } from '../admin/first-run.ts';
 import { AppError } from '../core/errors.ts';
 import { createMcpServer } from '../server/mcp.ts';
-import { openServices } from './services.ts';
+import type { StopReason } from './lifecycle.ts';
+import { bind, isPortInUse, serveApp, type WebServer } from './serve-http.ts';
+import { openServices, type ServiceOptions, type Services } from './services.ts';
 import { VERSION } from '../server/version.ts';
+
+/** The web form of a stdio server: where it is served, or why not. */
+export type StdioWeb =
+  | { state: 'serving'; url: string }
+  | { state: 'off' }
+  | { state: 'port_in_use'; port: number }
+  | { state: 'failed'; message: string };
+
+/** What the CLI shows before the agent is served: where the web form is, and first-run credentials. */
+export interface StdioReady {
+  web: StdioWeb;
+  firstRun?: FirstRun;
+}
+
+export interface StdioOptions extends ServiceOptions {
+  /** Serve the web UI (not /mcp) on the configured HTTP host and port too; default true. */
+  web?: boolean;
+  /** Called once everything is open and before the token is checked; the CLI prints here. */
+  onReady?(ready: StdioReady): Promise<void>;
+}
+
+/**
+ * The web form, on the configured port, bound before the database is opened (as for HTTP). A port that
+ * cannot be bound does not stop the MCP server: the chair then approves with the CLI.
+ */
+async function bindWeb(config: Config, wanted: boolean): Promise<{ server: Server } | { web: StdioWeb }> {
+  if (!wanted) return { web: { state: 'off' } };
+  try {
+    return { server: await bind(config) };
+  } catch (err) {
+    if (isPortInUse(err)) return { web: { state: 'port_in_use', port: config.http.port } };
+    return { web: { state: 'failed', message: (err as Error).message } };
+  }
+}
 
 /**
  * Serves one agent over stdin/stdout. The agent is the holder of COUNTERSIGN_AGENT_TOKEN; the token is
- * checked again on every request, so revoking the agent takes effect at once.
+ * checked again on every request, so revoking the agent takes effect at once. The web UI is served
+ * beside it on the HTTP port unless turned off, so that review links answer.
  */
-export async function serveStdio(config: Config, log: Logger, token: string | undefined) {
-  const services = await openServices(config, log, 'countersign serve --stdio');
-  const denied = (refused: { failure: AuthFailure; agent?: { id: string } }) =>
-    services.audit.append({
-      kind: 'auth.denied',
-      agent_id: refused.agent?.id ?? null,
-      result: 'error',
-      error_code: 'UNAUTHENTICATED',
-      details: { reason: refused.failure, transport: 'stdio' },
-    });
-  const first = await services.authenticate(token);
-  if ('failure' in first) {
-    await denied(first);
-    await services.close();
-    throw new AppError(
-      'NOT_LOGGED_IN',
-      `COUNTERSIGN_AGENT_TOKEN refused: ${first.failure.replace(/_/g, ' ')}`,
-      first.failure,
-    );
+export async function serveStdio(
+  config: Config,
+  log: Logger,
+  token: string | undefined,
+  options: StdioOptions = {},
+): Promise<void> {
+  const bound = await bindWeb(config, options.web ?? true);
+  let services: Services;
+  try {
+    services = await openServices(config, log, 'countersign serve --stdio', options);
+  } catch (err) {
+    if ('server' in bound) bound.server.close();
+    throw err;
   }
+  let webServer: WebServer | undefined;
+  const stop = async (reason: StopReason) => {
+    await webServer?.close();
+    await services.close(reason);
+  };
+  try {
+    let web: StdioWeb;
+    if ('server' in bound) {
+      webServer = serveApp(bound.server, services, { mcp: false });
+      web = { state: 'serving', url: webServer.url };
+    } else web = bound.web;
+    await services.recordStart('stdio');
+    await options.onReady?.({ web, firstRun: services.firstRun });
+    await checkToken(services, token);
+  } catch (err) {
+    await stop('error');
+    throw err;
+  }
+  return serveAgent(services, log, token, stop);
+}
 
+/** Appends auth.denied for a token refused at start or on a request. */
+function deny(services: Services, refused: { failure: AuthFailure; agent?: { id: string } }) {
+  return services.audit.append({
+    kind: 'auth.denied',
+    agent_id: refused.agent?.id ?? null,
+    result: 'error',
+    error_code: 'UNAUTHENTICATED',
+    details: { reason: refused.failure, transport: 'stdio' },
+  });
+}
+
+async function checkToken(services: Services, token: string | undefined): Promise<void> {
+  const first = await services.authenticate(token);
+  if (!('failure' in first)) {
+    services.log.info(
+      { agent: first.agent.name, database: services.db.dialect },
+      'countersign serving on stdio',
+    );
+    return;
+  }
+  await deny(services, first);
+  throw new AppError(
+    'NOT_LOGGED_IN',
+    `COUNTERSIGN_AGENT_TOKEN refused: ${first.failure.replace(/_/g, ' ')}`,
+    first.failure,
+  );
+}
+
+/** MCP on stdin/stdout until the client closes stdin or a signal comes; then stops once. */
+function serveAgent(
+  services: Services,
+  log: Logger,
+  token: string | undefined,
+  stop: (reason: StopReason) => Promise<void>,
+): Promise<void> {
   const handle = serveMcpStdio(
     () => {
       const server = createMcpServer({
@@ -41,7 +129,7 @@ export async function serveStdio(config: Config, log: Logger, token: string | un
         async authorize() {
           const now = await services.authenticate(token);
           if ('failure' in now) {
-            await denied(now);
+            await deny(services, now);
             throw new ProtocolError(ProtocolErrorCode.InvalidRequest, `agent token refused: ${now.failure}`);
           }
           return now.agent;
@@ -56,19 +144,25 @@ export async function serveStdio(config: Config, log: Logger, token: string | un
     },
     { onerror: (err) => log.debug({ err: err.message }, 'stdio message refused') },
   );
-  log.info({ agent: first.agent.name, database: services.db.dialect }, 'countersign serving on stdio');
 
   // The client closing stdin ends the connection: close once, whichever way the end is seen.
   return new Promise<void>((resolve) => {
     let stopping = false;
-    const stop = async () => {
+    const end = (reason: StopReason) => {
       if (stopping) return;
       stopping = true;
-      await handle.close().catch(() => undefined);
-      await services.close();
-      resolve();
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+      void (async () => {
+        await handle.close().catch(() => undefined);
+        await stop(reason);
+        resolve();
+      })();
     };
-    process.stdin.once('end', () => void stop());
-    process.stdin.once('close', () => void stop());
+    const onSignal = () => end('signal');
+    process.stdin.once('end', () => end('stdin_closed'));
+    process.stdin.once('close', () => end('stdin_closed'));
+    process.once('SIGINT', onSignal);
+    process.once('SIGTERM', onSignal);
   });
 }

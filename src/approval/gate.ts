@@ -7,7 +7,7 @@ import { isUuid } from '../core/ids.ts';
 import type { Agent } from '../core/identity.ts';
 import { approvalRequired, type ExecutionRequest, type Preflight } from './execute.ts';
 import type { Approvals } from './index.ts';
-import type { ApprovalSummary, Target } from './view.ts';
+import { nextStep, type ApprovalSummary, type Target } from './view.ts';
 
 /** The controls every write tool's input carries. */
 export interface WriteControls {
@@ -146,6 +146,7 @@ async function draft(write: Write, args: WriteControls, ctx: GateContext): Promi
     approval_request_id: view.approval_request_id,
     status: view.status,
     review_url: view.review_url,
+    next_step: nextStep(view),
     expires_at: view.expires_at,
   };
   return {

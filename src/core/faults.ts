@@ -3,7 +3,12 @@
  * handler that is slow to start. Production wiring never provides a `Faults`; tests pass one to
  * `openServices` (test/helpers/faults.ts).
  */
-export type FaultPoint = 'before_handler' | 'after_write_started' | 'after_connector_write';
+export type FaultPoint =
+  | 'before_handler'
+  | 'after_write_started'
+  | 'after_connector_write'
+  /** Start-up, once the first run's credentials exist and before anything has shown them. */
+  | 'after_first_run';
 
 export interface Faults {
   at(point: FaultPoint): void | Promise<void>;

@@ -1,8 +1,44 @@
 import type { Knex } from 'knex';
 
+type Query = Knex | Knex.Transaction;
+
 /** A value every instance on one database agrees on, created by whichever instance asks first. */
 export async function sharedValue(knex: Knex, name: string, make: () => string): Promise<string> {
   await knex('server_secrets').insert({ name, value: make() }).onConflict('name').ignore();
   const row = (await knex('server_secrets').where({ name }).first()) as { value: string };
   return row.value;
+}
+
+/** jsonb comes back parsed (pg) or as text (some PGlite paths). */
+const parsed = (value: unknown): unknown => (typeof value === 'string' ? JSON.parse(value) : value);
+
+/** A setting (table `settings`), or undefined when it was never written. */
+export async function readSetting(q: Query, name: string): Promise<unknown> {
+  const row = (await q('settings').where({ name }).first('value')) as { value: unknown } | undefined;
+  return row === undefined ? undefined : parsed(row.value);
+}
+
+/** Writes a setting, replacing any value it had. */
+export async function writeSetting(q: Query, name: string, value: object): Promise<void> {
+  await q('settings')
+    .insert({ name, value: JSON.stringify(value), updated_at: q.fn.now() })
+    .onConflict('name')
+    .merge(['value', 'updated_at']);
+}
+
+/**
+ * Replaces a setting only if it still holds `expected` (compared as JSON values): a change made in the
+ * meantime by another instance wins, and the caller learns so (false).
+ */
+export async function replaceSetting(
+  q: Query,
+  name: string,
+  expected: object,
+  next: object,
+): Promise<boolean> {
+  const changed = await q('settings')
+    .where({ name })
+    .whereRaw('value = ?::jsonb', [JSON.stringify(expected)])
+    .update({ value: JSON.stringify(next), updated_at: q.fn.now() });
+  return changed > 0;
 }
