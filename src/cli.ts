@@ -15,6 +15,9 @@ import {
 import type { AdminCommand, AdminResult, AdminResults } from './admin/commands.ts';
 import { describePgError, postgresProblem } from './admin/pg-errors.ts';
 import { readHiddenLine } from './admin/secret.ts';
+import type { FirstRun } from './admin/first-run.ts';
+import type { StdioReady } from './app/serve-stdio.ts';
+import { agentToolName } from './approval/view.ts';
 import type { Manifest } from './audit/export.ts';
 import { loadConfig, type Config } from './config.ts';
 import type { ImportSummary } from './connectors/local/import.ts';
@@ -46,6 +49,7 @@ const NEEDS_EXISTING = new Set<AdminCommand['command']>([
   'agent.rotate',
   'user.list',
   'user.set',
+  'user.set_email',
   'user.reset_password',
   'user.disable',
   'agent.revoke',
@@ -166,10 +170,10 @@ function readNamedFile(file: string): string {
   }
 }
 
-function printApproval(a: AdminResults['approvals.show']['approval']): void {
+function printApproval(a: AdminResults['approvals.show']['approval'], prefix: string): void {
   out(`request     ${a.approval_request_id}`);
   out(`status      ${a.status}${a.approval_id ? `  (approval_id ${a.approval_id})` : ''}`);
-  out(`tool        ${a.tool}   agent ${a.agent_name}`);
+  out(`tool        ${agentToolName(a.tool, prefix)}   agent ${a.agent_name}`);
   out(`target      ${a.target.target_type} ${a.target.target_id} (${a.target.display_name ?? '?'})`);
   out(`approvers   ${a.approvers.join(', ') || '-'} (${a.approvers.length}/${a.required_approvers})`);
   out(`created     ${a.created_at}   expires ${a.expires_at}`);
@@ -183,35 +187,74 @@ function summary(imported: ImportSummary): string {
     .join(', ');
 }
 
-async function serve(opts: { stdio?: boolean }): Promise<void> {
+/** Writes to stderr and resolves once the text has been handed to the OS (or fails if it could not be). */
+const errFlushed = (text: string) =>
+  new Promise<void>((resolve, reject) => process.stderr.write(text, (e) => (e ? reject(e) : resolve())));
+
+/**
+ * The first-run banner. Recorded as shown only once it has been written out: a start that dies before
+ * that leaves the next start to make new credentials and show them.
+ */
+async function showFirstRun(first: FirstRun | undefined, where: { mcp: string; web?: string }) {
+  if (!first) return;
+  const lines = [
+    '',
+    first.renewed
+      ? 'countersign: first run, continued — the last start ended before showing its credentials; these replace them.'
+      : 'countersign: first run — demo data loaded and an agent named "demo" created.',
+    `  MCP endpoint: ${where.mcp}`,
+    `  demo agent token (shown once): ${first.token}`,
+  ];
+  if (first.chair) {
+    if (where.web) lines.push(`  approvals web form: ${where.web}/approvals`);
+    lines.push(`  chair login (shown once): ${first.chair.name} / ${first.chair.password}`);
+  }
+  await errFlushed(`${lines.join('\n')}\n\n`);
+  await first.markShown();
+}
+
+/** Where a stdio server's web form is; when it is not served, one line with the fix and the way to approve. */
+async function showStdioReady(ready: StdioReady, cfg: Config): Promise<void> {
+  const cliWay = 'chairs approve with: countersign approvals approve <id> --as <user>';
+  if (ready.web.state === 'port_in_use')
+    err(`countersign: port ${ready.web.port} is in use; set COUNTERSIGN_PORT or pass --no-web (${cliWay})`);
+  if (ready.web.state === 'failed')
+    err(
+      `countersign: the web form is not served: ${ready.web.message}; set COUNTERSIGN_HOST/COUNTERSIGN_PORT or pass --no-web (${cliWay})`,
+    );
+  const web = ready.web.state === 'serving' ? ready.web.url : cfg.http.public_url;
+  await showFirstRun(ready.firstRun, { mcp: 'stdio (set COUNTERSIGN_AGENT_TOKEN to the token below)', web });
+}
+
+async function serve(opts: { stdio?: boolean; web: boolean }): Promise<void> {
   const cfg = config();
   const { createLogger } = await import('./log.ts');
   const log = createLogger(cfg.log_level);
   if (opts.stdio) {
     const { serveStdio } = await import('./app/serve-stdio.ts');
-    await serveStdio(cfg, log, process.env.COUNTERSIGN_AGENT_TOKEN);
+    await serveStdio(cfg, log, process.env.COUNTERSIGN_AGENT_TOKEN, {
+      web: opts.web,
+      onReady: (ready) => showStdioReady(ready, cfg),
+    });
     return;
   }
+  if (!opts.web)
+    throw usageError("option '--no-web' is for --stdio: an HTTP server serves the web UI with /mcp");
   const { startHttpServer } = await import('./app/serve-http.ts');
-  const server = await startHttpServer(cfg, log);
-  const first = server.services.firstRun;
-  if (first) {
-    err('');
-    err('countersign: first run — demo data loaded and an agent named "demo" created.');
-    err(`  MCP endpoint: ${server.url}/mcp`);
-    err(`  demo agent token (shown once): ${first.token}`);
-    if (first.chair) {
-      err(`  approvals web form: ${server.url}/approvals`);
-      err(`  chair login (shown once): ${first.chair.name} / ${first.chair.password}`);
-    }
-    err('');
-  }
-  await new Promise<void>((resolve) => {
-    const stop = () => resolve();
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
+  // Listened for from the start: a signal during start-up stops the server cleanly once it is up.
+  const signalled = new Promise<void>((resolve) => {
+    process.once('SIGINT', () => resolve());
+    process.once('SIGTERM', () => resolve());
   });
-  await server.close();
+  const server = await startHttpServer(cfg, log);
+  try {
+    await showFirstRun(server.services.firstRun, { mcp: `${server.url}/mcp`, web: server.url });
+  } catch (e) {
+    await server.close('error');
+    throw e;
+  }
+  await signalled;
+  await server.close('signal');
 }
 
 /** Only an installed profile; the profiles directory comes from the configuration. */
@@ -276,8 +319,10 @@ function program(): Command {
     .command('serve', { isDefault: true })
     .description('serve MCP over Streamable HTTP (default) or stdio')
     .option('--stdio', 'serve one agent over stdin/stdout (token from COUNTERSIGN_AGENT_TOKEN)')
+    .option('--no-web', 'with --stdio: do not serve the web UI (approval and audit pages) on the HTTP port')
     .action(serve);
   addStoreCommands(cli);
+  addDbCommands(cli.command('db').description('move the database: copy the embedded one into PostgreSQL'));
   addAgentCommands(cli.command('agent').description('manage agents (MCP clients)'));
   addAuditCommands(cli.command('audit').description('export and verify the audit log'));
   addUserCommands(
@@ -323,6 +368,23 @@ function addStoreCommands(cli: Command): void {
         text,
       });
       out(`imported ${summary(imported)}`);
+    });
+}
+
+/** db copy: the embedded database into an empty PostgreSQL database, verified there (docs/operations.md). */
+function addDbCommands(db: Command): void {
+  db.command('copy')
+    .requiredOption('--to <url>', 'an empty PostgreSQL database: postgres://user:password@host:5432/name')
+    .description('copy the embedded database into an empty PostgreSQL database and verify the copy')
+    .action(async (opts: { to: string }) => {
+      const { copyToPostgres, describeCopy, REFUSED } = await import('./admin/db-copy.ts');
+      const cfg = config();
+      try {
+        for (const line of describeCopy(await copyToPostgres(cfg, opts.to), cfg)) out(line);
+      } catch (e) {
+        // A refused command line or target changed nothing: exit 2, like any usage error.
+        throw isAppError(e, 'CONFIG_INVALID', REFUSED) ? usageError(e.message) : e;
+      }
     });
 }
 
@@ -509,22 +571,33 @@ function addUserCommands(user: Command): void {
     .action(async () => {
       const { users } = await runData(config(), { command: 'user.list' });
       for (const u of users) {
-        out(`${u.name}\t${u.roles.join(',')}\t${u.disabled_at ? `disabled ${u.disabled_at}` : 'active'}`);
+        const state = u.disabled_at ? `disabled ${u.disabled_at}` : 'active';
+        out(`${u.name}\t${u.roles.join(',')}\t${state}${u.email ? `\t${u.email}` : ''}`);
       }
     });
   user
     .command('set')
     .argument('<name>')
-    .requiredOption('--role <roles>', 'the new roles: chair, compliance, admin (comma-separated)', roles)
-    .description("change a user's roles (the last active admin keeps admin)")
-    .action(async (name: string, opts: { role: Role[] }) => {
-      const result = await runData(config(), {
-        command: 'user.set',
-        name,
-        roles: opts.role,
-        actor: cliActor(),
-      });
-      out(`user "${result.user}" now has roles ${result.roles.join(', ')}`);
+    .option('--role <roles>', 'the new roles: chair, compliance, admin (comma-separated)', roles)
+    .option('--email <address>', 'where notices of requests reach this chair ("none" clears it)')
+    .description("change a user's roles (the last active admin keeps admin) or e-mail address")
+    .action(async (name: string, opts: { role?: Role[]; email?: string }) => {
+      if (!opts.role && opts.email === undefined) throw usageError('give --role, --email or both');
+      if (opts.role) {
+        const result = await runData(config(), {
+          command: 'user.set',
+          name,
+          roles: opts.role,
+          actor: cliActor(),
+        });
+        out(`user "${result.user}" now has roles ${result.roles.join(', ')}`);
+      }
+      if (opts.email !== undefined) {
+        const email = opts.email === 'none' ? null : opts.email;
+        const result = await runData(config(), { command: 'user.set_email', name, email, actor: cliActor() });
+        const now = result.email ? `now has e-mail ${result.email}` : 'has no e-mail address';
+        out(`user "${result.user}" ${now}`);
+      }
     });
   user
     .command('reset-password')
@@ -552,7 +625,8 @@ function addApprovalCommands(approvals: Command): void {
     .addOption(new Option('--status <status>', 'which requests').choices(CHOICES.status).default('pending'))
     .action(async (opts: { as: string; status: string }) => {
       const password = await chairPassword();
-      const { approvals: rows } = await runData(config(), {
+      const cfg = config();
+      const { approvals: rows } = await runData(cfg, {
         command: 'approvals.list',
         as: opts.as,
         password,
@@ -561,7 +635,7 @@ function addApprovalCommands(approvals: Command): void {
       if (rows.length === 0) out(`no ${opts.status} requests`);
       for (const a of rows) {
         out(
-          `${a.approval_request_id}\t${a.status}\t${a.tool}\t${a.agent_name}\t` +
+          `${a.approval_request_id}\t${a.status}\t${agentToolName(a.tool, cfg.tools.prefix)}\t${a.agent_name}\t` +
             `${a.target.target_type}:${a.target.target_id}\t${a.created_at}\texpires ${a.expires_at}`,
         );
       }
@@ -572,8 +646,9 @@ function addApprovalCommands(approvals: Command): void {
     .requiredOption('--as <user>', 'your user name')
     .action(async (id: string, opts: { as: string }) => {
       const password = await chairPassword();
-      const { approval } = await runData(config(), { command: 'approvals.show', as: opts.as, password, id });
-      printApproval(approval);
+      const cfg = config();
+      const { approval } = await runData(cfg, { command: 'approvals.show', as: opts.as, password, id });
+      printApproval(approval, cfg.tools.prefix);
     });
   for (const decision of ['approve', 'reject'] as const) {
     approvals

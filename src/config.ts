@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
 import { AppError } from './core/errors.ts';
+import { AgentName } from './core/identity.ts';
 
 const MiB = 1024 * 1024;
 
@@ -45,6 +46,77 @@ export const UpstreamSchema = z
     }
   });
 export type UpstreamConfig = z.infer<typeof UpstreamSchema>;
+
+/** Issuers are reached over TLS; plain http only on this machine (development, tests). */
+const tlsOrLoopback = (url: string) =>
+  /^https:/.test(url) || /^http:\/\/(localhost|127\.0\.0\.1|\[::1\])(:\d+)?(\/|$)/.test(url);
+const IssuerUrl = z.url().refine(tlsOrLoopback, 'must be an https:// URL (http:// only for localhost)');
+
+/** The authorization server whose JWT access tokens agents may present, and how a token names its agent. */
+export const OAuthSchema = z.strictObject({
+  /** Must equal the tokens' `iss`; its metadata (RFC 8414 or OpenID discovery) names the JWKS. */
+  issuer: IssuerUrl,
+  /** The JWKS, when the issuer publishes no metadata; skips discovery. */
+  jwks_uri: IssuerUrl.optional(),
+  /** This server's resource URL (RFC 8707), which tokens must name in `aud`; default `<public url>/mcp`. */
+  audience: z.url().optional(),
+  /** The claim that names the client (e.g. `client_id`, `sub`). */
+  agent_claim: z.string().min(1).default('client_id'),
+  /** Claim value → agent name: only the clients listed here act, each as the agent it maps to. */
+  agents: z
+    .record(z.string().min(1), AgentName)
+    .refine((m) => Object.keys(m).length > 0, 'map at least one claim value to an agent name'),
+  /** Advertised in the protected-resource metadata (RFC 9728); not enforced. */
+  scopes_supported: z.array(z.string().min(1)).optional(),
+  /** Leeway for `exp` and `nbf` against clock skew between the issuer and this server. */
+  clock_tolerance_s: z.number().int().min(0).max(300).default(30),
+});
+export type OAuthConfig = z.infer<typeof OAuthSchema>;
+
+/** What notices tell of (docs/notifications.md): a new request, a decision, an expiry. */
+export const NotificationEvent = z.enum(['requested', 'decided', 'expired']);
+export type NotificationEvent = z.infer<typeof NotificationEvent>;
+
+/** An SMTP relay for notices by e-mail: a URL, or host and port with optional credentials. */
+export const EmailSchema = z
+  .strictObject({
+    /** smtp://user:password@host:587 or smtps://…:465; instead of host, port, secure, user, password. */
+    smtp_url: z.url({ protocol: /^smtps?$/ }).optional(),
+    host: z.string().min(1).optional(),
+    port: z.number().int().min(1).max(65535).default(587),
+    /** TLS from the first byte (port 465); otherwise STARTTLS when the relay offers it. */
+    secure: z.boolean().default(false),
+    user: z.string().min(1).optional(),
+    password: z.string().min(1).optional(),
+    /** The sender, e.g. "countersign <countersign@example.com>". */
+    from: z.string().min(3),
+    /** Fixed recipients; empty (the default): every active chair with an e-mail address. */
+    to: z.array(z.email()).default([]),
+  })
+  .superRefine((e, ctx) => {
+    if (Boolean(e.smtp_url) === Boolean(e.host)) {
+      ctx.addIssue({ code: 'custom', message: 'give either "smtp_url" or "host"', path: ['host'] });
+    }
+    if (e.password && !e.user) {
+      ctx.addIssue({ code: 'custom', message: 'a password needs a user', path: ['user'] });
+    }
+  });
+export type EmailConfig = z.infer<typeof EmailSchema>;
+
+/** The notification outbox and its channels (docs/notifications.md); the webhook's keys stay in `web`. */
+export const NotificationsSchema = z.strictObject({
+  events: z.array(NotificationEvent).default(['requested', 'decided', 'expired']),
+  /** A notice not delivered this long after it was queued is given up (`failed`); default 1 day. */
+  retry_horizon_s: z.number().int().positive().default(86_400),
+  /** Delay before the first retry; each next one doubles, up to backoff_max_ms. */
+  backoff_initial_ms: z.number().int().positive().default(30_000),
+  backoff_max_ms: z.number().int().positive().default(3_600_000),
+  /** How often the leading replica looks for due notices (new ones of its own go out at once). */
+  poll_interval_ms: z.number().int().positive().default(5_000),
+  /** Deadline of one delivery attempt. */
+  send_timeout_ms: z.number().int().positive().default(10_000),
+  email: EmailSchema.optional(),
+});
 
 /** The whole configuration: one schema, parsed once at start-up and frozen. */
 export const ConfigSchema = z
@@ -155,6 +227,25 @@ export const ConfigSchema = z
         path: ['webhook_secret'],
       })
       .prefault({}),
+    /** Notices of requests, decisions and expiries through the durable outbox. */
+    notifications: NotificationsSchema.prefault({}),
+    metrics: z
+      .strictObject({
+        /** Bearer token a scraper must send to read /metrics; without it only loopback clients may. */
+        token: z.string().min(16, 'at least 16 characters').optional(),
+      })
+      .prefault({}),
+    /** OpenTelemetry traces over OTLP/HTTP (docs/operations.md, Traces): off unless an endpoint is set. */
+    tracing: z
+      .strictObject({
+        /** The collector's base URL; spans go to `<it>/v1/traces`. */
+        otlp_endpoint: z.url({ protocol: /^https?$/ }).optional(),
+        /** The full URL spans go to; wins over otlp_endpoint. */
+        otlp_traces_endpoint: z.url({ protocol: /^https?$/ }).optional(),
+      })
+      .prefault({}),
+    /** OAuth 2.1 access tokens for agents on HTTP, beside static tokens (docs/identity.md). */
+    oauth: OAuthSchema.optional(),
     policy: z
       .strictObject({
         /** Calls per minute per agent, unless the agent has its own limit. */
@@ -232,7 +323,7 @@ export type Config = Readonly<
   }
 >;
 
-type EnvKind = 'string' | 'int' | 'bool' | 'list' | 'map';
+type EnvKind = 'string' | 'int' | 'bool' | 'list' | 'map' | 'pairs';
 
 /** Every config key's environment form. Environment wins over the file. */
 export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
@@ -268,9 +359,34 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_WEBHOOK_URL: { path: ['web', 'webhook_url'], kind: 'string' },
   COUNTERSIGN_WEBHOOK_SECRET: { path: ['web', 'webhook_secret'], kind: 'string' },
   COUNTERSIGN_WEBHOOK_INCLUDE_CONTENT: { path: ['web', 'webhook_include_content'], kind: 'bool' },
+  COUNTERSIGN_NOTIFY_EVENTS: { path: ['notifications', 'events'], kind: 'list' },
+  COUNTERSIGN_NOTIFY_RETRY_HORIZON_S: { path: ['notifications', 'retry_horizon_s'], kind: 'int' },
+  COUNTERSIGN_NOTIFY_BACKOFF_MS: { path: ['notifications', 'backoff_initial_ms'], kind: 'int' },
+  COUNTERSIGN_NOTIFY_BACKOFF_MAX_MS: { path: ['notifications', 'backoff_max_ms'], kind: 'int' },
+  COUNTERSIGN_NOTIFY_POLL_MS: { path: ['notifications', 'poll_interval_ms'], kind: 'int' },
+  COUNTERSIGN_NOTIFY_TIMEOUT_MS: { path: ['notifications', 'send_timeout_ms'], kind: 'int' },
+  COUNTERSIGN_SMTP_URL: { path: ['notifications', 'email', 'smtp_url'], kind: 'string' },
+  COUNTERSIGN_SMTP_HOST: { path: ['notifications', 'email', 'host'], kind: 'string' },
+  COUNTERSIGN_SMTP_PORT: { path: ['notifications', 'email', 'port'], kind: 'int' },
+  COUNTERSIGN_SMTP_SECURE: { path: ['notifications', 'email', 'secure'], kind: 'bool' },
+  COUNTERSIGN_SMTP_USER: { path: ['notifications', 'email', 'user'], kind: 'string' },
+  COUNTERSIGN_SMTP_PASSWORD: { path: ['notifications', 'email', 'password'], kind: 'string' },
+  COUNTERSIGN_EMAIL_FROM: { path: ['notifications', 'email', 'from'], kind: 'string' },
+  COUNTERSIGN_EMAIL_TO: { path: ['notifications', 'email', 'to'], kind: 'list' },
   COUNTERSIGN_DEFAULT_SOURCE: { path: ['connectors', 'default'], kind: 'string' },
+  COUNTERSIGN_METRICS_TOKEN: { path: ['metrics', 'token'], kind: 'string' },
   COUNTERSIGN_BRIDGE_URL: { path: ['bridge', 'url'], kind: 'string' },
   COUNTERSIGN_BRIDGE_TIMEOUT_MS: { path: ['bridge', 'timeout_ms'], kind: 'int' },
+  // OpenTelemetry's own names, so that a collector set up for other services needs nothing new.
+  OTEL_EXPORTER_OTLP_ENDPOINT: { path: ['tracing', 'otlp_endpoint'], kind: 'string' },
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: { path: ['tracing', 'otlp_traces_endpoint'], kind: 'string' },
+  COUNTERSIGN_OAUTH_ISSUER: { path: ['oauth', 'issuer'], kind: 'string' },
+  COUNTERSIGN_OAUTH_JWKS_URI: { path: ['oauth', 'jwks_uri'], kind: 'string' },
+  COUNTERSIGN_OAUTH_AUDIENCE: { path: ['oauth', 'audience'], kind: 'string' },
+  COUNTERSIGN_OAUTH_AGENT_CLAIM: { path: ['oauth', 'agent_claim'], kind: 'string' },
+  COUNTERSIGN_OAUTH_AGENTS: { path: ['oauth', 'agents'], kind: 'pairs' },
+  COUNTERSIGN_OAUTH_SCOPES: { path: ['oauth', 'scopes_supported'], kind: 'list' },
+  COUNTERSIGN_OAUTH_CLOCK_TOLERANCE_S: { path: ['oauth', 'clock_tolerance_s'], kind: 'int' },
 };
 
 /** The base of links people follow (review pages): http.public_url, else this server's own address. */
@@ -299,6 +415,19 @@ function envValue(name: string, raw: string, kind: EnvKind): unknown {
           const m = /^([a-z0-9_]+)=(\d+)$/.exec(pair);
           if (!m) throw configError(`${name}: expected tool=number pairs separated by commas, got "${pair}"`);
           return [m[1]!, Number(m[2])] as const;
+        });
+      return Object.fromEntries(entries);
+    }
+    case 'pairs': {
+      // value=name,value=name (OAuth claim value → agent name); a value may hold anything but , and =
+      const entries = raw
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean)
+        .map((pair) => {
+          const m = /^([^=]+)=([^=]+)$/.exec(pair);
+          if (!m) throw configError(`${name}: expected value=name pairs separated by commas, got "${pair}"`);
+          return [m[1]!.trim(), m[2]!.trim()] as const;
         });
       return Object.fromEntries(entries);
     }
@@ -383,6 +512,20 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
     limits: Object.freeze(parsed.limits),
     policy: Object.freeze(parsed.policy),
     web: Object.freeze(parsed.web),
+    metrics: Object.freeze(parsed.metrics),
+    notifications: Object.freeze({
+      ...parsed.notifications,
+      events: Object.freeze([...parsed.notifications.events]),
+      email:
+        parsed.notifications.email &&
+        Object.freeze({
+          ...parsed.notifications.email,
+          to: Object.freeze([...parsed.notifications.email.to]),
+        }),
+    }),
+    tracing: Object.freeze(parsed.tracing),
+    oauth:
+      parsed.oauth && Object.freeze({ ...parsed.oauth, agents: Object.freeze({ ...parsed.oauth.agents }) }),
     audit: Object.freeze(parsed.audit),
     connectors: Object.freeze(parsed.connectors),
     bridge:

@@ -1,43 +1,58 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
-import { AppError } from '../core/errors.ts';
+import { AppError, isAppError } from '../core/errors.ts';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { createWebRouter } from '../web/app.ts';
 import { healthOf } from './health.ts';
-import { createMcpRouter, hostGuard, sendProblem } from '../server/http.ts';
+import { createMcpRouter, hostGuard, protectedResourceRouter, sendProblem } from '../server/http.ts';
 import { openServices, type ServiceOptions, type Services } from './services.ts';
+import type { StopReason } from './lifecycle.ts';
 import { VERSION } from '../server/version.ts';
+import { metricsGuard } from '../server/metrics-access.ts';
 
 export interface RunningServer {
   url: string;
   services: Services;
-  close(): Promise<void>;
+  /** Stops serving, records server.stopped (default reason: a signal) and closes the services. */
+  close(reason?: StopReason): Promise<void>;
 }
 
-/** Builds the express app (MCP at /mcp; the web UI mounts here too) around already-open services. */
-export function createApp(services: Services) {
-  const mcp = createMcpRouter({
-    authenticate: services.authenticate,
-    pipeline: services.pipeline,
-    audit: services.audit,
-    bus: services.bus,
-    config: services.config,
-    log: services.log,
-    version: VERSION,
-  });
+/**
+ * Builds the express app around already-open services: the web UI (login, approval and audit pages),
+ * /healthz and /metrics, and unless `mcp` is false the MCP endpoint at /mcp. A stdio server serves its one
+ * agent on stdio and mounts the rest only.
+ */
+export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
+  const mcp =
+    opts.mcp === false
+      ? undefined
+      : createMcpRouter({
+          authenticate: services.authenticate,
+          oauth: services.oauth,
+          pipeline: services.pipeline,
+          audit: services.audit,
+          bus: services.bus,
+          config: services.config,
+          log: services.log,
+          version: VERSION,
+        });
   const app = express();
   app.disable('x-powered-by');
   app.set('trust proxy', false);
-  app.use('/mcp', mcp.router);
+  if (mcp) app.use('/mcp', mcp.router);
+  // RFC 9728 metadata, only when agents may bring OAuth tokens (docs/identity.md).
+  if (mcp && services.oauth) app.use(protectedResourceRouter(services.oauth));
   app.get('/healthz', hostGuard(services.config), async (_req, res) => {
     const health = await healthOf(services);
     // 503 only when this replica cannot serve at all (no database): a balancer's health check must not
     // drop every replica because one upstream MCP server is down (the body still says "degraded").
     res.status(health.database.reachable ? 200 : 503).json(health);
   });
-  app.get('/metrics', hostGuard(services.config), async (_req, res) => {
+  // Loopback clients only, unless metrics.token is set (docs/operations.md).
+  const metricsAccess = [hostGuard(services.config), metricsGuard(services.config.metrics.token)];
+  app.get('/metrics', ...metricsAccess, async (_req, res) => {
     res.type(services.metrics.registry.contentType).send(await services.metrics.registry.metrics());
   });
   app.use(
@@ -52,11 +67,14 @@ export function createApp(services: Services) {
     }),
   );
   app.use((_req, res) => sendProblem(res, { code: 'NOT_FOUND', reason: 'not_found', title: 'Not found' }));
-  return { app, close: () => mcp.close() };
+  return { app, close: async () => mcp?.close() };
 }
 
+/** The refusal of a taken port; its message names the fix. */
+export const isPortInUse = (err: unknown) => isAppError(err, 'LOCKED', 'port_in_use');
+
 /** Binds the configured address, so that a taken port is known before the database is touched. */
-async function bind(config: Config): Promise<Server> {
+export async function bind(config: Config): Promise<Server> {
   const server = createServer();
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {
@@ -77,6 +95,32 @@ async function bind(config: Config): Promise<Server> {
   return server;
 }
 
+export interface WebServer {
+  /** Where it listens, e.g. http://127.0.0.1:8787. */
+  url: string;
+  close(): Promise<void>;
+}
+
+/** Serves the app on a bound server and tells the services its address (the base of review links). */
+export function serveApp(server: Server, services: Services, opts: { mcp?: boolean } = {}): WebServer {
+  const { app, close: closeApp } = createApp(services, opts);
+  server.on('request', app);
+  const { port } = server.address() as AddressInfo;
+  const host = services.config.http.host.includes(':')
+    ? `[${services.config.http.host}]`
+    : services.config.http.host;
+  const url = `http://${host}:${port}`;
+  services.listeningAt(url);
+  return {
+    url,
+    async close() {
+      await closeApp();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
 /**
  * Binds HTTP first, then opens the database, applies migrations and sets up a first run: a port that is
  * taken stops start-up before anything (first-run credentials included) is created.
@@ -95,26 +139,20 @@ export async function startHttpServer(
     throw err;
   }
   try {
-    const { app, close: closeApp } = createApp(services);
-    server.on('request', app);
-    const { port } = server.address() as AddressInfo;
-    const host = config.http.host.includes(':') ? `[${config.http.host}]` : config.http.host;
-    const url = `http://${host}:${port}`;
-    services.listeningAt(url);
-    log.info({ url: `${url}/mcp`, database: services.db.dialect }, 'countersign listening');
+    const web = serveApp(server, services);
+    await services.recordStart('http');
+    log.info({ url: `${web.url}/mcp`, database: services.db.dialect }, 'countersign listening');
     return {
-      url,
+      url: web.url,
       services,
-      async close() {
-        await closeApp();
-        server.closeAllConnections();
-        await new Promise<void>((resolve) => server.close(() => resolve()));
-        await services.close();
+      async close(reason) {
+        await web.close();
+        await services.close(reason);
       },
     };
   } catch (err) {
     server.close();
-    await services.close();
+    await services.close('error');
     throw err;
   }
 }

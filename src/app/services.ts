@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import type { Knex } from 'knex';
 import { startAdminEndpoint } from '../admin/endpoint.ts';
-import { firstRun as seedFirstRun, type FirstRun } from '../admin/first-run.ts';
+import { firstRun as seedFirstRun, type FirstRun, type FirstRunDeps } from '../admin/first-run.ts';
 import { createApprovals, type Approvals } from '../approval/index.ts';
 import { createAuditLog, type AuditLog } from '../audit/log.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
@@ -17,20 +17,29 @@ import { checkpointDeps } from '../audit/context.ts';
 import { createCheckpoint, type CheckpointDeps } from '../audit/checkpoints.ts';
 import { migrateLatest } from '../db/migrations.ts';
 import type { Faults } from '../core/faults.ts';
+import { withSpans, type Tracer } from '../core/tracing.ts';
 import type { Logger } from '../log.ts';
 import { createCursorCodec } from '../tools/cursor.ts';
 import { builtinTools } from '../tools/index.ts';
-import { createNotifier } from '../approval/notify.ts';
+import { startNotifications } from '../notify/index.ts';
 import { createLocalBus, createPgBus, type ClusterBus } from '../cluster/bus.ts';
 import { createLeadership, soleLeader, type Leadership } from '../cluster/leadership.ts';
 import { assertClusterSigningKey } from '../cluster/signing-key.ts';
-import { createAgentAuth, type Authenticate } from '../server/agent-cache.ts';
+import {
+  createAgentAuth,
+  createOAuthAgentAuth,
+  type Authenticate,
+  type OAuthAgents,
+} from '../server/agent-cache.ts';
+import { createOAuthVerifier } from '../accounts/oauth.ts';
 import { createMemoryStore } from '../tools/memory/store.ts';
 import { createMetrics, type Metrics } from '../server/metrics.ts';
 import { createCallPipeline, type CallPipeline } from '../server/pipeline.ts';
 import { loadProfiles } from '../server/profiles.ts';
 import { createRateLimiter } from '../server/rate-limit.ts';
+import { tracesUrl } from '../server/tracing.ts';
 import { VERSION } from '../server/version.ts';
+import { startedRow, stoppedRow, type StopReason, type Transport } from './lifecycle.ts';
 
 /** Everything a transport needs, built once per process. */
 export interface Services {
@@ -53,14 +62,23 @@ export interface Services {
   leadership: Leadership;
   /** Token → agent, cached while the cluster bus announces agent changes. */
   authenticate: Authenticate;
+  /** OAuth access tokens for agents on HTTP, when `oauth` is configured. */
+  oauth?: OAuthAgents;
   startedAt: Date;
-  /** Tells the services where the HTTP server listens (used for links unless http.public_url is set). */
+  /**
+   * Tells the services where this process serves the web form (used for links unless http.public_url is
+   * set). Until then, and for good in a stdio server without one, review links are null and the dry run
+   * names the CLI command that approves instead.
+   */
   listeningAt(url: string): void;
+  /** Appends server.started, once the transport serves; close() then appends server.stopped. */
+  recordStart(transport: Transport): Promise<void>;
   /** Runs expiry and reconciliation once (also done periodically, by the cluster's leader). */
   maintain(): Promise<void>;
-  /** Set on the first start of an empty database: credentials to be shown once. */
+  /** Set until the first run's credentials have been shown: credentials to show, then mark shown. */
   firstRun?: FirstRun;
-  close(): Promise<void>;
+  /** Appends server.stopped (after a recorded start), then closes everything; later calls wait for the first. */
+  close(reason?: StopReason): Promise<void>;
 }
 
 /** How long start-up waits for upstreams' first connection. */
@@ -90,6 +108,7 @@ export async function openServices(
     for (const close of closers.reverse()) await close().catch((err) => log.error({ err }, 'close failed'));
   };
   try {
+    const tracer = await openTracing(config, closers);
     const profiles = loadProfiles(config.policy.profiles_dir);
     const applied = await migrateLatest(db.knex);
     if (applied.length > 0) log.info({ applied }, 'migrations applied');
@@ -98,19 +117,21 @@ export async function openServices(
     const audit = createAuditLog(db.knex);
     closers.push(() => audit.drain());
     const cluster = await joinCluster(db, audit, config, log, closers);
+    // Notices go out from the outbox on the leader's own loop; a change only queues them (docs/notifications.md).
+    const notifications = startNotifications({ knex: db.knex, audit, config, log }, cluster.leadership);
+    if (notifications) closers.push(() => notifications.close());
+    const lifecycle = createLifecycle({ config, log, audit, db, signer: cluster.checkpoints.signer });
     const limiter = createRateLimiter(db.knex);
-    const { local, bridge, connectors } = openConnectors(db, blobs, config, log);
+    const { local, bridge, connectors } = openConnectors(db, blobs, config, log, tracer);
     const cursors = createCursorCodec(
       await sharedValue(db.knex, 'cursor_hmac', () => randomBytes(32).toString('base64url')),
     );
-    // Links people follow; without http.public_url, the address the HTTP server actually listens on.
-    const links = { base: publicBaseUrl(config) };
-    const approvals = createApprovals({
+    const approvals = openApprovals(tracer, {
       knex: db.knex,
       audit,
       config,
-      reviewUrl: (id) => new URL(`/approvals/${id}`, links.base).href,
-      onRequested: createNotifier(config, log),
+      reviewUrl: lifecycle.reviewUrl,
+      onQueued: notifications?.kick,
     });
     const memory = createMemoryStore(db.knex);
     const metrics = createMetrics();
@@ -118,7 +139,7 @@ export async function openServices(
     const upstreams = await connectUpstreams(config, log, cluster.bus, closers);
     const pipeline = createCallPipeline({
       ...{ tools: builtinTools, upstreams, memory, limiter, profiles, metrics, audit },
-      ...{ connectors, cursors, approvals, blobs, config, log, faults: options.faults },
+      ...{ connectors, cursors, approvals, blobs, config, log, faults: options.faults, tracer },
     });
     const maintain = await startPeriodicWork(
       { approvals, local, bridge, memory, limiter, checkpoints: cluster.checkpoints },
@@ -127,7 +148,7 @@ export async function openServices(
       log,
       closers,
     );
-    const firstRun = config.demo ? await seedFirstRun(db.knex, blobs, audit) : undefined;
+    const firstRun = await firstRunOf({ knex: db.knex, blobs, audit, config }, options);
 
     if (db.dialect === 'pglite') {
       const admin = await startAdminEndpoint({ knex: db.knex, blobs, config, dataDir: config.data_dir, log });
@@ -146,14 +167,13 @@ export async function openServices(
       pipeline,
       upstreams,
       metrics,
-      authenticate: createAgentAuth(db.knex, cluster.bus),
-      startedAt: new Date(),
+      ...agentAuth(config, log, db.knex, cluster.bus, lifecycle.baseUrl),
+      startedAt: lifecycle.startedAt,
       maintain,
-      listeningAt(url) {
-        if (!config.http.public_url) links.base = url;
-      },
+      listeningAt: lifecycle.listeningAt,
+      recordStart: lifecycle.recordStart,
       firstRun,
-      close: closeAll,
+      close: (reason) => lifecycle.close(reason, closeAll),
     };
   } catch (err) {
     await closeAll();
@@ -161,11 +181,122 @@ export async function openServices(
   }
 }
 
+/**
+ * Static agent tokens, and OAuth access tokens when `oauth` is configured. OAuth tokens must name this
+ * server's resource URL: `oauth.audience`, else `<base>/mcp`, the base being http.public_url or, once
+ * listening, the address served.
+ */
+function agentAuth(
+  config: Config,
+  log: Logger,
+  knex: Knex,
+  bus: ClusterBus,
+  baseUrl: () => string | null,
+): Pick<Services, 'authenticate' | 'oauth'> {
+  const authenticate = createAgentAuth(knex, bus);
+  if (!config.oauth) return { authenticate };
+  const { audience } = config.oauth;
+  const resource = () => audience ?? `${(baseUrl() ?? publicBaseUrl(config)).replace(/\/$/, '')}/mcp`;
+  return {
+    authenticate,
+    oauth: createOAuthAgentAuth(knex, bus, createOAuthVerifier(config.oauth, { resource, log })),
+  };
+}
+
+/** The first run's credentials still to be shown, if any (a test may stop the process right here). */
+async function firstRunOf(deps: FirstRunDeps, options: ServiceOptions): Promise<FirstRun | undefined> {
+  const first = deps.config.demo ? await seedFirstRun(deps) : undefined;
+  await options.faults?.at('after_first_run');
+  return first;
+}
+
+interface LifecycleDeps {
+  config: Config;
+  log: Logger;
+  audit: AuditLog;
+  db: Database;
+  signer: { key_id: string };
+}
+
+/**
+ * Where this process serves the web form, and its server.started and server.stopped rows. The stopped row
+ * is appended before anything closes (the audit log drains, then the database closes); if it cannot be
+ * written, closing goes on regardless.
+ */
+function createLifecycle(deps: LifecycleDeps) {
+  const startedAt = new Date();
+  let web: string | null = null;
+  let transport: Transport | undefined;
+  let closing: Promise<void> | undefined;
+  // Links people follow: http.public_url, else this process's own web form, else none (then the CLI).
+  const base = () => deps.config.http.public_url ?? web;
+  return {
+    startedAt,
+    baseUrl: base,
+    reviewUrl: (id: string) => {
+      const at = base();
+      return at ? new URL(`/approvals/${id}`, at).href : null;
+    },
+    listeningAt(url: string) {
+      web = url;
+    },
+    async recordStart(how: Transport) {
+      await deps.audit.append(
+        startedRow({
+          config: deps.config,
+          signingKeyId: deps.signer.key_id,
+          transport: how,
+          dialect: deps.db.dialect,
+          web,
+        }),
+      );
+      transport = how;
+    },
+    close(reason: StopReason = 'signal', closeAll: () => Promise<void>) {
+      closing ??= (async () => {
+        if (transport) {
+          await deps.audit
+            .append(stoppedRow(reason, startedAt, transport))
+            .catch((err: unknown) => deps.log.error({ err }, 'server.stopped could not be recorded'));
+        }
+        await closeAll();
+      })();
+      return closing;
+    },
+  };
+}
+
+/**
+ * OpenTelemetry traces, only when an OTLP endpoint is configured: otherwise the SDK is not even loaded.
+ * Closed (buffered spans exported) after everything else but the database.
+ */
+async function openTracing(config: Config, closers: Closers): Promise<Tracer | undefined> {
+  const url = tracesUrl(config.tracing);
+  if (!url) return undefined;
+  const { startTracing } = await import('../server/otel.ts');
+  const tracing = startTracing({ url, version: VERSION });
+  closers.push(() => tracing.shutdown());
+  return tracing;
+}
+
+/** The approval module, its steps that change state each in a span when tracing is on. */
+function openApprovals(tracer: Tracer | undefined, deps: Parameters<typeof createApprovals>[0]): Approvals {
+  const approvals = createApprovals(deps);
+  if (!tracer) return approvals;
+  return withSpans(approvals, tracer, {
+    request: 'approval.request',
+    decide: 'approval.decide',
+    beginExecution: 'approval.execute',
+    finishExecution: 'approval.finish',
+  });
+}
+
 /** The built-in store, the HTTP bridge when configured, and the set the contract tools pick from. */
-function openConnectors(db: Database, blobs: BlobStore, config: Config, log: Logger) {
+function openConnectors(db: Database, blobs: BlobStore, config: Config, log: Logger, tracer?: Tracer) {
   const local = createLocalConnector(db.knex, blobs);
   const bridge = config.bridge ? createBridgeConnector(config.bridge, log) : undefined;
-  const connectors = createConnectorSet({ local, ...(bridge ? { bridge } : {}) }, config.connectors.default);
+  const set = { local, ...(bridge ? { bridge } : {}) };
+  const connectors = createConnectorSet(set, config.connectors.default, tracer);
   return { local, bridge, connectors };
 }
 

@@ -4,15 +4,19 @@ import type { Knex } from 'knex';
 import type { AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import { requestFromDb, toView, type ApprovalView, type RequestRow } from './view.ts';
+import { changeAndQueue, deliveriesFor } from './notify.ts';
 
 export interface ApprovalDeps {
   knex: Knex;
   audit: AuditLog;
   config: Config;
-  /** The chair's review page for a request. */
-  reviewUrl(id: string): string;
-  /** Called after a new request is committed (the notification webhook); must not throw. */
-  onRequested?(view: ApprovalView, review: Record<string, unknown>, agentName: string): void;
+  /** The chair's review page for a request; null when no web form serves it. */
+  reviewUrl(id: string): string | null;
+  /**
+   * Called after a change that may have queued notices is committed, so the deliverer looks now rather
+   * than at its next poll; must not throw (src/notify/).
+   */
+  onQueued?(): void;
 }
 
 /** What approvals are bound to besides content: the approval policy in force when they were issued. */
@@ -78,13 +82,15 @@ export async function expireRows(
   rows: RequestRow[],
 ): Promise<void> {
   if (rows.length === 0) return;
-  await trx('approval_requests')
+  const expire = trx('approval_requests')
     .whereIn(
       'id',
       rows.map((r) => r.id),
     )
     .whereIn('status', ['pending', 'approved'])
     .update({ status: 'expired' });
+  const notices = rows.flatMap((r) => deliveriesFor(deps, 'expired', { ...r, status: 'expired' }));
+  await changeAndQueue(trx, expire, notices);
   await deps.audit.appendIn(
     trx,
     ...rows.map((r) => ({

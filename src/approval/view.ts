@@ -28,12 +28,24 @@ export const Execution = z.object({
   error_code: z.string().nullable(),
 });
 
+/** Where a chair reviews a request; null when no web form is served for it (then the CLI decides). */
+const ReviewUrl = z
+  .string()
+  .nullable()
+  .describe(
+    "The chair's review page; null when this server serves no web form (a chair approves with the CLI).",
+  );
+
 /** An approval request as agents see it (get_approval, list_approvals) and chairs review it. */
 export const ApprovalView = z.object({
   approval_request_id: z.string(),
   status: ApprovalStatus,
   approval_id: z.string().nullable().describe('Issued once approved; pass it with dry_run=false to execute.'),
-  tool: z.string(),
+  tool: z
+    .string()
+    .describe(
+      'The tool as agents call it: a built-in under the configured prefix (e.g. isphere_send_message), an upstream tool as <upstream>__<tool>.',
+    ),
   target: Target,
   content_sha256: z.string(),
   file_sha256: z.string().nullable(),
@@ -42,10 +54,31 @@ export const ApprovalView = z.object({
   note: z.string().nullable(),
   created_at: z.string(),
   expires_at: z.string(),
-  review_url: z.string(),
+  review_url: ReviewUrl,
   execution: Execution.nullable(),
 });
 export type ApprovalView = z.infer<typeof ApprovalView>;
+
+/**
+ * The name agents call a tool by, from the name a request stores. Requests store built-in tools without
+ * the configurable prefix (`send_message`: policies and required_approvers are keyed so) and upstream
+ * tools as listed (`<upstream>__<tool>`, never prefixed). Built-in names hold no "__" and upstream names
+ * always do, since an upstream's own name has no underscore; people and agents see one spelling.
+ */
+export function agentToolName(stored: string, prefix: string): string {
+  return stored.includes('__') ? stored : prefix + stored;
+}
+
+/** The stored name for a name given either way (`isphere_send_message` or `send_message`), for filters. */
+export function storedToolName(given: string, prefix: string): string {
+  const rest = given.startsWith(prefix) ? given.slice(prefix.length) : undefined;
+  return rest && !rest.includes('__') ? rest : given;
+}
+
+/** A view (or a view with more fields) as shown to people and agents: the tool under its agent name. */
+export function withAgentToolName<V extends { tool: string }>(view: V, prefix: string): V {
+  return { ...view, tool: agentToolName(view.tool, prefix) };
+}
 
 /** What a dry run given an approval_id answers (approval/execute.ts preflightExecution). */
 export const Preflight = z.object({
@@ -59,9 +92,24 @@ export const Preflight = z.object({
 export const ApprovalSummary = z.object({
   approval_request_id: z.string(),
   status: ApprovalStatus,
-  review_url: z.string(),
+  review_url: ReviewUrl,
+  next_step: z.string().describe('What happens next, in words: where a chair approves, then how to execute.'),
   expires_at: z.string(),
 });
+
+/**
+ * The next step after a dry run, for the agent to relay: the chair's review page, or, where this server
+ * serves no web form, the CLI command a chair runs (SPEC §6: the web form or `countersign approvals`).
+ */
+export function nextStep(view: Pick<ApprovalView, 'approval_request_id' | 'status' | 'review_url'>): string {
+  const execute =
+    'get_approval gives its approval_id; repeat this call with dry_run: false and that approval_id.';
+  if (view.status === 'approved') return `Approved: ${execute}`;
+  const where = view.review_url
+    ? `in the web form at ${view.review_url}`
+    : `with the CLI, as this server serves no web form: countersign approvals approve ${view.approval_request_id} --as <chair>`;
+  return `A chair approves this request ${where}; then ${execute}`;
+}
 
 /** Times come back as Date (pg) or string (PGlite, raw rows); they leave as ISO 8601. */
 const Timestamp = z.union([z.date(), z.string()]).transform((v) => new Date(v).toISOString());
@@ -104,7 +152,7 @@ export const requestFromDb = (raw: Record<string, unknown>): RequestRow => Reque
 
 const EXECUTION_STATES = new Set<ApprovalStatus>(['executing', 'succeeded', 'failed', 'unknown']);
 
-export function toView(row: RequestRow, approvers: string[], reviewUrl: string): ApprovalView {
+export function toView(row: RequestRow, approvers: string[], reviewUrl: string | null): ApprovalView {
   return {
     approval_request_id: row.id,
     status: row.status,

@@ -21,10 +21,15 @@ export const AuditKind = z.enum([
   'user.role_changed',
   'user.password_reset',
   'user.disabled',
+  'user.email_changed',
   'user.login',
   'user.login_failed',
   'export.created',
   'checkpoint',
+  'server.started',
+  'server.stopped',
+  'notification.delivered',
+  'notification.failed',
 ]);
 export type AuditKind = z.infer<typeof AuditKind>;
 
