@@ -1,5 +1,5 @@
 /**
- * npm run bench [-- --quick] [--only a,b,c,d,e,f,g] [--clients 16] [--seconds 30] [--writers 8] …
+ * npm run bench [-- --quick] [--only a,b,c,d,e,f,g,h] [--clients 16] [--seconds 30] [--writers 8] …
  *
  * Measures every SPEC §12 figure beside its baseline in the same run, prints a table and writes
  * bench/results/latest.json. Runs on PostgreSQL (BENCH_DATABASE_URL, default the local server): each
@@ -12,6 +12,7 @@ import { parseArgs } from 'node:util';
 import { appendFigures } from './figures/appends.ts';
 import { approvalFigures } from './figures/approval.ts';
 import { exportFigures } from './figures/export.ts';
+import { gatewayFigures } from './figures/gateway.ts';
 import { readFigures } from './figures/read.ts';
 import { warmStartFigures } from './figures/warm-start.ts';
 import { createScratchDatabase, DEFAULT_ADMIN_URL, postgresVersion, seedDatabase } from './lib/database.ts';
@@ -30,6 +31,7 @@ const { values: flags } = parseArgs({
     rows: { type: 'string' },
     approvals: { type: 'string' },
     starts: { type: 'string' },
+    'gateway-seconds': { type: 'string' },
     out: { type: 'string' },
     strict: { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
@@ -39,7 +41,7 @@ const { values: flags } = parseArgs({
 if (flags.help) {
   process.stdout.write(`npm run bench -- [options]
   --quick               small scale: the whole run finishes in under 2 minutes
-  --only a,b,c,e,f      figures to run (d runs with c, g with a)
+  --only a,b,c,e,f,h    figures to run (d runs with c, g with a)
   --clients N           concurrent MCP clients for (a) (16)
   --seconds S           measured seconds of read load per server for (a) (30; quick 6)
   --writers N           concurrent audit writers for (b) (8)
@@ -47,6 +49,7 @@ if (flags.help) {
   --rows N              audit rows exported and verified for (c)/(d) (1000000; quick 100000)
   --approvals N         dry-run → approve → execute rounds for (e) (200; quick 40)
   --starts N            warm starts for (f) (5; quick 2)
+  --gateway-seconds S   measured seconds of load per gateway for (h), with --clients clients (30; quick 6)
   --out FILE            results file (bench/results/latest.json)
   --strict              exit 1 when a target is missed
   BENCH_SERVER_NODE_ARGS  node options for the countersign servers, e.g. "--cpu-prof --cpu-prof-dir=/tmp/p"
@@ -57,7 +60,7 @@ if (flags.help) {
 
 const quick = flags.quick!;
 const num = (v: string | undefined, full: number, small: number) => (v ? Number(v) : quick ? small : full);
-const only = new Set((flags.only ?? 'a,b,c,d,e,f,g').split(',').map((s) => s.trim()));
+const only = new Set((flags.only ?? 'a,b,c,d,e,f,g,h').split(',').map((s) => s.trim()));
 const adminUrl = process.env.BENCH_DATABASE_URL || DEFAULT_ADMIN_URL;
 const log = (line: string) => process.stderr.write(`${line}\n`);
 const started = performance.now();
@@ -136,6 +139,22 @@ await section('e', 'dry-run → approve → execute', () =>
 
 await section('f', 'warm start to the first served call on PGlite', () =>
   warmStartFigures({ starts: num(flags.starts, 5, 2), log }),
+);
+
+await section('h', 'countersign vs supergateway, proxying a 1 KiB read_text_file', () =>
+  withSeeded('gateway', (url, dataDir, token) =>
+    gatewayFigures({
+      url,
+      dataDir,
+      token,
+      clients: num(flags.clients, 16, 16),
+      seconds: num(flags['gateway-seconds'], 30, 6),
+      // Short segments, many of them: the machine's drift lands on both gateways alike.
+      segments: quick ? 4 : 10,
+      sequentialCalls: quick ? 200 : 800,
+      log,
+    }),
+  ),
 );
 
 const results = {

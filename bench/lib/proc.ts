@@ -33,3 +33,37 @@ export function machine(postgres: string) {
     platform: `${os.platform()} ${os.release()}`,
   };
 }
+
+/** `pid` and every process descended from it (children, grandchildren …), from /proc. Linux only. */
+export function processTree(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      // The parent pid is the second field after "pid (comm) "; comm may itself hold spaces and parentheses.
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
+    } catch {
+      // the process exited while the list was read
+    }
+  }
+  const tree: number[] = [];
+  for (const queue = [pid]; queue.length > 0;) {
+    const next = queue.shift()!;
+    tree.push(next);
+    queue.push(...(children.get(next) ?? []));
+  }
+  return tree;
+}
+
+/**
+ * A field of /proc/<pid>/status summed over `pid`'s process tree, in MB. Summing VmHWM adds each
+ * process's own peak, so it bounds the tree's simultaneous peak from above.
+ */
+export function treeStatusMb(pid: number, field: 'VmHWM' | 'VmRSS'): { mb: number; processes: number } {
+  const values = processTree(pid)
+    .map((p) => statusMb(p, field))
+    .filter((v) => Number.isFinite(v));
+  return { mb: values.reduce((s, v) => s + v, 0), processes: values.length };
+}

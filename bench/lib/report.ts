@@ -16,7 +16,12 @@ export interface Figure {
   note?: string;
 }
 
-type Check = { ratioAtLeast: number } | { valueAtMost: number } | { valueAtLeast: number } | null;
+type Check =
+  | { ratioAtLeast: number }
+  | { ratioAtMost: number }
+  | { valueAtMost: number }
+  | { valueAtLeast: number }
+  | null;
 
 export function figure(f: {
   id: string;
@@ -36,6 +41,9 @@ export function figure(f: {
   if (f.check && 'ratioAtLeast' in f.check) {
     target = `ratio >= ${f.check.ratioAtLeast}`;
     met = ratio !== null && ratio >= f.check.ratioAtLeast;
+  } else if (f.check && 'ratioAtMost' in f.check) {
+    target = `ratio <= ${f.check.ratioAtMost}`;
+    met = ratio !== null && ratio <= f.check.ratioAtMost;
   } else if (f.check && 'valueAtMost' in f.check) {
     target = `value <= ${f.check.valueAtMost}`;
     met = f.value <= f.check.valueAtMost;

@@ -1,0 +1,230 @@
+import { Client } from '@modelcontextprotocol/client';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import type { CallToolResult } from '@modelcontextprotocol/client';
+import { closedLoop, type LoadResult } from '../lib/load.ts';
+import { FS_SERVER, fsUpstream, ONE_KIB } from '../lib/fs-upstream.ts';
+import { treeStatusMb } from '../lib/proc.ts';
+import { figure, type Figure } from '../lib/report.ts';
+import { callTool, connect, spawnCountersign } from '../lib/server.ts';
+import { median, sleep } from '../lib/stats.ts';
+import { spawnSupergateway } from '../lib/supergateway.ts';
+
+export interface GatewayOptions {
+  url: string;
+  dataDir: string;
+  token: string;
+  clients: number;
+  /** Seconds of measured load per gateway, split into alternating segments. */
+  seconds: number;
+  segments: number;
+  /** Sequential calls per side for the 1-client p50 (interleaved over the sides). */
+  sequentialCalls: number;
+  log(line: string): void;
+}
+
+/** One way of reading the file: a gateway with its clients, or the filesystem server called directly. */
+interface Side {
+  name: string;
+  /** The process whose tree is the gateway (none for the direct calls). */
+  pid?: number;
+  clients: Client[];
+  call(client: Client): Promise<string | undefined>;
+  results: LoadResult[];
+}
+
+const textOf = (content: unknown) => (content as { text?: unknown }[] | undefined)?.[0]?.text;
+
+/** An MCP result carrying the file, or what was wrong with it. */
+function checkResult(result: CallToolResult): string | undefined {
+  if (result.isError) return `error result: ${JSON.stringify(result.content).slice(0, 300)}`;
+  return textOf(result.content) === ONE_KIB ? undefined : 'the answer is not the file';
+}
+
+async function readRaw(client: Client, file: string): Promise<string | undefined> {
+  const result = (await client.callTool({
+    name: 'read_text_file',
+    arguments: { path: file },
+  })) as CallToolResult;
+  return checkResult(result);
+}
+
+async function readThroughCountersign(
+  client: Client,
+  tool: string,
+  file: string,
+): Promise<string | undefined> {
+  const { envelope } = await callTool(client, tool, { path: file });
+  if (envelope.ok !== true) return JSON.stringify(envelope.error ?? envelope).slice(0, 300);
+  return textOf(envelope.content) === ONE_KIB ? undefined : 'the envelope does not carry the file';
+}
+
+/** The filesystem server as a child of this process, spoken to over stdio by the SDK's client. */
+async function connectDirect(root: string): Promise<Client> {
+  const client = new Client({ name: 'countersign-bench', version: '1.0.0' });
+  await client.connect(
+    new StdioClientTransport({ command: process.execPath, args: [FS_SERVER, root], stderr: 'ignore' }),
+  );
+  return client;
+}
+
+/** Calls until one succeeds: countersign connects to its upstream in the background after start-up. */
+async function firstSuccess(side: Side, timeoutMs = 30_000): Promise<void> {
+  let failure: string | undefined;
+  for (const until = Date.now() + timeoutMs; Date.now() < until; await sleep(200)) {
+    failure = await side.call(side.clients[0]!).catch((err: unknown) => String(err));
+    if (!failure) return;
+  }
+  throw new Error(`${side.name} never answered the read: ${failure}`);
+}
+
+/** The closed-loop load in `segments` rounds, the order of the sides reversed every other round. */
+async function alternate(sides: Side[], o: GatewayOptions): Promise<void> {
+  const segmentMs = (o.seconds * 1000) / o.segments;
+  for (let s = 0; s < o.segments; s++) {
+    for (const side of s % 2 === 0 ? sides : [...sides].reverse()) {
+      const r = await closedLoop(
+        side.clients,
+        { warmupMs: Math.min(2000, segmentMs / 4), durationMs: segmentMs },
+        (c) => side.call(c),
+      );
+      side.results.push(r);
+      o.log(
+        `  ${side.name.padEnd(12)} segment ${s + 1}/${o.segments}: ${r.perSecond.toFixed(0)} calls/s, ` +
+          `p50 ${r.p50.toFixed(2)} ms, p99 ${r.p99.toFixed(2)} ms, ${r.failures} failed` +
+          (r.firstFailure ? ` (${r.firstFailure})` : ''),
+      );
+    }
+  }
+}
+
+/**
+ * One client per side calling sequentially (no queueing): `calls` reads of each side, interleaved call
+ * by call — the first side rotating — so that the drift of a shared machine hits every side alike.
+ * Each side's p50, and the first failure seen (a failed call's time is not a read's).
+ */
+async function sequentialP50(sides: Side[], calls: number) {
+  const samples: number[][] = sides.map(() => []);
+  let failure: string | undefined;
+  for (let k = 0; k < calls; k++) {
+    for (let j = 0; j < sides.length; j++) {
+      const i = (k + j) % sides.length;
+      const side = sides[i]!;
+      const t0 = performance.now();
+      const failed = await side.call(side.clients[0]!).catch((err: unknown) => String(err));
+      if (failed) failure ??= `${side.name}: ${failed}`;
+      else samples[i]!.push(performance.now() - t0);
+    }
+  }
+  return { p50: samples.map(median), failure };
+}
+
+function throughput(side: Side) {
+  const calls = side.results.reduce((s, r) => s + r.calls, 0);
+  const seconds = side.results.reduce((s, r) => s + r.seconds, 0);
+  return { perSecond: calls / seconds, failures: side.results.reduce((s, r) => s + r.failures, 0) };
+}
+
+const quote = (s: string) => `'${s.replaceAll("'", `'\\''`)}'`;
+
+/**
+ * (h) countersign against supergateway 4.0.0, both in front of the same filesystem server, proxying
+ * `read_text_file` of a 1 KiB file over Streamable HTTP: throughput with `clients` clients (segments
+ * alternated between the two gateways), and each gateway's added p50 latency for one sequential
+ * client over the same read made directly over stdio.
+ */
+export async function gatewayFigures(o: GatewayOptions): Promise<Figure[]> {
+  const ws = fsUpstream('bench-gateway');
+  const stops: (() => Promise<void>)[] = [];
+  try {
+    const cs = await spawnCountersign({
+      DATABASE_URL: o.url,
+      COUNTERSIGN_DATA_DIR: o.dataDir,
+      COUNTERSIGN_CONFIG: ws.config,
+    });
+    stops.push(() => cs.stop());
+    const sg = await spawnSupergateway([process.execPath, FS_SERVER, ws.root].map(quote).join(' '));
+    stops.push(() => sg.stop());
+    const connectAll = (url: string, token?: string) =>
+      Promise.all(Array.from({ length: o.clients }, () => connect(url, token)));
+    const sides: [Side, Side] = [
+      {
+        name: 'countersign',
+        pid: cs.pid,
+        clients: await connectAll(cs.url, o.token),
+        results: [],
+        call: (c) => readThroughCountersign(c, `${ws.name}__read_text_file`, ws.file),
+      },
+      {
+        name: 'supergateway',
+        pid: sg.pid,
+        clients: await connectAll(sg.url),
+        results: [],
+        call: (c) => readRaw(c, ws.file),
+      },
+    ];
+    stops.push(() =>
+      Promise.allSettled(sides.flatMap((s) => s.clients.map((c) => c.close()))).then(() => {}),
+    );
+    for (const side of sides) await firstSuccess(side);
+    const directClient = await connectDirect(ws.root);
+    stops.push(() => directClient.close());
+    const direct: Side = {
+      name: 'direct',
+      clients: [directClient],
+      results: [],
+      call: (c) => readRaw(c, ws.file),
+    };
+    await alternate(sides, o);
+    const sequential = await sequentialP50([direct, ...sides], o.sequentialCalls);
+    // Measured before anything closes: every session's child is still up, the trees are whole.
+    const rss = sides.map((side) => treeStatusMb(side.pid!, 'VmHWM'));
+    return figures(sides, sequential, rss, o);
+  } finally {
+    for (const stop of stops.reverse()) await stop().catch(() => {});
+    ws.dispose();
+  }
+}
+
+function figures(
+  [cs, sg]: Side[],
+  sequential: { p50: number[]; failure?: string },
+  [rCs, rSg]: { mb: number; processes: number }[],
+  o: GatewayOptions,
+): Figure[] {
+  const [pDirect, pCs, pSg] = sequential.p50 as [number, number, number];
+  const [tCs, tSg] = [throughput(cs!), throughput(sg!)];
+  o.log(
+    `  sequential p50: direct ${pDirect.toFixed(3)} ms, countersign ${pCs.toFixed(3)} ms, supergateway ${pSg.toFixed(3)} ms`,
+  );
+  const failed = tCs.failures + tSg.failures;
+  return [
+    figure({
+      id: 'h_vs_supergateway_throughput',
+      unit: 'calls/s',
+      value: failed > 0 ? Number.NaN : tCs.perSecond,
+      baseline: tSg.perSecond,
+      baseline_label: `supergateway 4.0.0 --stateful (a child per session, no auth, no audit), same 1 KiB read_text_file, ${o.clients} clients`,
+      check: { ratioAtLeast: 1.0 },
+      note:
+        failed > 0 ? `${tCs.failures} countersign and ${tSg.failures} supergateway calls failed` : undefined,
+    }),
+    figure({
+      id: 'h_vs_supergateway_added_p50',
+      unit: 'ms',
+      value: sequential.failure ? Number.NaN : pCs - pDirect,
+      baseline: pSg - pDirect,
+      baseline_label: `supergateway's added p50 (ms) over the same read made directly over stdio by the SDK client (p50 ${pDirect.toFixed(3)} ms), one client, sequential`,
+      ratio: (pCs - pDirect) / (pSg - pDirect),
+      check: { ratioAtMost: 1.5 },
+      note: sequential.failure && `a sequential call failed: ${sequential.failure.slice(0, 300)}`,
+    }),
+    figure({
+      id: 'h_gateway_tree_peak_rss_mb',
+      unit: 'MB',
+      value: rCs!.mb,
+      baseline: rSg!.mb,
+      baseline_label: `supergateway's process tree (${rSg!.processes} processes; countersign's: ${rCs!.processes}), each process's VmHWM summed`,
+      check: null,
+    }),
+  ];
+}
