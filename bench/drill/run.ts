@@ -9,8 +9,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { openDatabase } from '../../src/db/knex.ts';
 import { createScratchDatabase, DEFAULT_ADMIN_URL, seedDatabase } from '../lib/database.ts';
-import { statusMb } from '../lib/proc.ts';
+import { fsUpstream } from '../lib/fs-upstream.ts';
+import { statusMb, treeStatusMb } from '../lib/proc.ts';
 import { writeResults } from '../lib/report.ts';
 import { callTool, connect, ROOT } from '../lib/server.ts';
 import { sleep } from '../lib/stats.ts';
@@ -29,6 +31,7 @@ const { values: flags, positionals } = parseArgs({
     'cut-seconds': { type: 'string' },
     'soak-minutes': { type: 'string' },
     rate: { type: 'string' },
+    'proxy-rate': { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -39,7 +42,8 @@ if (flags.help) {
   --kill-every S      kill: seconds between two SIGKILLs (4)
   --cut-seconds S     cut: how long the database stays unreachable (10)
   --soak-minutes M    soak: duration (10)
-  --rate N            soak: read calls per second (40)
+  --rate N            soak: built-in read calls per second (40; 0: none)
+  --proxy-rate N      soak: proxied upstream calls per second (fs__read_text_file, 40; 0: none)
 `);
   process.exit(0);
 }
@@ -269,15 +273,127 @@ async function cutDrill(): Promise<boolean> {
   }
 }
 
-/** (iii) one server at a fixed rate for minutes, its RSS sampled; reads plus a steady trickle of writes. */
+/** RSS samples of the soak's server: its own (the check) and its process tree's (the upstream child too). */
+interface Sample {
+  t_s: number;
+  rss_mb: number;
+  tree_rss_mb: number;
+}
+
+/** After the warm-up, RSS grows at most this much per minute (least-squares slope of the server's VmRSS). */
+const FLAT_MB_PER_MIN = 1;
+/** The warm-up left out of the flatness check: 2 minutes, or the first half of a shorter run. */
+const warmupSeconds = (minutes: number) => Math.min(120, (minutes * 60) / 2);
+
+/** The least-squares slope of `rss_mb` over the samples from `fromS` on, in MB per minute. */
+function slopeMbPerMin(samples: Sample[], fromS: number): number {
+  const after = samples.filter((p) => p.t_s >= fromS);
+  const mt = after.reduce((s, p) => s + p.t_s, 0) / after.length;
+  const mr = after.reduce((s, p) => s + p.rss_mb, 0) / after.length;
+  const cov = after.reduce((s, p) => s + (p.t_s - mt) * (p.rss_mb - mr), 0);
+  const varT = after.reduce((s, p) => s + (p.t_s - mt) ** 2, 0);
+  return after.length < 3 ? Number.NaN : (cov / varT) * 60;
+}
+
+/**
+ * Audit rows of the proxied tool: every call answered with an envelope (ok or refused: the pipeline's
+ * answers) must have its row — nothing unaudited on that path.
+ */
+async function proxiedAudited(url: string, tool: string, answered: number) {
+  const db = await openDatabase({ url, pgliteDir: '', command: 'drill check' });
+  try {
+    const row = (await db
+      .knex('audit_events')
+      .where({ kind: 'tool.call', tool })
+      .count({ n: '*' })
+      .first()) as {
+      n: unknown;
+    };
+    const rows = Number(row.n);
+    return {
+      name: `every proxied call audited (${tool})`,
+      ok: rows >= answered,
+      detail: `${rows} audit rows for ${answered} calls answered with an envelope`,
+    };
+  } finally {
+    await db.close();
+  }
+}
+
+/** The server's log lines about its upstream (at most 50): when it connected, lost it, and why. */
+const upstreamLog = (logs: string) =>
+  logs
+    .split('\n')
+    .filter((line) => line.includes('"upstream":'))
+    .slice(0, 50);
+
+/** Samples RSS every 5 s for `minutes`, logging every half minute. */
+async function sampleRss(pid: number, minutes: number, load: Workload): Promise<Sample[]> {
+  const samples: Sample[] = [];
+  const t0 = Date.now();
+  for (const end = t0 + minutes * 60_000; Date.now() < end;) {
+    await sleep(Math.min(5000, end - Date.now()));
+    const mb = (v: number) => Math.round(v * 10) / 10;
+    samples.push({
+      t_s: Math.round((Date.now() - t0) / 1000),
+      rss_mb: mb(statusMb(pid, 'VmRSS')),
+      tree_rss_mb: mb(treeStatusMb(pid, 'VmRSS').mb),
+    });
+    const last = samples.at(-1)!;
+    if (samples.length % 6 === 0)
+      log(
+        `  ${last.t_s} s: RSS ${last.rss_mb} MB (with the upstream ${last.tree_rss_mb} MB), ${load.tally.total} requests`,
+      );
+  }
+  return samples;
+}
+
+/** The soak's memory checks: flat after the warm-up, and the peak under SPEC §12's 200 MB. */
+function memoryChecks(pid: number, minutes: number, samples: Sample[]) {
+  const peak = statusMb(pid, 'VmHWM');
+  const warmup = warmupSeconds(minutes);
+  const slope = slopeMbPerMin(samples, warmup);
+  const after = samples.filter((p) => p.t_s >= warmup).map((p) => p.rss_mb);
+  const rss = {
+    first_mb: samples[0]?.rss_mb,
+    last_mb: samples.at(-1)?.rss_mb,
+    max_mb: Math.max(...samples.map((p) => p.rss_mb)),
+    peak_hwm_mb: Math.round(peak),
+    warmup_s: warmup,
+    after_warmup_min_mb: Math.min(...after),
+    after_warmup_max_mb: Math.max(...after),
+    slope_mb_per_min: Math.round(slope * 100) / 100,
+    tree_last_mb: samples.at(-1)?.tree_rss_mb,
+  };
+  const checks = [
+    {
+      name: `RSS flat after a ${warmup} s warm-up (least-squares slope at most ${FLAT_MB_PER_MIN} MB a minute)`,
+      ok: slope <= FLAT_MB_PER_MIN,
+      detail: JSON.stringify(rss),
+    },
+    { name: 'peak RSS at most 200 MB', ok: peak <= 200, detail: `VmHWM ${Math.round(peak)} MB` },
+  ];
+  return { rss, checks };
+}
+
+/**
+ * (iii) one server at a fixed rate for minutes, its RSS sampled: built-in reads, proxied reads of an
+ * upstream filesystem server's 1 KiB file, and a steady trickle of writes.
+ */
 async function soakDrill(): Promise<boolean> {
   const minutes = num(flags['soak-minutes'], 10, 1);
   const rate = num(flags.rate, 40, 40);
-  log(`soak: 1 server, ${rate} reads/s and one writer (a write, then 1 s pause), ${minutes} min`);
+  const proxyRate = num(flags['proxy-rate'], 40, 40);
+  log(
+    `soak: 1 server, ${rate} reads/s, ${proxyRate} proxied reads/s and one writer (a write, then 1 s pause), ${minutes} min`,
+  );
   const db = await scratch('soak');
+  const upstream = fsUpstream('drill-soak-fs');
+  const tool = `${upstream.name}__read_text_file`;
   const cluster = await startCluster(1, {
     DATABASE_URL: db.url,
     COUNTERSIGN_DATA_DIR: db.dataDir,
+    COUNTERSIGN_CONFIG: upstream.config,
     ...SERVER_ENV,
   });
   const pid = cluster.children()[0]!.pid;
@@ -288,66 +404,56 @@ async function soakDrill(): Promise<boolean> {
       url: cluster.live()[0]!,
       token: db.token,
       chair: db.chair,
-      readers,
+      // A rate of 0 leaves that path out: the other one alone tells which path keeps memory.
+      readers: rate > 0 ? readers : 0,
       writers: 1,
       paceMs: (readers * 1000) / rate,
       writerPauseMs: 1000,
+      proxied:
+        proxyRate > 0
+          ? { readers, paceMs: (readers * 1000) / proxyRate, tool, args: { path: upstream.file } }
+          : undefined,
     });
-    const samples: { t_s: number; rss_mb: number }[] = [];
-    const t0 = Date.now();
-    for (const end = t0 + minutes * 60_000; Date.now() < end;) {
-      await sleep(Math.min(5000, end - Date.now()));
-      samples.push({
-        t_s: Math.round((Date.now() - t0) / 1000),
-        rss_mb: Math.round(statusMb(pid, 'VmRSS') * 10) / 10,
-      });
-      const last = samples.at(-1)!;
-      if (samples.length % 6 === 0)
-        log(`  ${last.t_s} s: RSS ${last.rss_mb} MB, ${load.tally.total} requests`);
-    }
+    const samples = await sampleRss(pid, minutes, load);
     await load.stop();
-    const peak = statusMb(pid, 'VmHWM');
     const report = await checkInvariants(db.url, {
       tally: load.tally,
       writes: load.writes,
       settleMs: SETTLE_MS,
       allowed: [],
     });
-    // Flat: the second half's RSS grows by less than 10 % of its start (a least-squares slope).
-    const half = samples.slice(Math.floor(samples.length / 2));
-    const n = half.length;
-    const mt = half.reduce((s, p) => s + p.t_s, 0) / n;
-    const mr = half.reduce((s, p) => s + p.rss_mb, 0) / n;
-    const slope =
-      half.reduce((s, p) => s + (p.t_s - mt) * (p.rss_mb - mr), 0) /
-      half.reduce((s, p) => s + (p.t_s - mt) ** 2, 0);
-    const growth = slope * (half.at(-1)!.t_s - half[0]!.t_s);
-    const rss = {
-      first_mb: samples[0]?.rss_mb,
-      last_mb: samples.at(-1)?.rss_mb,
-      max_mb: Math.max(...samples.map((s) => s.rss_mb)),
-      peak_hwm_mb: Math.round(peak),
-      second_half_growth_mb: Math.round(growth * 10) / 10,
-      slope_mb_per_min: Math.round(slope * 600) / 10,
-    };
+    const { rss, checks } = memoryChecks(pid, minutes, samples);
+    const proxied = load.byPath.proxied;
     report.checks.push(
-      {
-        name: 'RSS flat over the second half (grows less than 10 %)',
-        ok: growth < 0.1 * (half[0]?.rss_mb ?? 1),
-        detail: JSON.stringify(rss),
-      },
-      { name: 'peak RSS at most 200 MB', ok: peak <= 200, detail: `VmHWM ${Math.round(peak)} MB` },
+      ...checks,
+      await proxiedAudited(db.url, tool, proxied.counts.ok + proxied.counts.refused),
     );
     report.ok = report.checks.every((c) => c.ok);
     const calls = load.tally.total;
     log(
       `  ${calls} requests (${(calls / (minutes * 60)).toFixed(1)}/s): ${JSON.stringify(load.tally.counts)}`,
     );
+    const byPath = Object.fromEntries(
+      Object.entries(load.byPath).map(([k, t]) => [k, { requests: t.total, ...t.counts }]),
+    );
+    log(`  by path: ${JSON.stringify(byPath)}`);
     const seen = traffic(load);
-    return summarise('soak', report, { minutes, rate, rss, samples, requests: load.tally, ...seen });
+    return summarise('soak', report, {
+      minutes,
+      rate,
+      proxy_rate: proxyRate,
+      rss,
+      samples,
+      requests: load.tally,
+      by_path: byPath,
+      // The server's own word on its upstream (connected, disconnected and why), for a SOURCE_UNAVAILABLE.
+      upstream_log: upstreamLog(cluster.logs()),
+      ...seen,
+    });
   } finally {
     await cluster.stop();
     await db.dispose();
+    upstream.dispose();
   }
 }
 

@@ -140,12 +140,28 @@ export interface WorkloadOptions {
   writerPauseMs?: number;
   /** Give up on one step of a write after this long (a settled status is still looked for). */
   stepTimeoutMs?: number;
+  /** Readers of a proxied upstream tool besides the built-in ones (the soak drives both paths). */
+  proxied?: ProxiedReads;
 }
+
+/** Readers calling one upstream tool through countersign's proxy, each at its own pace. */
+export interface ProxiedReads {
+  readers: number;
+  paceMs: number;
+  /** The exposed name, `<upstream>__<tool>`. */
+  tool: string;
+  args: Record<string, unknown>;
+}
+
+/** The two read paths: countersign's own tools, and upstream tools it proxies. */
+export type ReadPath = 'builtin' | 'proxied';
 
 export interface Workload {
   tally: Tally;
   /** The same requests, by the protocol revision of the client that sent them. */
   byRevision: Record<Revision, Tally>;
+  /** The read requests by path (writes are in neither). */
+  byPath: Record<ReadPath, Tally>;
   writes: WriteRecord[];
   /** Stops issuing new work; resolves once every write in flight has settled or been given up. */
   stop(): Promise<void>;
@@ -155,9 +171,9 @@ const QUERIES = ['mar', 'alice', 'דוד', '王', 'legal', 'board'];
 const SETTLED = new Set(['succeeded', 'failed', 'unknown']);
 
 /**
- * Readers searching the directory and writers sending messages through dry run → approve (the chair, on
- * the review form) → execute, all at one URL; half the clients speak the 2025 handshake, half are pinned
- * to 2026-07-28.
+ * Readers searching the directory (and, given `proxied`, readers of an upstream tool through the proxy)
+ * and writers sending messages through dry run → approve (the chair, on the review form) → execute, all
+ * at one URL; half the clients of each kind speak the 2025 handshake, half are pinned to 2026-07-28.
  */
 export function startWorkload(o: WorkloadOptions): Workload {
   const tally = new Tally();
@@ -179,14 +195,25 @@ export function startWorkload(o: WorkloadOptions): Workload {
       }
     })());
 
-  async function reader(agent: Agent, n: number) {
-    await sleep((o.paceMs * n) / Math.max(1, o.readers)); // spread the readers over one interval
+  /** Reader `n` of `of`, calling `next(i)` every `paceMs`. */
+  async function reader(
+    agent: Agent,
+    n: number,
+    of: { readers: number; paceMs: number },
+    next: (i: number) => [string, Record<string, unknown>],
+  ) {
+    await sleep((of.paceMs * n) / Math.max(1, of.readers)); // spread the readers over one interval
     const start = Date.now();
     for (let i = 0; !stopping; i++) {
-      await agent.call('isphere_search_contacts', { query: QUERIES[(n + i) % QUERIES.length], limit: 10 });
-      await sleep(Math.max(0, start + (i + 1) * o.paceMs - Date.now()));
+      await agent.call(...next(i));
+      await sleep(Math.max(0, start + (i + 1) * of.paceMs - Date.now()));
     }
   }
+  const search = (n: number) => (i: number) =>
+    ['isphere_search_contacts', { query: QUERIES[(n + i) % QUERIES.length], limit: 10 }] as [
+      string,
+      Record<string, unknown>,
+    ];
 
   /** get_approval until `done` says yes or the step times out; the last envelope's approval. */
   async function statusOf(agent: Agent, id: string): Promise<Record<string, unknown> | undefined> {
@@ -265,17 +292,29 @@ export function startWorkload(o: WorkloadOptions): Workload {
 
   // Readers, then writers; within each, every other client pinned to 2026-07-28.
   const byRevision = { '2025': new Tally(), '2026-07-28': new Tally() } satisfies Record<Revision, Tally>;
-  const agent = (n: number) => {
+  const byPath = { builtin: new Tally(), proxied: new Tally() } satisfies Record<ReadPath, Tally>;
+  const agent = (n: number, path?: ReadPath) => {
     const revision = REVISIONS[n % 2]!;
-    return new Agent(o.url, o.token, revision, [tally, byRevision[revision]]);
+    return new Agent(o.url, o.token, revision, [
+      tally,
+      byRevision[revision],
+      ...(path ? [byPath[path]] : []),
+    ]);
   };
-  const readers = Array.from({ length: o.readers }, (_, n) => agent(n));
+  const readers = Array.from({ length: o.readers }, (_, n) => agent(n, 'builtin'));
+  const proxied = o.proxied;
+  const proxiedReaders = Array.from({ length: proxied?.readers ?? 0 }, (_, n) => agent(n, 'proxied'));
   const writers = Array.from({ length: o.writers }, (_, n) => agent(n));
-  const agents = [...readers, ...writers];
-  const loops = [...readers.map((a, n) => reader(a, n)), ...writers.map((a, n) => writer(a, n))];
+  const agents = [...readers, ...proxiedReaders, ...writers];
+  const loops = [
+    ...readers.map((a, n) => reader(a, n, o, search(n))),
+    ...proxiedReaders.map((a, n) => reader(a, n, proxied!, () => [proxied!.tool, proxied!.args])),
+    ...writers.map((a, n) => writer(a, n)),
+  ];
   return {
     tally,
     byRevision,
+    byPath,
     writes,
     async stop() {
       stopping = true;
