@@ -46,13 +46,18 @@ describe('the config digest of server.started', () => {
     COUNTERSIGN_WEBHOOK_URL: `https://hooks.example.com/services/${WEBHOOK_PATH}`,
     COUNTERSIGN_WEBHOOK_SECRET: WEBHOOK_SECRET,
     COUNTERSIGN_BRIDGE_URL: 'https://bridge.example.com/v1?key=bridge-query-secret',
+    COUNTERSIGN_METRICS_TOKEN: 'metrics-token-secret-0123',
+    COUNTERSIGN_SMTP_URL: 'smtps://mailer:smtp-url-secret@mail.example.com:465',
+    COUNTERSIGN_EMAIL_FROM: 'countersign@example.com',
+    OTEL_EXPORTER_OTLP_ENDPOINT: 'https://otel:otlp-secret@collector.example.com/?token=otlp-query-secret',
   };
   const digestOf = (env: Record<string, string>) => configDigest(loadConfig(env, '/'));
 
   it('is the SHA-256 of the canonical JSON of the config with every secret taken out', () => {
     const config = loadConfig(base, '/');
     const redacted = canonicalize(redactedConfig(config))!;
-    for (const secret of [DB_PASSWORD, WEBHOOK_SECRET, 'SECRET', 'bridge-query-secret']) {
+    const more = ['metrics-token-secret', 'smtp-url-secret', 'otlp-secret', 'otlp-query-secret'];
+    for (const secret of [DB_PASSWORD, WEBHOOK_SECRET, 'SECRET', 'bridge-query-secret', ...more]) {
       assert.ok(!redacted.includes(secret), `${secret} left in ${redacted}`);
     }
     assert.match(redacted, /postgres:\/\/app:\[redacted\]@db\.internal:5432\/countersign/);

@@ -26,8 +26,9 @@ const keysOnly = (map: Readonly<Record<string, string>> | undefined) =>
 
 /**
  * The effective configuration with every secret taken out: the database password, the webhook secret
- * and the webhook URL's path (a Slack-style webhook URL is itself the credential), header values of the
- * bridge and of upstreams, upstream environment values, and credentials in any URL. What remains says
+ * and the webhook URL's path (a Slack-style webhook URL is itself the credential), the metrics token,
+ * the SMTP password, header values of the bridge and of upstreams, upstream environment values, and
+ * credentials in any URL (database, SMTP, OTLP, JWKS, bridge, upstreams). What remains says
  * how this server is set up, and may be shown and hashed.
  */
 export function redactedConfig(config: Config): Record<string, unknown> {
@@ -43,6 +44,26 @@ export function redactedConfig(config: Config): Record<string, unknown> {
       ...config.bridge,
       url: withoutCredentials(config.bridge.url, true),
       headers: keysOnly(config.bridge.headers),
+    },
+    metrics: { ...config.metrics, token: config.metrics.token && REDACTED },
+    notifications: {
+      ...config.notifications,
+      email: config.notifications.email && {
+        ...config.notifications.email,
+        smtp_url:
+          config.notifications.email.smtp_url &&
+          withoutCredentials(config.notifications.email.smtp_url, true),
+        password: config.notifications.email.password && REDACTED,
+      },
+    },
+    tracing: {
+      otlp_endpoint: config.tracing.otlp_endpoint && withoutCredentials(config.tracing.otlp_endpoint, true),
+      otlp_traces_endpoint:
+        config.tracing.otlp_traces_endpoint && withoutCredentials(config.tracing.otlp_traces_endpoint, true),
+    },
+    oauth: config.oauth && {
+      ...config.oauth,
+      jwks_uri: config.oauth.jwks_uri && withoutCredentials(config.oauth.jwks_uri, true),
     },
     upstreams: config.upstreams.map((u) => ({
       ...u,
