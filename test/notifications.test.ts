@@ -277,6 +277,16 @@ for (const kind of databaseKinds()) {
       }
     });
 
+    it('mails a rejection with its note', async () => {
+      const id = (await draft(agent, 'to be turned down')).approval.approval_request_id as string;
+      await server.services.approvals.decide({ id, user: ada, decision: 'reject', note: 'wrong recipient' });
+      const rejected = await waitFor('the rejection mail', async () =>
+        mailsFor(id).find((m) => m.subject.includes('Rejected')),
+      );
+      assert.match(rejected.text, /was rejected by ada/);
+      assert.match(rejected.text, /Note: +wrong recipient/);
+    });
+
     it('mails an expiry', async () => {
       const id = (await draft(agent, 'left to expire')).approval.approval_request_id as string;
       await server.services
