@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import canonicalize from 'canonicalize';
 import fc from 'fast-check';
-import { canonicalJson, canonicalPicker } from '../src/audit/canonical.ts';
+import { canonicalJson, canonicalParsed, canonicalPicker } from '../src/audit/canonical.ts';
 import { AUDIT_FIELDS, canonicalRow, type AuditBody } from '../src/audit/chain.ts';
 
 /** The outcome of a serialiser: its text, or that it threw. */
@@ -49,6 +49,35 @@ describe('canonical JSON (RFC 8785)', () => {
     );
     for (const odd of [undefined, () => 1, [() => 1, 2], { f: () => 1 }, Symbol('s'), [Symbol('s')]])
       sameAsLibrary(odd);
+  });
+
+  it('writes what JSON.parse returned exactly as the canonicalize package does, keys remembered or not', () => {
+    // One writer for the whole run, as an export uses one: its remembered keys must never leak into a
+    // later value. Texts JSON.parse reads as a lone surrogate, Infinity (1e999) or -0 included.
+    const write = canonicalParsed();
+    const odd = [
+      '"\\ud800"',
+      '1e999',
+      '-0',
+      '[-0,1e21,1e-7,0.1,12345678901234567890]',
+      '{"b":{"d":1,"c":2},"a":"\\u0000"}',
+    ];
+    const texts = fc.oneof(
+      fc.jsonValue().map((v) => JSON.stringify(v)),
+      fc.dictionary(anyString, fc.jsonValue({ maxDepth: 2 })).map((v) => JSON.stringify(v)),
+      fc.constantFrom(...odd),
+    );
+    fc.assert(
+      fc.property(texts, (text) => {
+        const value: unknown = JSON.parse(text);
+        assert.deepEqual(
+          outcome(() => write(value)),
+          outcome(() => canonicalize(value)),
+          text,
+        );
+      }),
+      { numRuns: 3000 },
+    );
   });
 
   it('refuses a cycle', () => {

@@ -88,3 +88,48 @@ export function canonicalPicker<K extends string>(
     return `${out}}`;
   };
 }
+
+/** Keys remembered by one canonicalParsed: a row's jsonb columns use few distinct keys, over and over. */
+const MEMO_KEYS = 1024;
+
+/**
+ * A function that writes the JCS of a value JSON.parse returned — canonicalJson's output, for the
+ * export's jsonb columns — without what only other values need (toJSON, cycles, undefined, symbols,
+ * holes: a parsed value has none), and with each key's `"key":` written once and remembered.
+ */
+export function canonicalParsed(): (value: unknown) => string {
+  const keys = new Map<string, string>();
+  const key = (k: string) => {
+    let text = keys.get(k);
+    if (text === undefined) {
+      text = `${canonicalString(k)}:`;
+      if (keys.size < MEMO_KEYS) keys.set(k, text);
+    }
+    return text;
+  };
+  const write = (value: unknown): string => {
+    switch (typeof value) {
+      case 'string':
+        return canonicalString(value);
+      case 'number':
+        return canonicalNumber(value);
+      case 'boolean':
+        return value ? 'true' : 'false';
+      default:
+        if (value === null) return 'null';
+    }
+    let out: string;
+    if (Array.isArray(value)) {
+      out = '[';
+      for (let i = 0; i < value.length; i++) out += `${i > 0 ? ',' : ''}${write(value[i])}`;
+      return `${out}]`;
+    }
+    const record = value as Record<string, unknown>;
+    const sorted = Object.keys(record).sort();
+    out = '{';
+    for (let i = 0; i < sorted.length; i++)
+      out += `${i > 0 ? ',' : ''}${key(sorted[i]!)}${write(record[sorted[i]!])}`;
+    return `${out}}`;
+  };
+  return write;
+}

@@ -1,11 +1,33 @@
 import type { Knex } from 'knex';
-import { canonicalJson } from './canonical.ts';
+import { canonicalParsed } from './canonical.ts';
 import { AUDIT_FIELDS, rowFromDb, type AuditRow } from './chain.ts';
 import type { ExportFilter } from './export-filter.ts';
 
 export const EXPORT_PAGE = 500;
 /** Pages read ahead while the rows are dense. */
 const PREFETCH = 2;
+
+/**
+ * The filter as SQL conditions with `?` placeholders, one list for both ways of reading rows: bound
+ * as parameters by the pages below, written as literals by the COPY of export-copy.ts.
+ */
+export function filterConditions(filter: ExportFilter): { sql: string; values: string[] }[] {
+  const out: { sql: string; values: string[] }[] = [];
+  const equal = (column: string, value: string | undefined) => {
+    if (value !== undefined) out.push({ sql: `${column} = ?`, values: [value] });
+  };
+  if (filter.since) out.push({ sql: 'ts >= ?', values: [filter.since] });
+  if (filter.until) out.push({ sql: 'ts < ?', values: [filter.until] });
+  equal('agent_id', filter.agent_id);
+  equal('tool', filter.tool);
+  equal('kind', filter.kind);
+  equal('result', filter.result);
+  equal('target_ref', filter.target_ref);
+  const approval = filter.approval;
+  if (approval)
+    out.push({ sql: '(approval_id = ? or approval_request_id = ?)', values: [approval, approval] });
+  return out;
+}
 
 /**
  * Rows of the filter up to `maxSeq`, in seq order, a page at a time: memory stays flat at any size.
@@ -20,21 +42,14 @@ async function* pages<T extends { seq: number }>(
   select: (q: Knex.QueryBuilder) => Knex.QueryBuilder,
   map: (raw: Record<string, unknown>) => T,
 ): AsyncGenerator<T[]> {
+  const conditions = filterConditions(filter);
   const fetch = (after: number, upto: number) => {
     const q = select(knex('audit_events'))
       .where('seq', '>', after)
       .where('seq', '<=', upto)
       .orderBy('seq')
       .limit(EXPORT_PAGE);
-    if (filter.since) q.where('ts', '>=', filter.since);
-    if (filter.until) q.where('ts', '<', filter.until);
-    if (filter.agent_id) q.where('agent_id', filter.agent_id);
-    if (filter.tool) q.where('tool', filter.tool);
-    if (filter.kind) q.where('kind', filter.kind);
-    if (filter.result) q.where('result', filter.result);
-    if (filter.target_ref) q.where('target_ref', filter.target_ref);
-    const approval = filter.approval;
-    if (approval) q.where((w) => w.where('approval_id', approval).orWhere('approval_request_id', approval));
+    for (const c of conditions) q.whereRaw(c.sql, c.values);
     const page = q.then((rows: Record<string, unknown>[]) => ({ rows: rows.map(map), upto }));
     page.catch(() => {}); // awaited below; a page nobody waits for any more must not go unhandled
     return page;
@@ -86,7 +101,7 @@ function jsonOf(field: string): string {
  * as text pieces around the fields rendered here (approvers, details), then the tail with prev_hash
  * and hash. Columns: seq, hash, text0, json0, text1, json1, text2.
  */
-const LINE_COLUMNS = (() => {
+export const LINE_COLUMNS = (() => {
   const columns = ['seq', 'hash'];
   let text: string[] = [];
   let piece = 0;
@@ -103,7 +118,11 @@ const LINE_COLUMNS = (() => {
   return { sql: columns.join(', '), pieces: piece };
 })();
 
-const canonicalText = (json: unknown) => (json === null ? 'null' : canonicalJson(JSON.parse(String(json))));
+/** A function that writes the canonical JSON of a jsonb column's text (null: SQL NULL), for one export. */
+export function canonicalText(): (json: unknown) => string {
+  const canonical = canonicalParsed();
+  return (json) => (json === null ? 'null' : canonical(JSON.parse(String(json))));
+}
 
 /**
  * The JSONL lines of the filter's rows up to `maxSeq` (exactly what toJsonLine writes), page by page,
@@ -115,6 +134,7 @@ export function exportLines(
   filter: ExportFilter,
   maxSeq: number,
 ): AsyncGenerator<{ seq: number; hash: string; line: string }[]> {
+  const canonical = canonicalText();
   return pages(
     knex,
     filter,
@@ -122,8 +142,7 @@ export function exportLines(
     (q) => q.select(knex.raw(LINE_COLUMNS.sql)),
     (raw) => {
       let line = '';
-      for (let i = 0; i < LINE_COLUMNS.pieces; i++)
-        line += `${raw[`text${i}`]}${canonicalText(raw[`json${i}`])}`;
+      for (let i = 0; i < LINE_COLUMNS.pieces; i++) line += `${raw[`text${i}`]}${canonical(raw[`json${i}`])}`;
       return {
         seq: Number(raw.seq),
         hash: String(raw.hash),
