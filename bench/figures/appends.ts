@@ -1,7 +1,9 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
 import pg from 'pg';
 import type { AuditInput } from '../../src/audit/chain.ts';
 import { createAuditLog } from '../../src/audit/log.ts';
+import { headSeq } from '../../src/audit/query.ts';
 import { verifyDatabaseChain } from '../../src/audit/verify.ts';
 import { openDatabase } from '../../src/db/knex.ts';
 import { migrateLatest } from '../../src/db/migrations.ts';
@@ -49,6 +51,19 @@ async function run(writers: number, seconds: number, append: (w: number) => Prom
     }),
   );
   return { rows: n, perSecond: n / ((performance.now() - t0) / 1000) };
+}
+
+/**
+ * How many rows each transaction appended after `afterSeq`: the rows of one transaction share its xmin,
+ * so this is the batch size the writers actually got, read from the table rather than from the code.
+ */
+async function rowsPerTransaction(knex: Knex, afterSeq: number): Promise<string> {
+  const { rows } = (await knex.raw(
+    'select count(*)::int as n, count(distinct xmin::text)::int as t from audit_events where seq > ?',
+    [afterSeq],
+  )) as { rows: { n: number; t: number }[] };
+  const { n, t } = rows[0]!;
+  return `${(n / Math.max(t, 1)).toFixed(2)} rows per transaction (${t} transactions)`;
 }
 
 /**
@@ -101,10 +116,12 @@ export async function appendFigures(o: AppendOptions): Promise<Figure[]> {
         (w: number) => Promise<unknown>,
       ][]) {
         await run(o.writers, Math.min(1, o.seconds / 4), fn); // warm-up
+        const before = await headSeq(db.knex);
         const res = await run(o.writers, o.seconds / rounds, fn);
         totals[name].rows += res.rows;
         totals[name].s += res.rows / res.perSecond;
-        o.log(`  ${name.padEnd(8)} round ${r + 1}/${rounds}: ${res.perSecond.toFixed(0)} rows/s`);
+        const batches = name === 'raw' ? '' : `, ${await rowsPerTransaction(db.knex, before)}`;
+        o.log(`  ${name.padEnd(8)} round ${r + 1}/${rounds}: ${res.perSecond.toFixed(0)} rows/s${batches}`);
       }
     }
     const rate = (k: keyof typeof totals) => totals[k].rows / totals[k].s;
