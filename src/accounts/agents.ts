@@ -76,16 +76,17 @@ export async function rotateAgentToken(
   return row && { agent_id: row.id, token };
 }
 
-export async function authenticate(
+/** The agent whose `column` is `value`, and whether it is revoked: what authentication needs of its row. */
+export async function agentRow(
   knex: Knex,
-  token: string | undefined,
-): Promise<{ agent: Agent } | { failure: AuthFailure; agent?: Agent }> {
-  if (!token) return { failure: 'missing_token' };
+  column: 'token_hash' | 'name',
+  value: string,
+): Promise<{ agent: Agent; revoked: boolean } | undefined> {
   const row = (await knex('agents')
     .select('id', 'name', 'profile', 'owner', 'rate_limit_per_min', 'revoked_at')
-    .where('token_hash', hashToken(token))
+    .where(column, value)
     .first()) as (Agent & { revoked_at: unknown }) | undefined;
-  if (!row) return { failure: 'unknown_token' };
+  if (!row) return undefined;
   const agent: Agent = {
     id: String(row.id),
     name: row.name,
@@ -93,7 +94,17 @@ export async function authenticate(
     owner: row.owner ?? null,
     rate_limit_per_min: row.rate_limit_per_min ?? null,
   };
-  return row.revoked_at ? { failure: 'revoked_token', agent } : { agent };
+  return { agent, revoked: Boolean(row.revoked_at) };
+}
+
+export async function authenticate(
+  knex: Knex,
+  token: string | undefined,
+): Promise<{ agent: Agent } | { failure: AuthFailure; agent?: Agent }> {
+  if (!token) return { failure: 'missing_token' };
+  const row = await agentRow(knex, 'token_hash', hashToken(token));
+  if (!row) return { failure: 'unknown_token' };
+  return row.revoked ? { failure: 'revoked_token', agent: row.agent } : { agent: row.agent };
 }
 
 /** Changes an agent's profile and/or rate limit; returns false when no agent has that name. */

@@ -3,6 +3,7 @@ import { createRemoteJWKSet, decodeProtectedHeader, errors, jwtVerify, type JWTV
 import { z } from 'zod';
 import type { OAuthConfig } from '../config.ts';
 import type { Agent } from '../core/identity.ts';
+import { agentRow } from './agents.ts';
 import type { Logger } from '../log.ts';
 
 /**
@@ -190,17 +191,7 @@ export async function findAgentByName(
   knex: Knex,
   name: string,
 ): Promise<{ agent: Agent } | { failure: 'unknown_agent' | 'revoked_agent'; agent?: Agent }> {
-  const row = (await knex('agents')
-    .select('id', 'name', 'profile', 'owner', 'rate_limit_per_min', 'revoked_at')
-    .where({ name })
-    .first()) as (Agent & { revoked_at: unknown }) | undefined;
+  const row = await agentRow(knex, 'name', name);
   if (!row) return { failure: 'unknown_agent' };
-  const agent: Agent = {
-    id: String(row.id),
-    name: row.name,
-    profile: row.profile,
-    owner: row.owner ?? null,
-    rate_limit_per_min: row.rate_limit_per_min ?? null,
-  };
-  return row.revoked_at ? { failure: 'revoked_agent', agent } : { agent };
+  return row.revoked ? { failure: 'revoked_agent', agent: row.agent } : { agent: row.agent };
 }
