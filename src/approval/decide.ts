@@ -203,7 +203,7 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
     )
     .where('r.id', opts.id)
     .first()) as Record<string, unknown> | undefined;
-  if (!raw || raw.mine === true || (raw.agent_owner !== null && raw.agent_owner === opts.user.name)) return;
+  if (!raw || raw.mine === true || raw.agent_owner === opts.user.name) return;
   const row = requestFromDb(raw);
   const now = new Date();
   if (row.status !== 'pending' || new Date(row.expires_at) <= now) return;

@@ -150,13 +150,7 @@ async function draft(write: Write, args: WriteControls, ctx: GateContext): Promi
     expires_at: view.expires_at,
   };
   return {
-    data: write.prepared.present({
-      dry_run: true,
-      send_status: 'planned',
-      content_sha256: write.content_sha256,
-      result: null,
-      approval,
-    }),
+    data: planned(write, { approval }),
     audit: {
       ...write.facts,
       dry_run: true,
@@ -164,6 +158,24 @@ async function draft(write: Write, args: WriteControls, ctx: GateContext): Promi
     },
   };
 }
+
+/** A dry run's output: nothing written, the approval request or the preflight answer beside it. */
+const planned = (write: Write, with_: Pick<WriteResult, 'approval' | 'preflight'>) =>
+  write.prepared.present({
+    dry_run: true,
+    send_status: 'planned',
+    content_sha256: write.content_sha256,
+    result: null,
+    ...with_,
+  });
+
+/** The refusal of a real run by an agent whose profile allows this tool in dry run only. */
+const dryRunOnly = () =>
+  new AppError(
+    'DRY_RUN_ONLY',
+    "this agent's profile allows this tool in dry run only",
+    'profile_dry_run_only',
+  );
 
 /** The execution request this write makes with `approval_id`. */
 const executionOf = (
@@ -194,23 +206,12 @@ async function preflight(
   approval_id: string,
   ctx: GateContext,
 ): Promise<GateOutcome> {
-  const check: Preflight = ctx.dryRunOnly
-    ? {
-        would_execute: false,
-        code: 'DRY_RUN_ONLY',
-        reason: 'profile_dry_run_only',
-        message: "this agent's profile allows this tool in dry run only",
-      }
+  const refused = ctx.dryRunOnly ? dryRunOnly() : undefined;
+  const check: Preflight = refused
+    ? { would_execute: false, code: refused.code, reason: refused.reason ?? null, message: refused.message }
     : await ctx.approvals.preflight(executionOf(write, approval_id, args, ctx));
   return {
-    data: write.prepared.present({
-      dry_run: true,
-      send_status: 'planned',
-      content_sha256: write.content_sha256,
-      result: null,
-      approval: null,
-      preflight: check,
-    }),
+    data: planned(write, { approval: null, preflight: check }),
     audit: {
       ...write.facts,
       dry_run: true,
@@ -222,13 +223,7 @@ async function preflight(
 
 /** Real run: consume the approval (or replay the key's stored outcome), perform once, record the outcome. */
 async function execute(write: Write, args: WriteControls, ctx: GateContext): Promise<GateOutcome> {
-  if (ctx.dryRunOnly) {
-    throw new AppError(
-      'DRY_RUN_ONLY',
-      "this agent's profile allows this tool in dry run only",
-      'profile_dry_run_only',
-    );
-  }
+  if (ctx.dryRunOnly) throw dryRunOnly();
   if (!args.approval_id) throw approvalRequired('missing');
   const { row, replay } = await ctx.approvals.beginExecution(executionOf(write, args.approval_id, args, ctx));
   if (replay) return replayed(write, row);
