@@ -20,7 +20,12 @@ describe('the build that npm start runs', () => {
     const build = spawn(process.execPath, ['--import', 'tsx', 'scripts/build.ts'], { cwd: ROOT });
     const code = await new Promise<number | null>((resolve) => build.once('exit', resolve));
     assert.equal(code, 0, 'npm run build');
-    child = spawn(process.execPath, ['--enable-source-maps', 'dist/cli.js', 'serve'], {
+    // Exactly npm start's command: node, its options, dist/cli.js serve.
+    const start = (JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+      scripts: { start: string };
+    }).scripts.start.split(/\s+/);
+    assert.equal(start[0], 'node');
+    child = spawn(process.execPath, start.slice(1), {
       cwd: ROOT,
       env: { PATH: process.env.PATH ?? '', COUNTERSIGN_DATA_DIR: dataDir, COUNTERSIGN_PORT: '0' },
       stdio: ['ignore', 'ignore', 'pipe'],

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
 import { build as esbuild } from 'esbuild';
 import path from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
@@ -118,9 +119,20 @@ export async function spawnBareServer(env: Record<string, string>): Promise<Chil
   });
 }
 
+/** The node options of package.json's `npm start`: the benchmarks run the server exactly as it starts. */
+export function startNodeArgs(): string[] {
+  const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+    scripts: { start: string };
+  };
+  const words = pkg.scripts.start.split(/\s+/);
+  if (words[0] !== 'node' || !words.includes('dist/cli.js'))
+    throw new Error(`npm start is not "node [options] dist/cli.js serve": ${pkg.scripts.start}`);
+  return words.slice(1, words.indexOf('dist/cli.js'));
+}
+
 /**
- * `countersign serve` on HTTP, as `npm start` runs it (the build, source maps on), as a child process;
- * resolves once it listens.
+ * `countersign serve` on HTTP, as `npm start` runs it (the build, with its node options), as a child
+ * process; resolves once it listens.
  * BENCH_SERVER_NODE_ARGS adds node options, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to profile it.
  */
 export async function spawnCountersign(
@@ -129,7 +141,7 @@ export async function spawnCountersign(
 ): Promise<Child> {
   await buildOnce();
   const extra = process.env.BENCH_SERVER_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
-  opts = { ...opts, nodeArgs: ['--enable-source-maps', ...extra, ...(opts.nodeArgs ?? [])] };
+  opts = { ...opts, nodeArgs: [...startNodeArgs(), ...extra, ...(opts.nodeArgs ?? [])] };
   return spawnNode(
     [path.join(ROOT, 'dist/cli.js'), 'serve'],
     {
