@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
 import { AppError } from './core/errors.ts';
-import { AgentName } from './core/identity.ts';
+import { AgentName, Role } from './core/identity.ts';
 
 const MiB = 1024 * 1024;
 
@@ -72,6 +72,45 @@ export const OAuthSchema = z.strictObject({
   clock_tolerance_s: z.number().int().min(0).max(300).default(30),
 });
 export type OAuthConfig = z.infer<typeof OAuthSchema>;
+
+/** Paths the web UI serves itself, which the OpenID callback must not shadow. */
+const RESERVED_PATHS = ['/login', '/login/oidc', '/logout'];
+
+/**
+ * Single sign-on for the web UI with an OpenID Connect provider (docs/identity.md): authorization code +
+ * PKCE, the person's roles mapped from one claim of their ID token (or UserInfo).
+ */
+export const OidcSchema = z.strictObject({
+  /** Discovery is `<issuer>/.well-known/openid-configuration`, which must name this same issuer. */
+  issuer: IssuerUrl,
+  client_id: z.string().min(1),
+  client_secret: z.string().min(1),
+  /** How the client secret is sent to the token endpoint. */
+  token_endpoint_auth_method: z
+    .enum(['client_secret_basic', 'client_secret_post'])
+    .default('client_secret_basic'),
+  /** Where the provider sends the browser back; the redirect URI is `<public url><redirect_path>`. */
+  redirect_path: z
+    .string()
+    .regex(/^\/[A-Za-z0-9._~/-]*$/, 'a path starting with "/"')
+    .refine((p) => !RESERVED_PATHS.includes(p), `must not be one of ${RESERVED_PATHS.join(', ')}`)
+    .default('/login/oidc/callback'),
+  scopes: z
+    .array(z.string().regex(/^[\x21\x23-\x5b\x5d-\x7e]+$/, 'a scope token'))
+    .refine((s) => s.includes('openid'), 'must include "openid"')
+    .default(['openid', 'email', 'profile']),
+  /** The button reads "Sign in with <label>". */
+  label: z.string().min(1).max(60).default('single sign-on'),
+  /** A new user's name: the first of these claims that holds a valid user name. */
+  username_claims: z.array(z.string().min(1)).min(1).default(['preferred_username', 'email']),
+  /** The claim whose value (a string or a list of strings) gives the roles, e.g. `groups` or `roles`. */
+  role_claim: z.string().min(1).default('groups'),
+  /** Claim value → roles: a person holds every role that any of their values maps to. */
+  roles: z
+    .record(z.string().min(1), z.array(Role).min(1))
+    .refine((m) => Object.keys(m).length > 0, 'map at least one claim value to roles'),
+});
+export type OidcConfig = z.infer<typeof OidcSchema>;
 
 /** What notices tell of (docs/notifications.md): a new request, a decision, an expiry. */
 export const NotificationEvent = z.enum(['requested', 'decided', 'expired']);
@@ -221,6 +260,8 @@ export const ConfigSchema = z
         webhook_secret: z.string().min(16).optional(),
         /** Include the message text in notices (off by default: it may be sensitive). */
         webhook_include_content: z.boolean().default(false),
+        /** Single sign-on with an OpenID Connect provider, beside local passwords (docs/identity.md). */
+        oidc: OidcSchema.optional(),
       })
       .refine((w) => !w.webhook_url || w.webhook_secret, {
         message: 'webhook_secret is required with webhook_url',
@@ -295,6 +336,13 @@ export const ConfigSchema = z
     path: ['bridge', 'url'],
   })
   .superRefine((c, ctx) => {
+    if (c.web.oidc && !c.http.public_url && c.http.port === 0) {
+      ctx.addIssue({
+        code: 'custom',
+        message: 'web.oidc builds its redirect URI from http.public_url: set it (http.port is 0)',
+        path: ['http', 'public_url'],
+      });
+    }
     if (c.bridge && c.bridge.timeout_ms >= c.limits.call_timeout_ms) {
       ctx.addIssue({
         code: 'custom',
@@ -323,7 +371,7 @@ export type Config = Readonly<
   }
 >;
 
-type EnvKind = 'string' | 'int' | 'bool' | 'list' | 'map' | 'pairs';
+type EnvKind = 'string' | 'int' | 'bool' | 'list' | 'map' | 'pairs' | 'roles';
 
 /** Every config key's environment form. Environment wins over the file. */
 export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
@@ -359,6 +407,16 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_WEBHOOK_URL: { path: ['web', 'webhook_url'], kind: 'string' },
   COUNTERSIGN_WEBHOOK_SECRET: { path: ['web', 'webhook_secret'], kind: 'string' },
   COUNTERSIGN_WEBHOOK_INCLUDE_CONTENT: { path: ['web', 'webhook_include_content'], kind: 'bool' },
+  COUNTERSIGN_OIDC_ISSUER: { path: ['web', 'oidc', 'issuer'], kind: 'string' },
+  COUNTERSIGN_OIDC_CLIENT_ID: { path: ['web', 'oidc', 'client_id'], kind: 'string' },
+  COUNTERSIGN_OIDC_CLIENT_SECRET: { path: ['web', 'oidc', 'client_secret'], kind: 'string' },
+  COUNTERSIGN_OIDC_TOKEN_AUTH_METHOD: { path: ['web', 'oidc', 'token_endpoint_auth_method'], kind: 'string' },
+  COUNTERSIGN_OIDC_REDIRECT_PATH: { path: ['web', 'oidc', 'redirect_path'], kind: 'string' },
+  COUNTERSIGN_OIDC_SCOPES: { path: ['web', 'oidc', 'scopes'], kind: 'list' },
+  COUNTERSIGN_OIDC_LABEL: { path: ['web', 'oidc', 'label'], kind: 'string' },
+  COUNTERSIGN_OIDC_USERNAME_CLAIMS: { path: ['web', 'oidc', 'username_claims'], kind: 'list' },
+  COUNTERSIGN_OIDC_ROLE_CLAIM: { path: ['web', 'oidc', 'role_claim'], kind: 'string' },
+  COUNTERSIGN_OIDC_ROLES: { path: ['web', 'oidc', 'roles'], kind: 'roles' },
   COUNTERSIGN_NOTIFY_EVENTS: { path: ['notifications', 'events'], kind: 'list' },
   COUNTERSIGN_NOTIFY_RETRY_HORIZON_S: { path: ['notifications', 'retry_horizon_s'], kind: 'int' },
   COUNTERSIGN_NOTIFY_BACKOFF_MS: { path: ['notifications', 'backoff_initial_ms'], kind: 'int' },
@@ -428,6 +486,20 @@ function envValue(name: string, raw: string, kind: EnvKind): unknown {
           const m = /^([^=]+)=([^=]+)$/.exec(pair);
           if (!m) throw configError(`${name}: expected value=name pairs separated by commas, got "${pair}"`);
           return [m[1]!.trim(), m[2]!.trim()] as const;
+        });
+      return Object.fromEntries(entries);
+    }
+    case 'roles': {
+      // value=role+role,value=role (OpenID claim value → roles); a value may hold anything but , and =
+      const entries = raw
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean)
+        .map((pair) => {
+          const m = /^([^=]+)=([a-z+]+)$/.exec(pair);
+          if (!m)
+            throw configError(`${name}: expected value=role+role pairs separated by commas, got "${pair}"`);
+          return [m[1]!.trim(), m[2]!.split('+')] as const;
         });
       return Object.fromEntries(entries);
     }
@@ -511,7 +583,17 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
     }),
     limits: Object.freeze(parsed.limits),
     policy: Object.freeze(parsed.policy),
-    web: Object.freeze(parsed.web),
+    web: Object.freeze({
+      ...parsed.web,
+      oidc:
+        parsed.web.oidc &&
+        Object.freeze({
+          ...parsed.web.oidc,
+          scopes: Object.freeze([...parsed.web.oidc.scopes]),
+          username_claims: Object.freeze([...parsed.web.oidc.username_claims]),
+          roles: Object.freeze({ ...parsed.web.oidc.roles }),
+        }),
+    }),
     metrics: Object.freeze(parsed.metrics),
     notifications: Object.freeze({
       ...parsed.notifications,

@@ -67,13 +67,14 @@ export async function checkCredentials(
   password: string,
 ): Promise<User | undefined> {
   const row = (await knex('users').where({ name }).whereNull('disabled_at').first()) as
-    { id: string; name: string; roles: unknown; password_hash: string } | undefined;
-  // Hash even for an unknown name, so timing does not tell which names exist.
+    { id: string; name: string; roles: unknown; password_hash: string | null } | undefined;
+  // Hash even for an unknown name or a user without a password (single sign-on only), so timing does not
+  // tell which names exist or how they sign in.
   const ok = await verifyPassword(
     password,
     row?.password_hash ?? 'scrypt$16384$8$1$AAAAAAAAAAAAAAAAAAAAAA$' + 'A'.repeat(43),
   );
-  if (!row || !ok) return undefined;
+  if (!row || row.password_hash === null || !ok) return undefined;
   const roles = typeof row.roles === 'string' ? JSON.parse(row.roles) : row.roles;
   return { id: row.id, name: row.name, roles: z.array(Role).parse(roles) };
 }
@@ -110,8 +111,16 @@ export async function changeUser(
   change: UserChange,
 ): Promise<{ id: string; before: Role[]; after: Role[] }> {
   const row = (await trx('users').where({ name }).whereNull('disabled_at').forUpdate().first()) as
-    { id: string; roles: unknown } | undefined;
+    { id: string; roles: unknown; oidc_subject: string | null } | undefined;
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
+  if ('password' in change && row.oidc_subject !== null) {
+    // A password would open a second way in that the identity provider does not control.
+    throw new AppError(
+      'CONFLICT',
+      `"${name}" signs in through single sign-on and has no password`,
+      'oidc_user',
+    );
+  }
   const before = rolesOf(row.roles);
   const after =
     'roles' in change

@@ -27,9 +27,10 @@ const keysOnly = (map: Readonly<Record<string, string>> | undefined) =>
 /**
  * The effective configuration with every secret taken out: the database password, the webhook secret
  * and the webhook URL's path (a Slack-style webhook URL is itself the credential), the metrics token,
- * the SMTP password, header values of the bridge and of upstreams, upstream environment values, and
- * credentials in any URL (database, SMTP, OTLP, JWKS, bridge, upstreams). What remains says
- * how this server is set up, and may be shown and hashed.
+ * the SMTP password, the OpenID client secret, header values
+ * of the bridge and of upstreams, upstream environment values, and credentials in any URL (database,
+ * SMTP, OTLP, JWKS, bridge, upstreams). What remains says how this server is set up, and
+ * may be shown and hashed.
  */
 export function redactedConfig(config: Config): Record<string, unknown> {
   return {
@@ -39,6 +40,7 @@ export function redactedConfig(config: Config): Record<string, unknown> {
       ...config.web,
       webhook_url: config.web.webhook_url && withoutCredentials(config.web.webhook_url, false),
       webhook_secret: config.web.webhook_secret && REDACTED,
+      oidc: config.web.oidc && { ...config.web.oidc, client_secret: REDACTED },
     },
     bridge: config.bridge && {
       ...config.bridge,

@@ -14,6 +14,7 @@ import { mountApprovalPages } from './approval-pages.ts';
 import { mountAuditPages } from './audit-pages.ts';
 import { createPageKit, type PageKit } from './kit.ts';
 import { mountLoginPages } from './login-pages.ts';
+import { mountOidcPages } from './oidc-pages.ts';
 import { createSessionStore, readCookies, SESSION_COOKIE, type SessionStore } from './sessions.ts';
 
 const STATIC = path.join(ROOT, 'src/web/static');
@@ -45,6 +46,13 @@ export function createWebRouter(deps: WebDeps) {
   router.use(loadSession(sessions));
 
   mountLoginPages(router, kit, { knex: deps.knex, audit: deps.audit, config: deps.config, sessions });
+  mountOidcPages(router, kit, {
+    knex: deps.knex,
+    audit: deps.audit,
+    config: deps.config,
+    sessions,
+    log: deps.log,
+  });
   mountApprovalPages(router, kit, { approvals: deps.approvals, blobs: deps.blobs, config: deps.config });
   mountAuditPages(router, kit, { knex: deps.knex, checkpoints: deps.checkpoints, config: deps.config });
   router.use(errorPage(kit, deps.log));

@@ -43,7 +43,7 @@ export function mountLoginPages(router: Router, kit: PageKit, deps: LoginDeps): 
   const showForm = (res: Response, status: number, ctx: Record<string, unknown>) => {
     const token = randomBytes(24).toString('base64url');
     res.cookie(LOGIN_COOKIE, token, { ...cookieBase, path: '/login', maxAge: LOGIN_FORM_MS });
-    kit.render(res, status, 'login.njk', { csrf: token, ...ctx });
+    kit.render(res, status, 'login.njk', { csrf: token, sso: deps.config.web.oidc?.label, ...ctx });
   };
 
   router.get('/login', (req, res) => showForm(res, 200, { next: safeNext(req.query.next) }));
