@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
 import { AppError } from './core/errors.ts';
-import { AgentName, Role } from './core/identity.ts';
+import { AgentName, Role, UserName } from './core/identity.ts';
 
 const MiB = 1024 * 1024;
 
@@ -142,6 +142,26 @@ export const EmailSchema = z
   });
 export type EmailConfig = z.infer<typeof EmailSchema>;
 
+/**
+ * Slack as a channel with Approve / Reject buttons (docs/notifications.md): the bot posts each new request
+ * to one channel and Slack calls back POST /slack/interactions, signed with the app's signing secret.
+ */
+export const SlackSchema = z.strictObject({
+  /** The bot's OAuth token (xoxb-…), with the scopes chat:write, users:read and users:read.email. */
+  bot_token: z.string().min(10),
+  /** The app's signing secret: callbacks signed with anything else are refused. */
+  signing_secret: z.string().min(16),
+  /** The channel's id (C…, or G… for a private one), not its name. */
+  channel: z.string().regex(/^[CGD][A-Z0-9]{2,}$/, 'a Slack channel id such as C0123456789'),
+  /** Slack's Web API; another base serves a stand-in (tests, a proxy). */
+  api_base_url: z.url().default('https://slack.com/api'),
+  /** Slack user id → countersign user name; a Slack user not listed is matched by e-mail address. */
+  users: z
+    .record(z.string().regex(/^[UW][A-Z0-9]{2,}$/, 'a Slack user id such as U0123456789'), UserName)
+    .default({}),
+});
+export type SlackConfig = z.infer<typeof SlackSchema>;
+
 /** The notification outbox and its channels (docs/notifications.md); the webhook's keys stay in `web`. */
 export const NotificationsSchema = z.strictObject({
   events: z.array(NotificationEvent).default(['requested', 'decided', 'expired']),
@@ -155,6 +175,7 @@ export const NotificationsSchema = z.strictObject({
   /** Deadline of one delivery attempt. */
   send_timeout_ms: z.number().int().positive().default(10_000),
   email: EmailSchema.optional(),
+  slack: SlackSchema.optional(),
 });
 
 /** The whole configuration: one schema, parsed once at start-up and frozen. */
@@ -431,6 +452,11 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_SMTP_PASSWORD: { path: ['notifications', 'email', 'password'], kind: 'string' },
   COUNTERSIGN_EMAIL_FROM: { path: ['notifications', 'email', 'from'], kind: 'string' },
   COUNTERSIGN_EMAIL_TO: { path: ['notifications', 'email', 'to'], kind: 'list' },
+  COUNTERSIGN_SLACK_BOT_TOKEN: { path: ['notifications', 'slack', 'bot_token'], kind: 'string' },
+  COUNTERSIGN_SLACK_SIGNING_SECRET: { path: ['notifications', 'slack', 'signing_secret'], kind: 'string' },
+  COUNTERSIGN_SLACK_CHANNEL: { path: ['notifications', 'slack', 'channel'], kind: 'string' },
+  COUNTERSIGN_SLACK_API_BASE_URL: { path: ['notifications', 'slack', 'api_base_url'], kind: 'string' },
+  COUNTERSIGN_SLACK_USERS: { path: ['notifications', 'slack', 'users'], kind: 'pairs' },
   COUNTERSIGN_DEFAULT_SOURCE: { path: ['connectors', 'default'], kind: 'string' },
   COUNTERSIGN_METRICS_TOKEN: { path: ['metrics', 'token'], kind: 'string' },
   COUNTERSIGN_BRIDGE_URL: { path: ['bridge', 'url'], kind: 'string' },
@@ -603,6 +629,12 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
         Object.freeze({
           ...parsed.notifications.email,
           to: Object.freeze([...parsed.notifications.email.to]),
+        }),
+      slack:
+        parsed.notifications.slack &&
+        Object.freeze({
+          ...parsed.notifications.slack,
+          users: Object.freeze({ ...parsed.notifications.slack.users }),
         }),
     }),
     tracing: Object.freeze(parsed.tracing),

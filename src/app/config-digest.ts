@@ -27,9 +27,9 @@ const keysOnly = (map: Readonly<Record<string, string>> | undefined) =>
 /**
  * The effective configuration with every secret taken out: the database password, the webhook secret
  * and the webhook URL's path (a Slack-style webhook URL is itself the credential), the metrics token,
- * the SMTP password, the OpenID client secret, header values
+ * the SMTP password, the Slack bot token and signing secret, the OpenID client secret, header values
  * of the bridge and of upstreams, upstream environment values, and credentials in any URL (database,
- * SMTP, OTLP, JWKS, bridge, upstreams). What remains says how this server is set up, and
+ * SMTP, OTLP, JWKS, bridge, upstreams, Slack's API). What remains says how this server is set up, and
  * may be shown and hashed.
  */
 export function redactedConfig(config: Config): Record<string, unknown> {
@@ -56,6 +56,12 @@ export function redactedConfig(config: Config): Record<string, unknown> {
           config.notifications.email.smtp_url &&
           withoutCredentials(config.notifications.email.smtp_url, true),
         password: config.notifications.email.password && REDACTED,
+      },
+      slack: config.notifications.slack && {
+        ...config.notifications.slack,
+        api_base_url: withoutCredentials(config.notifications.slack.api_base_url, true),
+        bot_token: REDACTED,
+        signing_secret: REDACTED,
       },
     },
     tracing: {

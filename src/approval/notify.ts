@@ -63,10 +63,14 @@ interface NoticeDeps {
 }
 
 /** The channels notices go to, as configured: none means nothing is queued at all. */
-export function channelsOf(config: Config): { webhook: string | null; email: boolean } {
+export function channelsOf(config: Config): { webhook: string | null; email: boolean; slack: string | null } {
   const { webhook_url: url, webhook_secret: secret } = config.web;
   // The outbox row names the webhook by origin: a Slack-style webhook URL's path is itself the credential.
-  return { webhook: url && secret ? new URL(url).origin : null, email: Boolean(config.notifications.email) };
+  return {
+    webhook: url && secret ? new URL(url).origin : null,
+    email: Boolean(config.notifications.email),
+    slack: config.notifications.slack?.channel ?? null,
+  };
 }
 
 /** The content's first EXCERPT_CHARS characters (code points, so no character is cut in half). */
@@ -109,8 +113,8 @@ function noticeOf(
 
 /**
  * The deliveries one event of one request queues: one per configured channel (e-mail: per fixed
- * recipient, or one standing for every chair with an address). None when no channel is configured or
- * the event is not one notices are sent for.
+ * recipient, or one standing for every chair with an address; Slack: its channel). None when no
+ * channel is configured or the event is not one notices are sent for.
  */
 export function deliveriesFor(
   deps: NoticeDeps,
@@ -121,7 +125,7 @@ export function deliveriesFor(
   const { config } = deps;
   if (!config.notifications.events.includes(event)) return [];
   const channels = channelsOf(config);
-  if (!channels.webhook && !channels.email) return [];
+  if (!channels.webhook && !channels.email && !channels.slack) return [];
   const notice = noticeOf(deps, event, row, decision);
   const out: Delivery[] = [];
   const base = { event, approval_request_id: row.id } as const;
@@ -135,6 +139,8 @@ export function deliveriesFor(
     const recipients = email.to.length > 0 ? email.to : [null];
     for (const recipient of recipients) out.push({ ...base, channel: 'email', recipient, payload: notice });
   }
+  // One Slack message per request, in the configured channel; decisions and expiries update it.
+  if (channels.slack) out.push({ ...base, channel: 'slack', recipient: channels.slack, payload: notice });
   return out;
 }
 

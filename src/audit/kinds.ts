@@ -30,6 +30,7 @@ export const AuditKind = z.enum([
   'server.stopped',
   'notification.delivered',
   'notification.failed',
+  'slack.refused',
 ]);
 export type AuditKind = z.infer<typeof AuditKind>;
 

@@ -36,7 +36,10 @@ export interface DeliveryDeps {
   log: Logger;
   /** The configured channels; a row of a channel not configured (any more) fails its attempts. */
   channels: Partial<Record<OutboxRow['channel'], Send>>;
-  /** Values that must never reach an audit row or a log line (webhook URL and secret, SMTP password). */
+  /**
+   * Values that must never reach an audit row or a log line (webhook URL and secret, SMTP password,
+   * Slack bot token and signing secret).
+   */
   secrets: readonly string[];
 }
 
@@ -68,7 +71,8 @@ function describe(err: unknown, secrets: readonly string[]): string {
   return text.replace(/\s+/g, ' ').slice(0, 300);
 }
 
-type Attempt = { ok: true } | { ok: false; error: string };
+/** A failed attempt may carry how long the receiver asked to be left alone (Slack's Retry-After). */
+type Attempt = { ok: true } | { ok: false; error: string; retryAfterMs?: number };
 
 async function attempt(deps: DeliveryDeps, row: OutboxRow): Promise<Attempt> {
   const send = deps.channels[row.channel];
@@ -77,14 +81,22 @@ async function attempt(deps: DeliveryDeps, row: OutboxRow): Promise<Attempt> {
     await send(row.recipient, row.payload as unknown as Notice);
     return { ok: true };
   } catch (err) {
-    return { ok: false, error: describe(err, deps.secrets) };
+    const retryAfterMs = (err as { retryAfterMs?: unknown }).retryAfterMs;
+    return {
+      ok: false,
+      error: describe(err, deps.secrets),
+      ...(typeof retryAfterMs === 'number' ? { retryAfterMs } : {}),
+    };
   }
 }
 
-/** When a failed attempt is tried again: doubling delays, none past the retry horizon (then failed). */
-function nextAttempt(config: Config, row: OutboxRow, now: number): string | null {
+/**
+ * When a failed attempt is tried again: doubling delays, or later when the receiver asked so, none past
+ * the retry horizon (then failed).
+ */
+function nextAttempt(config: Config, row: OutboxRow, now: number, retryAfterMs = 0): string | null {
   const { backoff_initial_ms: first, backoff_max_ms: max, retry_horizon_s } = config.notifications;
-  const delay = Math.min(max, first * 2 ** Math.min(30, row.attempts - 1));
+  const delay = Math.max(retryAfterMs, Math.min(max, first * 2 ** Math.min(30, row.attempts - 1)));
   const giveUpAt = new Date(row.created_at).getTime() + retry_horizon_s * 1000;
   return now + delay > giveUpAt ? null : new Date(now + delay).toISOString();
 }
@@ -96,7 +108,7 @@ function nextAttempt(config: Config, row: OutboxRow, now: number): string | null
  */
 async function record(deps: DeliveryDeps, row: OutboxRow, outcome: Attempt): Promise<void> {
   const now = Date.now();
-  const retryAt = outcome.ok ? null : nextAttempt(deps.config, row, now);
+  const retryAt = outcome.ok ? null : nextAttempt(deps.config, row, now, outcome.retryAfterMs);
   const state = outcome.ok ? 'delivered' : retryAt ? 'pending' : 'failed';
   const notice = row.payload as unknown as Partial<Notice>;
   await deps.knex.transaction(async (trx) => {

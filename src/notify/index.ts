@@ -5,6 +5,7 @@ import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { CLAIM_BATCH, deliverDue, type DeliveryDeps } from './deliver.ts';
 import { createMailer } from './email.ts';
+import { createSlackApi, createSlackChannel } from './slack.ts';
 import { sendWebhook } from './webhook.ts';
 
 export interface Notifications {
@@ -16,7 +17,7 @@ export interface Notifications {
 }
 
 /** The configured channels, with the values that must never be recorded. */
-function openChannels(config: Config) {
+function openChannels(config: Config, knex: Knex) {
   const channels: DeliveryDeps['channels'] = {};
   const secrets: string[] = [];
   const closers: (() => void)[] = [];
@@ -34,6 +35,11 @@ function openChannels(config: Config) {
     if (email.password) secrets.push(email.password);
     if (email.smtp_url) secrets.push(email.smtp_url, decodeURIComponent(new URL(email.smtp_url).password));
   }
+  const slack = config.notifications.slack;
+  if (slack) {
+    channels.slack = createSlackChannel({ knex, api: createSlackApi(slack, timeoutMs) });
+    secrets.push(slack.bot_token, slack.signing_secret);
+  }
   return { channels, secrets, close: () => closers.forEach((c) => c()) };
 }
 
@@ -47,7 +53,7 @@ export function startNotifications(
   base: { knex: Knex; audit: AuditLog; config: Config; log: Logger },
   leadership: Leadership,
 ): Notifications | undefined {
-  const opened = openChannels(base.config);
+  const opened = openChannels(base.config, base.knex);
   if (Object.keys(opened.channels).length === 0) return undefined;
   const deps: DeliveryDeps = { ...base, channels: opened.channels, secrets: opened.secrets };
   let closed = false;

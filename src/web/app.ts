@@ -16,6 +16,7 @@ import { createPageKit, type PageKit } from './kit.ts';
 import { mountLoginPages } from './login-pages.ts';
 import { mountOidcPages } from './oidc-pages.ts';
 import { createSessionStore, readCookies, SESSION_COOKIE, type SessionStore } from './sessions.ts';
+import { slackInteractions } from './slack-pages.ts';
 
 const STATIC = path.join(ROOT, 'src/web/static');
 
@@ -42,6 +43,9 @@ export function createWebRouter(deps: WebDeps) {
   router.use(hostGuard(deps.config));
   router.use(securityHeaders(deps.config));
   router.use('/static', express.static(STATIC, { fallthrough: false, index: false }));
+  // Before the form parser: Slack's signature covers the raw body, which only this route reads.
+  const slack = deps.config.notifications.slack;
+  if (slack) router.post('/slack/interactions', ...slackInteractions(deps, slack));
   router.use(express.urlencoded({ extended: false, limit: '128kb' }));
   router.use(loadSession(sessions));
 
