@@ -15,6 +15,7 @@ import type { Logger } from '../log.ts';
 import type { Agent } from '../core/identity.ts';
 import { looksLikeJwt, OAUTH_FAILURE_DETAIL, OAuthFailure } from '../accounts/oauth.ts';
 import type { Authenticate, OAuthAgents } from './agent-cache.ts';
+import { withJsonLegacyExchanges } from './legacy-json.ts';
 import { createMcpServer } from './mcp.ts';
 import type { CallPipeline } from './pipeline.ts';
 import { MAX_ARGUMENT_DEPTH, nestedDeeperThan, TOO_DEEP_ARGUMENTS } from './steps.ts';
@@ -118,22 +119,29 @@ function agentOf(authInfo: AuthInfo | undefined): Agent {
 /**
  * Streamable HTTP at /mcp, stateless: every request is authenticated by its own bearer token and answered
  * by a fresh server instance, whatever protocol revision it speaks (2026-07-28 natively; 2025-era
- * clients through the SDK's stateless fallback). Nothing is kept between requests, so any replica of a
- * cluster answers any request.
+ * clients statelessly, each answer one JSON body: legacy-json.ts). Nothing is kept between requests,
+ * so any replica of a cluster answers any request.
  */
 export function createMcpRouter(deps: McpHttpDeps) {
   const router = express.Router();
   const onerror = (err: Error) => deps.log.debug({ err: err.message }, 'MCP request refused');
-  const handler = createMcpHandler(
-    ({ authInfo }) =>
-      createMcpServer({
-        authorize: async () => agentOf(authInfo),
-        pipeline: deps.pipeline,
-        version: deps.version,
-      }),
-    { bus: deps.bus, maxRequestBodySize: deps.config.http.max_body_bytes, onerror },
-  );
-  const serve = toNodeHandler(handler, { maxRequestBodySize: deps.config.http.max_body_bytes, onerror });
+  const serverFor = (authInfo: AuthInfo | undefined) =>
+    createMcpServer({
+      authorize: async () => agentOf(authInfo),
+      pipeline: deps.pipeline,
+      version: deps.version,
+    });
+  const maxRequestBodySize = deps.config.http.max_body_bytes;
+  const handler = createMcpHandler(({ authInfo }) => serverFor(authInfo), {
+    bus: deps.bus,
+    maxRequestBodySize,
+    onerror,
+    legacy: 'reject',
+  });
+  const serve = toNodeHandler(withJsonLegacyExchanges(handler, serverFor, { maxRequestBodySize, onerror }), {
+    maxRequestBodySize,
+    onerror,
+  });
   // An upstream's tool list changed: every open listen stream, on every replica, hears of it.
   const unsubscribe = deps.pipeline.onListChanged(() => handler.notify.toolsChanged());
 
