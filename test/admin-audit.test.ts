@@ -72,10 +72,22 @@ for (const kind of databaseKinds()) {
       assert.deepEqual(
         rows.map((r) => [r.kind, r.details]),
         [
-          ['agent.created', { agent: 'scribe', profile: 'drafting', owner: null, rate_limit_per_min: 30 }],
-          ['agent.profile_changed', { agent: 'scribe', before: 'drafting', after: 'all' }],
-          ['agent.rate_limit_changed', { agent: 'scribe', before: 30, after: 60 }],
-          ['agent.revoked', { agent: 'scribe' }],
+          [
+            'agent.created',
+            {
+              agent: 'scribe',
+              agent_name: 'scribe',
+              profile: 'drafting',
+              owner: null,
+              rate_limit_per_min: 30,
+            },
+          ],
+          [
+            'agent.profile_changed',
+            { agent: 'scribe', agent_name: 'scribe', before: 'drafting', after: 'all' },
+          ],
+          ['agent.rate_limit_changed', { agent: 'scribe', agent_name: 'scribe', before: 30, after: 60 }],
+          ['agent.revoked', { agent: 'scribe', agent_name: 'scribe' }],
         ],
       );
       for (const r of rows) assert.match(r.actor ?? '', /^cli:.+@.+/);

@@ -244,6 +244,7 @@ for (const kind of databaseKinds()) {
           channel: 'email',
           recipient,
           attempt: 1,
+          agent_name: 'demo',
         })),
       );
       const outbox = await server.services.knex('notification_outbox').where({ approval_request_id: id });

@@ -183,6 +183,7 @@ async function decideCommand(deps: AdminDeps, cmd: Command<'approvals.decide'>) 
 /** What an agent.created row says of the agent: never its token. */
 const agentFacts = (agent: Agent) => ({
   agent: agent.name,
+  agent_name: agent.name,
   profile: agent.profile,
   owner: agent.owner,
   rate_limit_per_min: agent.rate_limit_per_min,
@@ -228,7 +229,7 @@ async function rotateCommand(deps: AdminDeps, cmd: Command<'agent.rotate'>) {
       actor: cmd.actor,
       agent_id: rotated.agent_id,
       result: 'ok',
-      details: { agent: cmd.name },
+      details: { agent: cmd.name, agent_name: cmd.name },
     });
     return { token: rotated.token };
   });
@@ -280,7 +281,7 @@ const HANDLERS = {
           kind: field === 'profile' ? 'agent.profile_changed' : 'agent.rate_limit_changed',
           actor,
           agent_id: before.id,
-          details: { agent: name, before: before[field], after: change[field] },
+          details: { agent: name, agent_name: name, before: before[field], after: change[field] },
         });
       }
       return { updated: name, ...change };
@@ -297,7 +298,7 @@ const HANDLERS = {
         kind: 'agent.revoked',
         actor: cmd.actor,
         agent_id: agent.id,
-        details: { agent: cmd.name },
+        details: { agent: cmd.name, agent_name: agent.name },
       });
       return { revoked: cmd.name };
     }),

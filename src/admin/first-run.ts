@@ -80,7 +80,13 @@ async function create(deps: FirstRunDeps): Promise<FirstRun | undefined> {
     const made = await knex.transaction(async (trx) => {
       const created = await createAgent(trx, { name: 'demo' });
       const { agent } = created;
-      const facts = { agent: agent.name, profile: agent.profile, owner: null, rate_limit_per_min: null };
+      const facts = {
+        agent: agent.name,
+        agent_name: agent.name,
+        profile: agent.profile,
+        owner: null,
+        rate_limit_per_min: null,
+      };
       await audit.appendIn(trx, {
         kind: 'agent.created',
         actor: FIRST_RUN,

@@ -5,6 +5,7 @@ import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import type { AuthFailure } from '../accounts/agents.ts';
 import type { FirstRun } from '../admin/first-run.ts';
+import type { Agent } from '../core/identity.ts';
 import { AppError } from '../core/errors.ts';
 import { createMcpServer } from '../server/mcp.ts';
 import type { StopReason } from './lifecycle.ts';
@@ -87,13 +88,14 @@ export async function serveStdio(
 }
 
 /** Appends auth.denied for a token refused at start or on a request. */
-function deny(services: Services, refused: { failure: AuthFailure; agent?: { id: string } }) {
+function deny(services: Services, refused: { failure: AuthFailure; agent?: Pick<Agent, 'id' | 'name'> }) {
+  const { agent } = refused;
   return services.audit.append({
     kind: 'auth.denied',
-    agent_id: refused.agent?.id ?? null,
+    agent_id: agent?.id ?? null,
     result: 'error',
     error_code: 'UNAUTHENTICATED',
-    details: { reason: refused.failure, transport: 'stdio' },
+    details: { reason: refused.failure, transport: 'stdio', ...(agent ? { agent_name: agent.name } : {}) },
   });
 }
 

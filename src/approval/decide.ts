@@ -13,7 +13,13 @@ import {
 } from './deps.ts';
 import { chain, insertFromGuard, updateFromGuard, withQueued } from './guarded.ts';
 import { changeAndQueue, deliveriesFor } from './notify.ts';
-import { requestFromDb, toView, type ApprovalView, type RequestRow } from './view.ts';
+import {
+  namedRequestFromDb,
+  toView,
+  type ApprovalView,
+  type NamedRequestRow,
+  type RequestRow,
+} from './view.ts';
 import { isUuid } from '../core/ids.ts';
 
 export type DecisionRefusal =
@@ -110,7 +116,7 @@ export async function decide(deps: ApprovalDeps, opts: Decision): Promise<Approv
 async function refusalOrRepeat(
   deps: ApprovalDeps,
   trx: Knex.Transaction,
-  row: RequestRow,
+  row: NamedRequestRow,
   opts: Decision,
 ): Promise<Outcome | undefined> {
   const mine = (await trx('approval_decisions')
@@ -139,8 +145,8 @@ async function refusalOrRepeat(
   return undefined;
 }
 
-/** The facts every decision row repeats. */
-const decisionFacts = (row: RequestRow, user: User) => ({
+/** The facts every decision row repeats; `details` (given) with the agent's name. */
+const decisionFacts = (row: NamedRequestRow, user: User, details: Record<string, unknown> = {}) => ({
   actor: user.name,
   agent_id: row.agent_id,
   tool: row.tool,
@@ -150,13 +156,14 @@ const decisionFacts = (row: RequestRow, user: User) => ({
   content_sha256: row.content_sha256,
   file_sha256: row.file_sha256,
   result: 'ok' as const,
+  details: { ...details, agent_name: row.agent_name },
 });
 
 /** A decision being recorded: on this locked row, by this user, in this transaction. */
 interface Recording {
   deps: ApprovalDeps;
   trx: Knex.Transaction;
-  row: RequestRow;
+  row: NamedRequestRow;
   user: User;
   now: string;
   note: string | null;
@@ -194,6 +201,7 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
     .join('agents as a', 'a.id', 'r.agent_id')
     .select(
       'r.*',
+      'a.name as agent_name',
       'a.owner as agent_owner',
       deps.knex.raw(APPROVERS_OF_R),
       deps.knex.raw(
@@ -204,7 +212,7 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
     .where('r.id', opts.id)
     .first()) as Record<string, unknown> | undefined;
   if (!raw || raw.mine === true || raw.agent_owner === opts.user.name) return;
-  const row = requestFromDb(raw);
+  const row = namedRequestFromDb(raw);
   const now = new Date();
   if (row.status !== 'pending' || new Date(row.expires_at) <= now) return;
 
@@ -237,11 +245,14 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
     ? deliveriesFor(deps, 'decided', { ...row, ...change }, { approvers, decided_by: opts.user.name })
     : [];
   const done = await deps.audit.appendWith(withQueued(chain(decided, step), notices), {
-    ...decisionFacts(row, opts.user),
+    ...decisionFacts(row, opts.user, {
+      final,
+      approvals: approvers.length,
+      required: row.required_approvers,
+    }),
     kind: 'approval.approved',
     approval_id: change?.approval_id ?? null,
     approvers,
-    details: { final, approvals: approvers.length, required: row.required_approvers },
   });
   if (!done) return;
   return toView({ ...row, ...change }, approvers, deps.reviewUrl(row.id));
@@ -253,10 +264,9 @@ async function approve({ deps, trx, row, user, now, note }: Recording): Promise<
   const tally = { approvals: approvers.length, required: row.required_approvers };
   if (approvers.length < row.required_approvers) {
     await deps.audit.appendIn(trx, {
-      ...decisionFacts(row, user),
+      ...decisionFacts(row, user, { final: false, ...tally }),
       kind: 'approval.approved',
       approvers,
-      details: { final: false, ...tally },
     });
     return { row, refusal: undefined, settled: { row, approvers } };
   }
@@ -271,11 +281,10 @@ async function approve({ deps, trx, row, user, now, note }: Recording): Promise<
   const decision = { approvers, decided_by: user.name };
   await changeAndQueue(trx, update, deliveriesFor(deps, 'decided', { ...row, ...change }, decision));
   await deps.audit.appendIn(trx, {
-    ...decisionFacts(row, user),
+    ...decisionFacts(row, user, { final: true, ...tally }),
     kind: 'approval.approved',
     approval_id: change.approval_id,
     approvers,
-    details: { final: true, ...tally },
   });
   return { row, refusal: undefined, settled: { row: { ...row, ...change }, approvers } };
 }

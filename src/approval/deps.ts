@@ -3,7 +3,13 @@ import canonicalize from 'canonicalize';
 import type { Knex } from 'knex';
 import type { AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
-import { requestFromDb, toView, type ApprovalView, type RequestRow } from './view.ts';
+import {
+  namedRequestFromDb,
+  toView,
+  type ApprovalView,
+  type NamedRequestRow,
+  type RequestRow,
+} from './view.ts';
 import { changeAndQueue, deliveriesFor } from './notify.ts';
 
 export interface ApprovalDeps {
@@ -29,11 +35,19 @@ export function requiredApprovers(config: Config, tool: string): number {
   return config.approval.required_approvers[tool] ?? 1;
 }
 
+/**
+ * A select-list item giving the requesting agent's name, for a query over `approval_requests as r`: the
+ * name every audit row about the request records, read in the statement that reads the request. A
+ * sub-select, not a join, so that `for update` locks the request alone.
+ */
+export const AGENT_NAME_OF_R = '(select a.name from agents a where a.id = r.agent_id) as agent_name';
+
+/** One request, with its agent's name; `where` names columns of approval_requests. */
 export async function loadRow(q: Knex | Knex.Transaction, where: Record<string, string>, forUpdate = false) {
-  const query = q('approval_requests').where(where).first();
+  const query = q('approval_requests as r').select('r.*', q.raw(AGENT_NAME_OF_R)).where(where).first();
   if (forUpdate) query.forUpdate();
   const raw = (await query) as Record<string, unknown> | undefined;
-  return raw ? requestFromDb(raw) : undefined;
+  return raw ? namedRequestFromDb(raw) : undefined;
 }
 
 /**
@@ -61,8 +75,8 @@ export async function approversOf(q: Knex | Knex.Transaction, id: string): Promi
   return rows.map((r) => r.user_name);
 }
 
-/** The audit fields every row about one request carries. */
-export function requestFacts(row: RequestRow) {
+/** The audit fields every row about one request carries, `details` (given) with the agent's name. */
+export function requestFacts(row: NamedRequestRow, details: Record<string, unknown> = {}) {
   return {
     agent_id: row.agent_id,
     tool: row.tool,
@@ -72,6 +86,7 @@ export function requestFacts(row: RequestRow) {
     approval_id: row.approval_id,
     content_sha256: row.content_sha256,
     file_sha256: row.file_sha256,
+    details: { ...details, agent_name: row.agent_name },
   };
 }
 
@@ -79,7 +94,7 @@ export function requestFacts(row: RequestRow) {
 export async function expireRows(
   deps: ApprovalDeps,
   trx: Knex.Transaction,
-  rows: RequestRow[],
+  rows: NamedRequestRow[],
 ): Promise<void> {
   if (rows.length === 0) return;
   const expire = trx('approval_requests')
@@ -93,11 +108,7 @@ export async function expireRows(
   await changeAndQueue(trx, expire, notices);
   await deps.audit.appendIn(
     trx,
-    ...rows.map((r) => ({
-      kind: 'approval.expired' as const,
-      ...requestFacts(r),
-      details: { from: r.status },
-    })),
+    ...rows.map((r) => ({ kind: 'approval.expired' as const, ...requestFacts(r, { from: r.status }) })),
   );
 }
 

@@ -13,7 +13,13 @@ import {
 } from './deps.ts';
 import { updateFromGuard } from './guarded.ts';
 import type { z } from 'zod';
-import { requestFromDb, type Preflight as PreflightView, type RequestRow, type Target } from './view.ts';
+import {
+  requestFromDb,
+  type NamedRequestRow,
+  type Preflight as PreflightView,
+  type RequestRow,
+  type Target,
+} from './view.ts';
 import { isUuid } from '../core/ids.ts';
 
 export type RefusalReason =
@@ -47,7 +53,7 @@ export interface ExecutionRequest {
 }
 
 /** What a replayed idempotency key answers: the stored outcome of the first execution. */
-export type Replay = { row: RequestRow };
+export type Replay = { row: NamedRequestRow };
 
 const EXECUTED = new Set(['executing', 'succeeded', 'failed', 'unknown']);
 
@@ -129,7 +135,7 @@ async function lockApproval(
   trx: Knex | Knex.Transaction,
   req: ExecutionRequest,
   lock = true,
-): Promise<RequestRow> {
+): Promise<NamedRequestRow> {
   const row = isUuid(req.approval_id)
     ? await loadRow(trx, { approval_id: req.approval_id }, lock)
     : undefined;
@@ -199,7 +205,7 @@ function bindingMismatch(deps: ApprovalDeps, row: RequestRow, req: ExecutionRequ
 async function markExecuting(
   deps: ApprovalDeps,
   trx: Knex.Transaction,
-  row: RequestRow,
+  row: NamedRequestRow,
   req: ExecutionRequest,
 ): Promise<ExecutingRow> {
   const now = new Date().toISOString();
@@ -228,7 +234,7 @@ async function markExecuting(
 }
 
 /** A request as execution knows it; `approvers` when they were read with it (they no longer change). */
-export type ExecutingRow = RequestRow & { approvers?: string[] };
+export type ExecutingRow = NamedRequestRow & { approvers?: string[] };
 
 /**
  * The common execution start in one read and one statement: an approved, unexpired approval of this
@@ -249,6 +255,8 @@ async function beginAtOnce(deps: ApprovalDeps, req: ExecutionRequest): Promise<E
   const now = new Date();
   if (row.agent_id !== req.agent.id || row.status !== 'approved' || new Date(row.expires_at) <= now) return;
   if (bindingMismatch(deps, row, req)) return undefined;
+  // The calling agent's own request: its name is the one the call carries.
+  const named = { ...row, agent_name: req.agent.name };
   const approvers = approversColumn(raw);
   const started = {
     status: 'executing' as const,
@@ -260,12 +268,12 @@ async function beginAtOnce(deps: ApprovalDeps, req: ExecutionRequest): Promise<E
       sql: "t.status = 'approved' and t.expires_at > ?::timestamptz",
       bindings: [now.toISOString()],
     }),
-    startedRow(row, req, approvers),
+    startedRow(named, req, approvers),
   );
-  return done ? { ...row, ...started, approvers } : undefined;
+  return done ? { ...named, ...started, approvers } : undefined;
 }
 
-const startedRow = (row: RequestRow, req: ExecutionRequest, approvers: string[]) => ({
+const startedRow = (row: NamedRequestRow, req: ExecutionRequest, approvers: string[]) => ({
   kind: 'write.started' as const,
   ...requestFacts(row),
   request_id: req.request_id,
@@ -332,14 +340,17 @@ const FINISHED_KIND = {
 
 /** write.succeeded, write.failed or write.unknown for this outcome. */
 function finishedRow(
-  row: RequestRow,
+  row: NamedRequestRow,
   outcome: ExecutionOutcome,
   context: FinishContext,
   approvers: string[],
 ) {
   return {
     kind: FINISHED_KIND[outcome.status],
-    ...requestFacts(row),
+    ...requestFacts(row, {
+      ...(outcome.status === 'succeeded' ? outcome.result : (outcome.details ?? {})),
+      ...(context.reconciled ? { reconciled: true } : {}),
+    }),
     request_id: context.request_id ?? null,
     trace_id: context.trace_id ?? null,
     source: context.source ?? null,
@@ -347,9 +358,5 @@ function finishedRow(
     dry_run: false,
     result: outcome.status === 'succeeded' ? ('ok' as const) : ('error' as const),
     error_code: outcome.status === 'succeeded' ? null : outcome.error_code,
-    details: {
-      ...(outcome.status === 'succeeded' ? outcome.result : (outcome.details ?? {})),
-      ...(context.reconciled ? { reconciled: true } : {}),
-    },
   };
 }

@@ -13,7 +13,7 @@ import {
 } from './execute.ts';
 import { expireDue, purgeIdempotencyKeys, reconcileStale, type WriteLookup } from './maintenance.ts';
 import { getOwnApproval, listOwnApprovals, requestApproval, type DraftWrite } from './request.ts';
-import type { ApprovalStatus, RequestRow } from './view.ts';
+import type { ApprovalStatus, NamedRequestRow } from './view.ts';
 
 /** The approval module's one face: request, read, decide, execute, expire, reconcile. */
 export function createApprovals(deps: ApprovalDeps) {
@@ -33,7 +33,7 @@ export function createApprovals(deps: ApprovalDeps) {
     preflight: (req: ExecutionRequest) => preflightExecution(deps, req),
     beginExecution: (req: ExecutionRequest) => beginExecution(deps, req),
     finishExecution: (
-      row: RequestRow,
+      row: NamedRequestRow,
       outcome: ExecutionOutcome,
       ctx: { request_id?: string; trace_id?: string; source?: string },
     ) => finishExecution(deps, row, outcome, ctx),

@@ -1,19 +1,20 @@
 import type { Logger } from '../log.ts';
-import { expireRows, type ApprovalDeps } from './deps.ts';
+import { AGENT_NAME_OF_R, expireRows, type ApprovalDeps } from './deps.ts';
 import { finishExecution } from './execute.ts';
-import { requestFromDb } from './view.ts';
+import { namedRequestFromDb } from './view.ts';
 
 /** Expires pending requests and approved-but-unused approvals past their time, each with its audit row. */
 export async function expireDue(deps: ApprovalDeps): Promise<number> {
   return deps.knex.transaction(async (trx) => {
-    const due = (await trx('approval_requests')
-      .whereIn('status', ['pending', 'approved'])
-      .where('expires_at', '<=', new Date().toISOString())
+    const due = (await trx('approval_requests as r')
+      .select('r.*', trx.raw(AGENT_NAME_OF_R))
+      .whereIn('r.status', ['pending', 'approved'])
+      .where('r.expires_at', '<=', new Date().toISOString())
       .forUpdate()
       .skipLocked()
       .limit(500)) as Record<string, unknown>[];
     if (due.length === 0) return 0;
-    const rows = due.map(requestFromDb);
+    const rows = due.map(namedRequestFromDb);
     await expireRows(deps, trx, rows);
     return rows.length;
   });
@@ -46,11 +47,12 @@ export async function reconcileStale(deps: ApprovalDeps, lookup: WriteLookup, lo
   const cutoff = new Date(Date.now() - 2 * deps.config.limits.call_timeout_ms).toISOString();
   const stale = (
     (await deps
-      .knex('approval_requests')
-      .where('status', 'executing')
-      .where('execution_started_at', '<=', cutoff)
+      .knex('approval_requests as r')
+      .select('r.*', deps.knex.raw(AGENT_NAME_OF_R))
+      .where('r.status', 'executing')
+      .where('r.execution_started_at', '<=', cutoff)
       .limit(100)) as Record<string, unknown>[]
-  ).map(requestFromDb);
+  ).map(namedRequestFromDb);
   let settled = 0;
   for (const row of stale) {
     let answer: Awaited<ReturnType<WriteLookup>>;

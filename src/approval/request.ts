@@ -79,6 +79,7 @@ const requestedRow = (draft: DraftWrite, id: string) => ({
   content_sha256: draft.content_sha256,
   file_sha256: draft.file_sha256,
   result: 'ok' as const,
+  details: { agent_name: draft.agent.name },
 });
 
 /**
@@ -150,8 +151,9 @@ async function requestInTransaction(
     return { view: await viewOf(deps, deps.knex, found), created: false };
   try {
     await deps.knex.transaction(async (trx) => {
-      // Past its expiry but not yet swept: expire it so a fresh request can take its place.
-      if (found) await expireRows(deps, trx, [found]);
+      // Past its expiry but not yet swept: expire it so a fresh request can take its place. It is
+      // this agent's own request, so its name is the draft's.
+      if (found) await expireRows(deps, trx, [{ ...found, agent_name: draft.agent.name }]);
       const insert = trx('approval_requests').insert({ ...created, review: JSON.stringify(draft.review) });
       await changeAndQueue(trx, insert, noticesOf(deps, draft, created));
       await deps.audit.appendIn(trx, requestedRow(draft, created.id));

@@ -150,6 +150,16 @@ export type RequestRow = z.output<typeof RequestRow>;
 /** Parses a database row; a row that does not fit is a bug or a damaged table, and says which field. */
 export const requestFromDb = (raw: Record<string, unknown>): RequestRow => RequestRow.parse(raw);
 
+/**
+ * A request with its agent's name, read with it (loadRow, AGENT_NAME_OF_R) or already in hand: what
+ * every audit row about a request records in `details.agent_name`.
+ */
+export const NamedRequestRow = RequestRow.extend({ agent_name: z.string() });
+export type NamedRequestRow = z.output<typeof NamedRequestRow>;
+
+export const namedRequestFromDb = (raw: Record<string, unknown>): NamedRequestRow =>
+  NamedRequestRow.parse(raw);
+
 const EXECUTION_STATES = new Set<ApprovalStatus>(['executing', 'succeeded', 'failed', 'unknown']);
 
 export function toView(row: RequestRow, approvers: string[], reviewUrl: string | null): ApprovalView {

@@ -15,7 +15,10 @@ export const AuditQuery = z.object({
 });
 export type AuditQuery = z.infer<typeof AuditQuery>;
 
-/** A row of the audit list: the stored row and the name of its agent, when the agent still exists. */
+/**
+ * A row of the audit list: the stored row and its agent's name — the one the row recorded
+ * (`details.agent_name`), else, for rows written before rows recorded it, the agent's current name.
+ */
 const ListedRowFromDb = z.compile(AuditRowFromDb.extend({ agent_name: z.string().nullable() }).array());
 export type ListedRow = z.infer<typeof ListedRowFromDb>[number];
 
@@ -27,7 +30,7 @@ export async function queryAudit(
 ): Promise<ListedRow[]> {
   const query = knex('audit_events as e')
     .joinRaw('left join agents as a on a.id::text = e.agent_id')
-    .select('e.*', 'a.name as agent_name')
+    .select('e.*', knex.raw("coalesce(e.details->>'agent_name', a.name) as agent_name"))
     .orderBy('e.seq', 'desc')
     .limit(page.limit);
   if (page.beforeSeq) query.where('e.seq', '<', page.beforeSeq);

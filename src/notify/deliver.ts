@@ -23,6 +23,8 @@ const OutboxRow = z.object({
     .pipe(z.record(z.string(), z.unknown())),
   attempts: z.coerce.number().int(),
   created_at: Timestamp,
+  /** The requesting agent's name, read with the claim: the name the attempt's audit row records. */
+  agent_name: z.string().nullable(),
 });
 export type OutboxRow = z.output<typeof OutboxRow>;
 
@@ -56,7 +58,8 @@ async function claim(deps: DeliveryDeps): Promise<OutboxRow[]> {
      where id in (select id from notification_outbox
                   where state = 'pending' and next_attempt_at <= ?
                   order by next_attempt_at limit ? for update skip locked)
-     returning id, event, approval_request_id, channel, recipient, payload, attempts, created_at`,
+     returning id, event, approval_request_id, channel, recipient, payload, attempts, created_at,
+       (select a.name from agents a where a.id::text = payload->>'agent_id') as agent_name`,
     [lease, new Date(now).toISOString(), CLAIM_BATCH],
   )) as { rows: Record<string, unknown>[] };
   return result.rows.map((r) => OutboxRow.parse(r));
@@ -136,6 +139,7 @@ async function record(deps: DeliveryDeps, row: OutboxRow, outcome: Attempt): Pro
         recipient: row.recipient,
         attempt: row.attempts,
         ...(outcome.ok ? {} : { error: outcome.error, final: state === 'failed', next_attempt_at: retryAt }),
+        ...(notice.agent_id && row.agent_name !== null ? { agent_name: row.agent_name } : {}),
       },
     });
   });

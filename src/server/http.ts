@@ -203,6 +203,7 @@ async function refuse(deps: McpHttpDeps, req: Request, res: Response, refusal: R
       transport: 'http',
       ip: req.ip ?? null,
       ...(via === 'oauth' ? { via, ...(subject === undefined ? {} : { subject }) } : {}),
+      ...(agent ? { agent_name: agent.name } : {}),
     },
   });
   if (reason === 'issuer_unavailable') {

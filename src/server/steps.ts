@@ -100,12 +100,14 @@ export function beginCall(
 
 const seconds = (call: Call) => (Date.now() - call.started.getTime()) / 1000;
 
-const callRow = (call: Call) => ({
+/** The fields every row of a call carries; `details` (given) with the agent's name. */
+const callRow = (call: Call, details: Record<string, unknown>) => ({
   kind: 'tool.call' as const,
   request_id: call.request_id,
   trace_id: call.trace_id,
   agent_id: call.agent.id,
   tool: call.name,
+  details: { ...details, agent_name: call.agent.name },
 });
 
 /** The audit append, in an `audit.append` span when tracing is on (src/audit/log.ts stays untouched). */
@@ -119,10 +121,9 @@ async function protocolError(
   e: { audit: AuditErrorCode; rpc: number; message: string; data: Record<string, unknown> },
 ) {
   await append(deps, {
-    ...callRow(call),
+    ...callRow(call, { args_sha256: call.args_sha256 }),
     result: 'error',
     error_code: e.audit,
-    details: { args_sha256: call.args_sha256 },
   });
   deps.metrics.record(call.name.slice(0, 64), e.audit, seconds(call));
   return new ProtocolError(e.rpc, e.message, { ...e.data, trace_id: call.trace_id });
@@ -146,11 +147,10 @@ export async function admit(deps: StepDeps, call: Call, tool: AnyToolDef): Promi
     ? (profile.deny[tool.facet] ?? `the ${tool.facet} facet is not allowed`)
     : `this agent's profile "${call.agent.profile}" is not installed on this server`;
   await append(deps, {
-    ...callRow(call),
+    ...callRow(call, { facet: tool.facet, profile: call.agent.profile, reason }),
     kind: 'auth.denied',
     result: 'error',
     error_code: 'TOOL_DENIED',
-    details: { facet: tool.facet, profile: call.agent.profile, reason },
   });
   deps.metrics.denied();
   // SPEC §4 says -32002; SDK v2 answers any handler's -32002 as -32602 on every revision (2026-07-28
@@ -286,7 +286,12 @@ export async function record(deps: StepDeps, call: Call, settled: Settled): Prom
   const facts = settled.outcome?.audit ?? {};
   const failure = settled.failure;
   const row = await append(deps, {
-    ...callRow(call),
+    ...callRow(call, {
+      args_sha256: call.args_sha256,
+      duration_ms: Date.now() - call.started.getTime(),
+      ...(failure ? { reason: failure.reason ?? null } : {}),
+      ...facts.details,
+    }),
     source: facts.source ?? null,
     target_type: facts.target_type ?? null,
     target_ref: facts.target_ref ?? null,
@@ -296,12 +301,6 @@ export async function record(deps: StepDeps, call: Call, settled: Settled): Prom
     file_sha256: facts.file_sha256 ?? null,
     result: failure ? 'error' : 'ok',
     error_code: failure ? toolCodeOf(failure) : null,
-    details: {
-      args_sha256: call.args_sha256,
-      duration_ms: Date.now() - call.started.getTime(),
-      ...(failure ? { reason: failure.reason ?? null } : {}),
-      ...facts.details,
-    },
   });
   deps.metrics.record(call.name, failure ? toolCodeOf(failure) : null, seconds(call));
   return toCallResult(

@@ -7,6 +7,7 @@ import { createLogger } from '../../src/log.ts';
 import { createAgent } from '../../src/accounts/agents.ts';
 import { startHttpServer, type RunningServer } from '../../src/app/serve-http.ts';
 import type { ServiceOptions } from '../../src/app/services.ts';
+import { misnamedAgentRows } from './audit-names.ts';
 import { createTestDatabase, type DbKind, type TestDatabase } from './db.ts';
 
 export const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -50,8 +51,16 @@ export async function startTestServer(
     demoToken: server.services.firstRun!.token,
     addAgent: async (name) => (await createAgent(server.services.knex, { name })).token,
     async stop() {
+      // Every row about an agent names it (docs/audit.md), checked for each suite that runs a server. A
+      // suite that took the database away has nothing left to check.
+      const misnamed = await misnamedAgentRows(server.services.knex).catch(() => []);
       await server.close();
       await db.drop();
+      if (misnamed.length > 0) {
+        throw new Error(
+          `audit rows without their agent's name in details.agent_name: ${JSON.stringify(misnamed)}`,
+        );
+      }
     },
   };
 }
