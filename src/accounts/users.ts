@@ -81,18 +81,22 @@ export async function checkCredentials(
 
 const rolesOf = (raw: unknown) => z.array(Role).parse(typeof raw === 'string' ? JSON.parse(raw) : raw);
 
-/** Every user, by name, with roles, e-mail address and whether disabled (never a password hash). */
+/** Every user, by name: roles, e-mail address, created, whether disabled (never a password hash). */
 export async function listUsers(knex: Knex) {
-  const rows = (await knex('users').select('name', 'roles', 'email', 'disabled_at').orderBy('name')) as {
+  const rows = (await knex('users')
+    .select('name', 'roles', 'email', 'created_at', 'disabled_at')
+    .orderBy('name')) as {
     name: string;
     roles: unknown;
     email: string | null;
+    created_at: Date | string;
     disabled_at: Date | string | null;
   }[];
   return rows.map((r) => ({
     name: r.name,
     roles: rolesOf(r.roles),
     email: r.email,
+    created_at: new Date(r.created_at).toISOString(),
     disabled_at: r.disabled_at === null ? null : new Date(r.disabled_at).toISOString(),
   }));
 }

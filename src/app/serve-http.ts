@@ -6,6 +6,7 @@ import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { createWebRouter } from '../web/app.ts';
 import { healthOf } from './health.ts';
+import { webCommands } from './web-commands.ts';
 import { createMcpRouter, hostGuard, protectedResourceRouter, sendProblem } from '../server/http.ts';
 import { openServices, type ServiceOptions, type Services } from './services.ts';
 import type { StopReason } from './lifecycle.ts';
@@ -64,6 +65,7 @@ export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
       blobs: services.blobs,
       config: services.config,
       log: services.log,
+      commands: webCommands({ knex: services.knex, blobs: services.blobs, config: services.config }),
     }),
   );
   app.use((_req, res) => sendProblem(res, { code: 'NOT_FOUND', reason: 'not_found', title: 'Not found' }));

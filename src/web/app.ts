@@ -10,6 +10,8 @@ import type { BlobStore } from '../connectors/local/blobs.ts';
 import type { Logger } from '../log.ts';
 import { ROOT } from '../core/paths.ts';
 import { hostGuard } from '../server/http.ts';
+import { mountAccountPages } from './account-pages.ts';
+import type { RunCommand } from './account-kit.ts';
 import { mountApprovalPages } from './approval-pages.ts';
 import { mountAuditPages } from './audit-pages.ts';
 import { createPageKit, type PageKit } from './kit.ts';
@@ -28,6 +30,8 @@ export interface WebDeps {
   blobs: BlobStore;
   config: Config;
   log: Logger;
+  /** The operator commands (src/admin/commands.ts), for the admin's account pages. */
+  commands: RunCommand;
 }
 
 /**
@@ -59,6 +63,7 @@ export function createWebRouter(deps: WebDeps) {
   });
   mountApprovalPages(router, kit, { approvals: deps.approvals, blobs: deps.blobs, config: deps.config });
   mountAuditPages(router, kit, { knex: deps.knex, checkpoints: deps.checkpoints, config: deps.config });
+  mountAccountPages(router, kit, { run: deps.commands, config: deps.config });
   router.use(errorPage(kit, deps.log));
 
   return router;
