@@ -32,6 +32,7 @@ export const COPIED_TABLES = [
   { table: 'approval_requests', why: 'approvals in every state' },
   { table: 'approval_decisions', why: "the chairs' decisions" },
   { table: 'notification_outbox', why: 'notices: those not yet delivered go out from the copy' },
+  { table: 'slack_messages', why: "where each request's Slack message is, so its outcome updates it" },
   { table: 'idempotency_keys', why: 'retries of real writes answer the stored result' },
   { table: 'agent_memory', why: "agents' notes" },
   { table: 'audit_events', why: 'the hash chain, in seq order, every column as stored' },
@@ -43,6 +44,7 @@ export const COPIED_TABLES = [
 export const SKIPPED_TABLES: Readonly<Record<string, string>> = {
   web_sessions: 'web sign-ins end with the move: people sign in again',
   rate_windows: 'per-minute call counts, stale by the time the copy is served',
+  slack_callbacks_seen: 'Slack callbacks already taken: by the time the copy serves, each is refused as stale',
   knex_migrations: 'the target records the migrations it ran itself',
   knex_migrations_lock: 'the target records the migrations it ran itself',
 };
