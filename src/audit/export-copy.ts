@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import pg from 'pg';
 import { dialectOf } from '../db/knex.ts';
 import type { ExportFilter } from './export-filter.ts';
-import { canonicalText, exportLines, filterConditions, JSON_KEYS, LINE_COLUMNS } from './export-pages.ts';
+import { canonicalText, exportLines, filterConditions, LINE_COLUMNS } from './export-pages.ts';
 
 /** A run of exported rows: their bytes, each row's hash and a newline, and the run's first and last row. */
 export interface ExportChunk {
@@ -33,10 +33,9 @@ const SPARE = 32;
 /** The binary COPY header's fixed part: signature, flags, header extension length. */
 const SIGNATURE = Buffer.from('PGCOPY\n\xff\r\n\0', 'latin1');
 const HEADER_BYTES = SIGNATURE.length + 8;
-/** The columns of LINE_COLUMNS: seq, hash, then parts and jsonb fields alternating, a part last. */
+/** The columns of LINE_COLUMNS: seq, hash, then text and jsonb pieces alternating, a text last. */
 const FIELDS = 3 + 2 * LINE_COLUMNS.pieces;
-const KEYS = JSON_KEYS.map((key) => Buffer.from(key));
-const [OPEN, COMMA, CLOSE, NEWLINE] = [0x7b, 0x2c, 0x7d, 0x0a];
+const NEWLINE = 0x0a;
 
 /** Pages of lines (the paged path, and CSV) as chunks of at most CHUNK characters. */
 export async function* pageChunks(
@@ -67,9 +66,9 @@ export async function* pageChunks(
 }
 
 /**
- * Assembles JSONL lines from the fields of binary COPY tuples into BUFFER-sized buffers, as exportLines
- * joins them: `{`, each part's bytes without its braces as the database wrote them, each jsonb field
- * (approvers, details) made canonical here under its key, `}`.
+ * Assembles JSONL lines from the fields of binary COPY tuples into BUFFER-sized buffers: the text pieces
+ * are copied as the database wrote them, the jsonb ones (approvers, details) are made canonical here,
+ * exactly as the paged path does (canonicalText).
  */
 class LineChunks {
   private readonly spare: { data: Buffer; hashes: Buffer }[] = [];
@@ -87,29 +86,21 @@ class LineChunks {
   /** One tuple: fields at `start[i]`..`end[i]` of `buf` (start -1: NULL). */
   row(buf: Buffer, start: Int32Array, end: Int32Array): void {
     const seq = buf.readUInt32BE(start[0]!) * 2 ** 32 + buf.readUInt32BE(start[0]! + 4);
-    // A part's braces make room for the "{", "," or "}" written in their place; 1 for the newline.
     let bytes = 1;
     for (let f = 2; f < FIELDS; f += 2) bytes += end[f]! - start[f]!;
     for (let f = 3; f < FIELDS; f += 2) {
       const text = this.canonical(start[f] === -1 ? null : buf.toString('utf8', start[f], end[f]));
       this.json[f] = text;
-      bytes += KEYS[(f - 3) / 2]!.length + text.length * 3; // at most three UTF-8 bytes per UTF-16 unit
+      bytes += text.length * 3; // at most three UTF-8 bytes per UTF-16 unit
     }
     if (this.pos + bytes > this.data.length || this.rows * 65 + 65 > this.hashes.length) this.flush();
     if (bytes > this.data.length) this.data = Buffer.allocUnsafe(bytes); // one long row: not kept
     if (this.rows === 0) this.first = seq;
-    const data = this.data;
     for (let f = 2; f < FIELDS; f++) {
-      if (f % 2 === 0) {
-        data[this.pos++] = f === 2 ? OPEN : COMMA;
-        this.pos += buf.copy(data, this.pos, start[f]! + 1, end[f]! - 1);
-      } else {
-        this.pos += KEYS[(f - 3) / 2]!.copy(data, this.pos);
-        this.pos += data.write(this.json[f]!, this.pos);
-      }
+      if (f % 2 === 0) this.pos += buf.copy(this.data, this.pos, start[f], end[f]);
+      else this.pos += this.data.write(this.json[f]!, this.pos);
     }
-    data[this.pos++] = CLOSE;
-    data[this.pos++] = NEWLINE;
+    this.data[this.pos++] = NEWLINE;
     buf.copy(this.hashes, this.rows * 65, start[1], end[1]);
     this.hashes[this.rows * 65 + 64] = NEWLINE;
     this.rows++;

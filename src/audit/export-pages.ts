@@ -84,60 +84,39 @@ export function exportPages(knex: Knex, filter: ExportFilter, maxSeq: number): A
   return pages(knex, filter, maxSeq, (q) => q.select('*'), rowFromDb);
 }
 
-/**
- * The line's fields in JCS key order, then the chain links, as the export writes them: the scalar ones
- * in parts, each a composite type of migration 20261204110000 whose `row_to_json` the database writes
- * in one call; between the parts, the jsonb fields (approvers, details), whose text is not canonical
- * (nested keys, numbers): those are written here.
- */
-const PARTS = [
-  { type: 'audit_export_head', fields: ['actor', 'agent_id', 'approval_id', 'approval_request_id'] },
-  { type: 'audit_export_middle', fields: ['content_sha256'] },
-  {
-    type: 'audit_export_tail',
-    fields: [
-      ...['dry_run', 'error_code', 'event_id', 'file_sha256', 'kind', 'request_id', 'result', 'seq'],
-      ...['source', 'target_ref', 'target_type', 'tool', 'trace_id', 'ts', 'prev_hash', 'hash'],
-    ],
-  },
-] as const;
-const RENDERED_HERE = ['approvers', 'details'] as const;
+/** Fields whose JSON the database cannot write canonically (nested keys, numbers): rendered here. */
+const RENDERED_HERE = new Set<string>(['approvers', 'details']);
 
-/** A part's value expression: the column, but ts as toJsonLine writes it (milliseconds, Z). */
-const valueOf = (field: string) =>
-  field === 'ts' ? `to_char(ts at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')` : field;
+/** The JSON of one scalar field, as JSON.stringify writes it (PostgreSQL escapes strings alike). */
+function jsonOf(field: string): string {
+  if (field === 'seq') return 'seq::text';
+  if (field === 'ts') return `'"' || to_char(ts at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') || '"'`;
+  if (field === 'dry_run')
+    return `case when dry_run is null then 'null' when dry_run then 'true' else 'false' end`;
+  return `coalesce(to_json(${field})::text, 'null')`;
+}
 
 /**
- * toJsonLine in SQL: the database writes each part as `{"field":value,…}` and each jsonb field as its
- * text; the line is `{`, the parts without their braces, each jsonb field canonical under its key, `}`
- * (joinLine). Columns: seq, hash, part0, json0, part1, json1, part2.
+ * toJsonLine in SQL: the canonical row is written by the database field by field in JCS key order,
+ * as text pieces around the fields rendered here (approvers, details), then the tail with prev_hash
+ * and hash. Columns: seq, hash, text0, json0, text1, json1, text2.
  */
 export const LINE_COLUMNS = (() => {
-  // The parts and the fields between them must be the row's fields, sorted, then the links.
-  const order = PARTS.flatMap((part, i) => [...part.fields, ...(RENDERED_HERE[i] ? [RENDERED_HERE[i]] : [])]);
-  const expected = [...[...AUDIT_FIELDS].sort(), 'prev_hash', 'hash'];
-  if (order.join() !== expected.join())
-    throw new Error(`the export's parts (${order.join()}) are not the audit row's fields (${expected.join()})`);
   const columns = ['seq', 'hash'];
-  for (const [i, part] of PARTS.entries()) {
-    columns.push(`row_to_json(row(${part.fields.map(valueOf).join(', ')})::${part.type})::text as part${i}`);
-    if (RENDERED_HERE[i]) columns.push(`${RENDERED_HERE[i]}::text as json${i}`);
+  let text: string[] = [];
+  let piece = 0;
+  for (const [i, field] of [...AUDIT_FIELDS].sort().entries()) {
+    text.push(`'${i === 0 ? '{' : ','}${JSON.stringify(field)}:'`);
+    if (RENDERED_HERE.has(field)) {
+      columns.push(`${text.join(' || ')} as text${piece}`, `${field}::text as json${piece}`);
+      text = [];
+      piece++;
+    } else text.push(jsonOf(field));
   }
-  return { sql: columns.join(', '), pieces: RENDERED_HERE.length };
+  text.push(`',"prev_hash":' || to_json(prev_hash)::text || ',"hash":' || to_json(hash)::text || '}'`);
+  columns.push(`${text.join(' || ')} as text${piece}`);
+  return { sql: columns.join(', '), pieces: piece };
 })();
-
-/** What comes before the jsonb field `i` of a line: its key. */
-export const JSON_KEYS = RENDERED_HERE.map((field) => `,${JSON.stringify(field)}:`);
-
-/** One line from its parts (each `{…}` as the database wrote it) and its canonical jsonb fields. */
-function joinLine(parts: string[], json: string[]): string {
-  let line = '{';
-  for (let i = 0; i < parts.length; i++) {
-    line += `${i > 0 ? ',' : ''}${parts[i]!.slice(1, -1)}`;
-    if (i < json.length) line += `${JSON_KEYS[i]}${json[i]}`;
-  }
-  return `${line}}\n`;
-}
 
 /** A function that writes the canonical JSON of a jsonb column's text (null: SQL NULL), for one export. */
 export function canonicalText(): (json: unknown) => string {
@@ -162,13 +141,13 @@ export function exportLines(
     maxSeq,
     (q) => q.select(knex.raw(LINE_COLUMNS.sql)),
     (raw) => {
-      const parts: string[] = [];
-      const json: string[] = [];
-      for (let i = 0; i <= LINE_COLUMNS.pieces; i++) {
-        parts.push(String(raw[`part${i}`]));
-        if (i < LINE_COLUMNS.pieces) json.push(canonical(raw[`json${i}`]));
-      }
-      return { seq: Number(raw.seq), hash: String(raw.hash), line: joinLine(parts, json) };
+      let line = '';
+      for (let i = 0; i < LINE_COLUMNS.pieces; i++) line += `${raw[`text${i}`]}${canonical(raw[`json${i}`])}`;
+      return {
+        seq: Number(raw.seq),
+        hash: String(raw.hash),
+        line: `${line}${raw[`text${LINE_COLUMNS.pieces}`]}\n`,
+      };
     },
   );
 }
