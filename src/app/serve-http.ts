@@ -1,4 +1,4 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { AppError, isAppError } from '../core/errors.ts';
@@ -7,7 +7,7 @@ import type { Logger } from '../log.ts';
 import { createWebRouter } from '../web/app.ts';
 import { healthOf } from './health.ts';
 import { webCommands } from './web-commands.ts';
-import { createMcpRouter, hostGuard, protectedResourceRouter, sendProblem } from '../server/http.ts';
+import { createMcpEndpoint, hostGuard, isMcpPath, protectedResourceRouter, sendProblem } from '../server/http.ts';
 import { openServices, type ServiceOptions, type Services } from './services.ts';
 import type { StopReason } from './lifecycle.ts';
 import { VERSION } from '../server/version.ts';
@@ -21,15 +21,15 @@ export interface RunningServer {
 }
 
 /**
- * Builds the express app around already-open services: the web UI (login, approval and audit pages),
- * /healthz and /metrics, and unless `mcp` is false the MCP endpoint at /mcp. A stdio server serves its one
- * agent on stdio and mounts the rest only.
+ * The request handler around already-open services: unless `mcp` is false the MCP endpoint at /mcp,
+ * answered ahead of express, and the express app for the rest — the web UI (login, approval and audit
+ * pages), /healthz and /metrics. A stdio server serves its one agent on stdio and serves the rest only.
  */
 export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
   const mcp =
     opts.mcp === false
       ? undefined
-      : createMcpRouter({
+      : createMcpEndpoint({
           authenticate: services.authenticate,
           oauth: services.oauth,
           pipeline: services.pipeline,
@@ -42,7 +42,6 @@ export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
   const app = express();
   app.disable('x-powered-by');
   app.set('trust proxy', false);
-  if (mcp) app.use('/mcp', mcp.router);
   // RFC 9728 metadata, only when agents may bring OAuth tokens (docs/identity.md).
   if (mcp && services.oauth) app.use(protectedResourceRouter(services.oauth));
   app.get('/healthz', hostGuard(services.config), async (_req, res) => {
@@ -69,7 +68,11 @@ export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
     }),
   );
   app.use((_req, res) => sendProblem(res, { code: 'NOT_FOUND', reason: 'not_found', title: 'Not found' }));
-  return { app, close: async () => mcp?.close() };
+  const handle = (req: IncomingMessage, res: ServerResponse) => {
+    if (mcp && isMcpPath(req.url)) void mcp.handle(req, res);
+    else app(req, res);
+  };
+  return { handle, close: async () => mcp?.close() };
 }
 
 /** The refusal of a taken port; its message names the fix. */
@@ -105,8 +108,8 @@ export interface WebServer {
 
 /** Serves the app on a bound server and tells the services its address (the base of review links). */
 export function serveApp(server: Server, services: Services, opts: { mcp?: boolean } = {}): WebServer {
-  const { app, close: closeApp } = createApp(services, opts);
-  server.on('request', app);
+  const { handle, close: closeApp } = createApp(services, opts);
+  server.on('request', handle);
   const { port } = server.address() as AddressInfo;
   const host = services.config.http.host.includes(':')
     ? `[${services.config.http.host}]`
