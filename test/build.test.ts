@@ -21,9 +21,11 @@ describe('the build that npm start runs', () => {
     const code = await new Promise<number | null>((resolve) => build.once('exit', resolve));
     assert.equal(code, 0, 'npm run build');
     // Exactly npm start's command: node, its options, dist/cli.js serve.
-    const start = (JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
-      scripts: { start: string };
-    }).scripts.start.split(/\s+/);
+    const start = (
+      JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+        scripts: { start: string };
+      }
+    ).scripts.start.split(/\s+/);
     assert.equal(start[0], 'node');
     child = spawn(process.execPath, start.slice(1), {
       cwd: ROOT,

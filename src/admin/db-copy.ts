@@ -44,7 +44,8 @@ export const COPIED_TABLES = [
 export const SKIPPED_TABLES: Readonly<Record<string, string>> = {
   web_sessions: 'web sign-ins end with the move: people sign in again',
   rate_windows: 'per-minute call counts, stale by the time the copy is served',
-  slack_callbacks_seen: 'Slack callbacks already taken: by the time the copy serves, each is refused as stale',
+  slack_callbacks_seen:
+    'Slack callbacks already taken: by the time the copy serves, each is refused as stale',
   knex_migrations: 'the target records the migrations it ran itself',
   knex_migrations_lock: 'the target records the migrations it ran itself',
 };

@@ -37,7 +37,11 @@ export interface Problem {
  * RFC 9457 problem details: the one way an HTTP refusal is answered, with the same codes as everywhere.
  * Written on node's response, so the MCP endpoint (served ahead of express) and the pages answer alike.
  */
-export function sendProblem(res: ServerResponse, problem: Problem, headers: Record<string, string> = {}): void {
+export function sendProblem(
+  res: ServerResponse,
+  problem: Problem,
+  headers: Record<string, string> = {},
+): void {
   if (res.headersSent) return;
   const status = problem.status ?? HTTP_STATUS[problem.code];
   const body = JSON.stringify({
@@ -66,7 +70,9 @@ function bearer(header: string | undefined): string | undefined {
  * Host and Origin must name this server, so a web page cannot reach a loopback countersign by DNS
  * rebinding: the refusal for a request whose headers do not, else undefined.
  */
-function hostCheck(config: Config): (host: string | undefined, origin: string | undefined) => Problem | undefined {
+function hostCheck(
+  config: Config,
+): (host: string | undefined, origin: string | undefined) => Problem | undefined {
   const allowed = new Set(config.http.allowed_hosts.map((h) => h.toLowerCase()));
   const hostOk = (host: string) => allowed.has(host.toLowerCase().replace(/:\d+$/, ''));
   return (host, origin) => {

@@ -30,11 +30,14 @@ const unsupported = (reason: string, detail: string): Problem => ({
  */
 export function readJsonBody(req: IncomingMessage, limit: number): Promise<BodyRead> {
   const type = req.headers['content-type'];
-  const hasBody = req.headers['transfer-encoding'] !== undefined || req.headers['content-length'] !== undefined;
+  const hasBody =
+    req.headers['transfer-encoding'] !== undefined || req.headers['content-length'] !== undefined;
   if (!type || !JSON_TYPE.test(type) || !hasBody) return Promise.resolve({ body: undefined });
   const charset = CHARSET.exec(type)?.[1]?.toLowerCase();
   if (charset && charset !== 'utf-8' && charset !== 'utf8')
-    return Promise.resolve({ problem: unsupported('unsupported_charset', `charset "${charset}": send UTF-8`) });
+    return Promise.resolve({
+      problem: unsupported('unsupported_charset', `charset "${charset}": send UTF-8`),
+    });
   const encoding = req.headers['content-encoding']?.toLowerCase();
   if (encoding && encoding !== 'identity')
     return Promise.resolve({

@@ -72,6 +72,8 @@ export function withJsonLegacyExchanges(
   };
   return {
     fetch: async (request, options) =>
-      (await isLegacyRequest(request, options?.parsedBody)) ? legacy(request, options) : modern.fetch(request, options),
+      (await isLegacyRequest(request, options?.parsedBody))
+        ? legacy(request, options)
+        : modern.fetch(request, options),
   };
 }
