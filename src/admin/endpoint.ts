@@ -7,7 +7,7 @@ import express, { type Request, type Response } from 'express';
 import { z } from 'zod';
 import { AppError, ErrorCode, OperatorCode } from '../core/errors.ts';
 import type { Logger } from '../log.ts';
-import { sendProblem } from '../server/http.ts';
+import { sendProblem } from '../server/problem.ts';
 import {
   describeZodError,
   runAdminCommand,

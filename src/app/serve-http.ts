@@ -7,13 +7,8 @@ import type { Logger } from '../log.ts';
 import { createWebRouter } from '../web/app.ts';
 import { healthOf } from './health.ts';
 import { webCommands } from './web-commands.ts';
-import {
-  createMcpEndpoint,
-  hostGuard,
-  isMcpPath,
-  protectedResourceRouter,
-  sendProblem,
-} from '../server/http.ts';
+import { createMcpEndpoint, hostGuard, isMcpPath, protectedResourceRouter } from '../server/http.ts';
+import { sendProblem } from '../server/problem.ts';
 import { openServices, type ServiceOptions, type Services } from './services.ts';
 import type { StopReason } from './lifecycle.ts';
 import { VERSION } from '../server/version.ts';

@@ -10,56 +10,17 @@ import {
 } from '@modelcontextprotocol/server';
 import { isAuditUnavailable, type AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
-import { HTTP_STATUS, type AppErrorCode } from '../core/errors.ts';
 import { isConnectionError } from '../db/knex.ts';
 import type { Logger } from '../log.ts';
 import type { Agent } from '../core/identity.ts';
 import { looksLikeJwt, OAUTH_FAILURE_DETAIL, OAuthFailure } from '../accounts/oauth.ts';
 import type { Authenticate, OAuthAgents } from './agent-cache.ts';
 import { readJsonBody } from './json-body.ts';
+import { sendProblem, type Problem } from './problem.ts';
 import { withJsonLegacyExchanges } from './legacy-json.ts';
 import { createMcpServer } from './mcp.ts';
 import type { CallPipeline } from './pipeline.ts';
 import { MAX_ARGUMENT_DEPTH, nestedDeeperThan, TOO_DEEP_ARGUMENTS } from './steps.ts';
-
-/** An HTTP refusal: a code from core/errors.ts, the machine reason, and words for people. */
-export interface Problem {
-  code: AppErrorCode;
-  /** Stable and specific (missing_token, body_too_large …); the last part of the problem's type (else the code). */
-  reason?: string;
-  title: string;
-  detail?: string;
-  /** When the code's usual status (HTTP_STATUS) is not the precise one, e.g. 413 for a body too large. */
-  status?: number;
-}
-
-/**
- * RFC 9457 problem details: the one way an HTTP refusal is answered, with the same codes as everywhere.
- * Written on node's response, so the MCP endpoint (served ahead of express) and the pages answer alike.
- */
-export function sendProblem(
-  res: ServerResponse,
-  problem: Problem,
-  headers: Record<string, string> = {},
-): void {
-  if (res.headersSent) return;
-  const status = problem.status ?? HTTP_STATUS[problem.code];
-  const body = JSON.stringify({
-    type: `urn:countersign:problem:${problem.reason ?? problem.code}`,
-    title: problem.title,
-    status,
-    detail: problem.detail,
-    code: problem.code,
-    reason: problem.reason,
-  });
-  res
-    .writeHead(status, {
-      ...headers,
-      'Content-Type': 'application/problem+json; charset=utf-8',
-      'Content-Length': Buffer.byteLength(body),
-    })
-    .end(body);
-}
 
 function bearer(header: string | undefined): string | undefined {
   const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
