@@ -4,16 +4,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it, type TestContext } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { createUser } from '../src/accounts/users.ts';
+import { launchChromium, withoutChromium } from './helpers/chromium.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
-
-const CHROMIUM = '/usr/bin/chromium';
-const available = fs.existsSync(CHROMIUM);
-if (!available && process.env.CI === 'true') {
-  throw new Error(`browser tests need Chromium at ${CHROMIUM} under CI: apt-get install -y chromium`);
-}
 
 /** A reader far from UTC, so that local and UTC times differ by a visible amount (5 h 30 min). */
 const READER = { locale: 'en-GB', timezoneId: 'Asia/Kolkata' } as const;
@@ -52,9 +47,7 @@ for (const kind of databaseKinds()) {
   describe(
     `the operators' pages in headless Chromium on ${kind}`,
     {
-      skip:
-        !available &&
-        `Chromium not found at ${CHROMIUM}: install Debian's chromium package to run browser tests`,
+      skip: withoutChromium,
     },
     () => {
       let server: TestServer;
@@ -103,11 +96,7 @@ for (const kind of databaseKinds()) {
           result: 'error',
           error_code: 'TARGET_NOT_FOUND',
         });
-        browser = await chromium.launch({
-          executablePath: CHROMIUM,
-          headless: true,
-          args: ['--no-sandbox', '--disable-background-networking', '--disable-sync', '--no-first-run'],
-        });
+        browser = await launchChromium();
         shots = fs.mkdtempSync(path.join(os.tmpdir(), 'countersign-shots-'));
       });
       after(async () => {

@@ -3,26 +3,20 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { createUser } from '../src/accounts/users.ts';
+import { launchChromium, withoutChromium } from './helpers/chromium.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, ROOT, startTestServer, type TestServer } from './helpers/server.ts';
 
-const CHROMIUM = '/usr/bin/chromium';
 const SHOTS = path.join(ROOT, 'test-results');
-const available = fs.existsSync(CHROMIUM);
-if (!available && process.env.CI === 'true') {
-  throw new Error(`browser tests need Chromium at ${CHROMIUM} under CI: apt-get install -y chromium`);
-}
 
 /** The chair's whole review in a real browser, against the real server, with a real MCP client as the agent. */
 for (const kind of databaseKinds()) {
   describe(
     `the chair reviews in headless Chromium on ${kind}`,
     {
-      skip:
-        !available &&
-        `Chromium not found at ${CHROMIUM}: install Debian's chromium package to run browser tests`,
+      skip: withoutChromium,
     },
     () => {
       let server: TestServer;
@@ -37,17 +31,7 @@ for (const kind of databaseKinds()) {
           password: 'web chair password',
         });
         agent = await connectHttp(server.url, server.demoToken);
-        browser = await chromium.launch({
-          executablePath: CHROMIUM,
-          headless: true,
-          args: [
-            '--no-sandbox',
-            '--disable-background-networking',
-            '--disable-component-update',
-            '--disable-sync',
-            '--no-first-run',
-          ],
-        });
+        browser = await launchChromium();
         fs.mkdirSync(SHOTS, { recursive: true });
       });
       after(async () => {

@@ -1,14 +1,14 @@
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { identityOf } from '../src/accounts/oidc-users.ts';
 import { changeUser, checkCredentials, createUser } from '../src/accounts/users.ts';
 import { configDigest, redactedConfig } from '../src/app/config-digest.ts';
 import { loadConfig, OidcSchema } from '../src/config.ts';
 import { isAppError } from '../src/core/errors.ts';
+import { launchChromium, withoutChromium } from './helpers/chromium.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { databaseKinds } from './helpers/db.ts';
 import {
@@ -19,12 +19,6 @@ import {
   type OpenIdProvider,
 } from './helpers/openid-provider.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-
-const CHROMIUM = '/usr/bin/chromium';
-const chromiumPresent = fs.existsSync(CHROMIUM);
-if (!chromiumPresent && process.env.CI === 'true') {
-  throw new Error(`browser tests need Chromium at ${CHROMIUM} under CI: apt-get install -y chromium`);
-}
 
 const CALLBACK = '/login/oidc/callback';
 
@@ -428,20 +422,10 @@ for (const kind of databaseKinds()) {
     it(
       'a chair signs in through Chromium and reaches /approvals with the chair role',
       {
-        skip: !chromiumPresent && `Chromium not found at ${CHROMIUM}: install Debian's chromium package`,
+        skip: withoutChromium,
       },
       async () => {
-        const browser: Browser = await chromium.launch({
-          executablePath: CHROMIUM,
-          headless: true,
-          args: [
-            '--no-sandbox',
-            '--disable-background-networking',
-            '--disable-component-update',
-            '--disable-sync',
-            '--no-first-run',
-          ],
-        });
+        const browser: Browser = await launchChromium();
         try {
           const page = await browser.newPage();
           await page.goto(`${server.url}/approvals`);
