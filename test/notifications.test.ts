@@ -388,11 +388,15 @@ describe('the webhook through the outbox on pglite', () => {
     assert.equal(body.agent, 'demo');
     assert.ok(!notice.body.includes('secret body text'), 'no message body unless configured');
 
-    const audit = (await server.services
-      .knex('audit_events')
-      .where({ approval_request_id: id })
-      .whereIn('kind', ['notification.failed', 'notification.delivered'])
-      .orderBy('seq')) as { kind: string; details: unknown }[];
+    // The hook answers before the outbox records the delivery: wait for that row.
+    const audit = await waitFor('the notification.delivered row', async () => {
+      const rows = (await server.services
+        .knex('audit_events')
+        .where({ approval_request_id: id })
+        .whereIn('kind', ['notification.failed', 'notification.delivered'])
+        .orderBy('seq')) as { kind: string; details: unknown }[];
+      return rows.some((r) => r.kind === 'notification.delivered') ? rows : undefined;
+    });
     assert.deepEqual(
       audit.map((r) => [r.kind, detailsOf(r).attempt]),
       [
