@@ -202,6 +202,59 @@ for (const kind of databaseKinds()) {
       assert.ok(written < 2_000_000, `stopped soon after the failure (${written} bytes handed over)`);
       if (kind === 'postgres') await noCopyLeft(db);
     });
+
+    // Last: it adds rows of its own, after the head the tests above export up to.
+    it('writes any stored instant, uuid and sequence number as toJsonLine does', async () => {
+      const instants = [
+        '2000-01-01T00:00:00.000Z', // the database's epoch for binary timestamps
+        '1999-12-31T23:59:59.999Z',
+        '1970-01-01T00:00:00.001Z',
+        '1812-06-24T12:00:00.050Z',
+        '2026-12-01T09:05:07.005Z',
+        '2026-12-01T09:05:07.999Z',
+        '2026-12-01T09:05:08.000Z',
+        '2284-12-31T23:59:59.990Z',
+      ];
+      const head = (await db.knex('audit_events').orderBy('seq', 'desc').first()) as {
+        seq: number | string;
+        hash: string;
+      };
+      const after = Number(head.seq);
+      let seq = after;
+      let prev = head.hash;
+      for (const [i, ts] of instants.entries()) {
+        const row = {
+          ...stored[i]!,
+          seq: ++seq,
+          event_id: `0123abcd-ef01-4a2b-8c3d-${String(i).padStart(12, 'f')}`,
+          ts,
+          prev_hash: prev,
+          hash: String(i).repeat(64),
+        };
+        prev = row.hash;
+        await db.knex('audit_events').insert({
+          ...row,
+          approvers: row.approvers === null ? null : JSON.stringify(row.approvers),
+          details: JSON.stringify(row.details),
+        });
+      }
+      const added = (
+        (await db.knex('audit_events').where('seq', '>', after).orderBy('seq')) as unknown[]
+      ).map(rowFromDb);
+      assert.deepEqual(
+        added.map((r) => r.ts),
+        instants,
+      );
+      const got = await collect(exportChunks(db.knex, { since: '1800-01-01T00:00:00Z' }, seq));
+      const lines = got.data
+        .toString()
+        .split('\n')
+        .slice(-instants.length - 1, -1);
+      assert.deepEqual(
+        lines,
+        added.map((r) => toJsonLine(r).slice(0, -1)),
+      );
+    });
   });
 }
 
