@@ -9,7 +9,7 @@ import { migrateLatest } from '../../src/db/migrations.ts';
 import { generateAuditRows } from '../lib/audit-rows.ts';
 import { statusMb } from '../lib/proc.ts';
 import { figure, type Figure } from '../lib/report.ts';
-import { ROOT } from '../lib/server.ts';
+import { buildOnce, ROOT } from '../lib/server.ts';
 
 export interface ExportOptions {
   url: string;
@@ -52,17 +52,21 @@ function job(...args: string[]): Promise<Job> {
   });
 }
 
-/** `countersign audit export` itself, as an operator runs it: its wall time and peak RSS (VmHWM, polled). */
-function cliExport(
+/**
+ * `countersign audit export` itself, as an operator runs it (bin/countersign.js, which runs the build
+ * while it is fresh: buildOnce makes it so): its wall time and peak RSS (VmHWM, polled).
+ */
+async function cliExport(
   url: string,
   dataDir: string,
   file: string,
 ): Promise<{ seconds: number; peak_mb: number }> {
+  await buildOnce();
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
     const child = spawn(
       process.execPath,
-      ['--import', 'tsx', path.join(ROOT, 'src/cli.ts'), 'audit', 'export', '--format', 'jsonl', '-o', file],
+      [path.join(ROOT, 'bin/countersign.js'), 'audit', 'export', '--format', 'jsonl', '-o', file],
       {
         cwd: ROOT,
         env: {
@@ -107,11 +111,13 @@ export async function exportFigures(o: ExportOptions): Promise<Figure[]> {
       }
     });
     o.log(`  ${o.rows} chained rows generated in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-    // A live table has statistics (autovacuum analyzes it as it grows); one loaded a moment ago may
-    // not yet, and then the planner sorts every row for `order by seq`, for the COPY baseline and the
-    // export alike, instead of reading them in key order. Analyzed here, so no run depends on whether
-    // autovacuum got there first.
-    await db.knex.raw('analyze audit_events');
+    // A live table has statistics and is vacuumed (autovacuum analyzes it as it grows, and vacuums an
+    // append-only table after each 20% of inserts); one loaded a moment ago is neither yet. Without
+    // statistics the planner sorts every row for `order by seq`, for the COPY baseline and the export
+    // alike, instead of reading them in key order; unvacuumed, the first reader of each page writes its
+    // hint bits, and autovacuum's own pass over the million rows lands in some runs' measurements and
+    // not others'. Done here, so no run depends on when autovacuum gets there.
+    await db.knex.raw('vacuum (analyze) audit_events');
     const config = loadConfig({ DATABASE_URL: o.url, COUNTERSIGN_DATA_DIR: o.dir }, o.dir);
     const t1 = performance.now();
     const checkpoint = await createCheckpoint(await checkpointDeps(db.knex, createAuditLog(db.knex), config));
