@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import express, { type NextFunction, type Request, type Response } from 'express';
-import { toNodeHandler } from '@modelcontextprotocol/node';
+import { toNodeHandler, toWebRequest } from '@modelcontextprotocol/node';
 import {
   createMcpHandler,
   ProtocolError,
@@ -15,6 +15,7 @@ import type { Logger } from '../log.ts';
 import type { Agent } from '../core/identity.ts';
 import { looksLikeJwt, OAUTH_FAILURE_DETAIL, OAuthFailure } from '../accounts/oauth.ts';
 import type { Authenticate, OAuthAgents } from './agent-cache.ts';
+import { answerPlainRequest } from './json-exchange.ts';
 import { readJsonBody } from './json-body.ts';
 import { sendProblem, type Problem } from './problem.ts';
 import { withJsonLegacyExchanges } from './legacy-json.ts';
@@ -145,8 +146,23 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
     const auth = await authenticateBearer(deps, token);
     if ('failure' in auth) return refuse(deps, req, res, { ...auth, token });
     // Handed to the server factory as authInfo; the token itself goes no further.
-    req.auth = { token: '', clientId: auth.agent.id, scopes: [], extra: { agent: auth.agent } };
-    await serve(req, res, withShallowArguments(read.body));
+    const authInfo: AuthInfo = {
+      token: '',
+      clientId: auth.agent.id,
+      scopes: [],
+      extra: { agent: auth.agent },
+    };
+    const body = withShallowArguments(read.body);
+    // One 2025-era request (most traffic): answered here; anything else by the SDK's handlers.
+    const answered = await answerPlainRequest(req, res, body, {
+      authInfo,
+      createServer: serverFor,
+      // Only tracing reads the request the handlers see (its headers): built for it alone.
+      ...(deps.pipeline.tracer ? { webRequest: () => toWebRequest(req, body) } : {}),
+    });
+    if (answered) return;
+    req.auth = authInfo;
+    await serve(req, res, body);
   }
 
   return {

@@ -1,0 +1,114 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import {
+  classifyInboundRequest,
+  isInitializeRequest,
+  isJSONRPCErrorResponse,
+  isJSONRPCRequest,
+  isJSONRPCResultResponse,
+  isJsonContentType,
+  parseJSONRPCMessage,
+  SUPPORTED_PROTOCOL_VERSIONS,
+  type AuthInfo,
+  type JSONRPCMessage,
+  type MessageExtraInfo,
+  type RequestId,
+  type Server,
+  type Transport,
+} from '@modelcontextprotocol/server';
+
+/**
+ * A transport for one JSON-RPC request: hands it to the connected server and settles with the server's
+ * answer to it. Anything else the server sends meanwhile (a notification) has no place in a JSON answer
+ * and is dropped, as the SDK's JSON responses drop it.
+ */
+class OneRequest implements Transport {
+  onclose?: () => void;
+  onerror?: (error: Error) => void;
+  onmessage?: <T extends JSONRPCMessage>(message: T, extra?: MessageExtraInfo) => void;
+  private settle: (answer: JSONRPCMessage) => void = () => {};
+  readonly answer = new Promise<JSONRPCMessage>((resolve) => (this.settle = resolve));
+
+  constructor(private readonly id: RequestId) {}
+
+  async start(): Promise<void> {}
+
+  async send(message: JSONRPCMessage): Promise<void> {
+    if ((isJSONRPCResultResponse(message) || isJSONRPCErrorResponse(message)) && message.id === this.id)
+      this.settle(message);
+  }
+
+  async close(): Promise<void> {
+    this.onclose?.();
+  }
+}
+
+const header = (req: IncomingMessage, name: string): string | undefined => {
+  const value = req.headers[name];
+  return Array.isArray(value) ? value.join(', ') : value;
+};
+
+/**
+ * The single 2025-era JSON-RPC request of `body` that this exchange answers, or undefined when the SDK's
+ * own stateless transport is to answer the request: it is not a POST of one request, not 2025-era, an
+ * `initialize`, or anything the transport would refuse (Accept without both media types, a Content-Type
+ * that is not JSON, an unknown MCP-Protocol-Version, a message that is not JSON-RPC). What passes is
+ * exactly what that transport hands its server unchanged, in JSON-response mode.
+ */
+function plainRequest(req: IncomingMessage, body: unknown) {
+  if (req.method !== 'POST' || body === null || typeof body !== 'object' || Array.isArray(body)) return;
+  const accept = header(req, 'accept');
+  if (!accept?.includes('application/json') || !accept.includes('text/event-stream')) return;
+  if (!isJsonContentType(header(req, 'content-type') ?? null)) return;
+  const version = header(req, 'mcp-protocol-version');
+  if (version !== undefined && !SUPPORTED_PROTOCOL_VERSIONS.includes(version)) return;
+  const route = classifyInboundRequest({
+    httpMethod: 'POST',
+    protocolVersionHeader: version,
+    mcpMethodHeader: header(req, 'mcp-method'),
+    mcpNameHeader: header(req, 'mcp-name'),
+    body,
+  });
+  if (route.kind !== 'legacy' || !isJSONRPCRequest(body) || isInitializeRequest(body)) return;
+  try {
+    return parseJSONRPCMessage(body);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Answers a 2025-era POST of one JSON-RPC request (tools/call, tools/list, ping) on the node request
+ * itself, as the SDK's stateless transport answers it in JSON mode — a fresh server from
+ * `createServer`, the answer as one `application/json` body with status 200 — without turning the
+ * request into a web Request and the answer into a web Response first. Returns false, having done
+ * nothing, for every other request (see plainRequest): those go to the SDK's transport as before.
+ *
+ * `webRequest` builds the web Request the server's handlers see as `ctx.http.req`, when something reads
+ * it (tracing reads its headers); without it, the handlers get none.
+ */
+export async function answerPlainRequest(
+  req: IncomingMessage,
+  res: ServerResponse,
+  body: unknown,
+  opts: {
+    authInfo: AuthInfo;
+    createServer: (authInfo: AuthInfo | undefined) => Server;
+    webRequest?: () => Promise<Request>;
+  },
+): Promise<boolean> {
+  const message = plainRequest(req, body);
+  if (!message || !isJSONRPCRequest(message)) return false;
+  const server = opts.createServer(opts.authInfo);
+  const transport = new OneRequest(message.id);
+  try {
+    await server.connect(transport);
+    const request = await opts.webRequest?.();
+    transport.onmessage?.(message, { authInfo: opts.authInfo, ...(request ? { request } : {}) });
+    const answer = JSON.stringify(await transport.answer);
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(answer) });
+    res.end(answer);
+    return true;
+  } finally {
+    void server.close().catch(() => {});
+  }
+}
