@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import canonicalize from 'canonicalize';
-import { viewOf } from '../src/audit/bytes.ts';
+import { bytesOf } from '../src/audit/bytes.ts';
 import { JsonbText } from '../src/audit/jsonb-text.ts';
 import { type Database } from '../src/db/knex.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
@@ -76,7 +76,7 @@ async function jsonbTexts(db: Database, values: unknown[]): Promise<string[]> {
 function fast(text: string): string | undefined {
   const src = Buffer.from(`xx${text}yy`); // not at the buffer's start, nor its end
   const out = Buffer.alloc(src.length + 8);
-  const end = new JsonbText().write(src, viewOf(src), 2, src.length - 2, out, viewOf(out), 3);
+  const end = new JsonbText().write(bytesOf(src), 2, src.length - 2, bytesOf(out), 3);
   if (end === -1) return undefined;
   assert.ok(end - 3 <= Buffer.byteLength(text), 'never longer than the text');
   return out.toString('utf8', 3, end);

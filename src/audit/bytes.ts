@@ -1,25 +1,26 @@
-/** Byte copies for the export's hot loop: a word at a time through DataViews (see copyWords). */
+/** Byte copies for the export's hot loop: four bytes at a time through a DataView (see copyWords). */
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 
-export function viewOf(buf: Uint8Array): DataView {
-  return new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+/** A buffer and a DataView over the same bytes. */
+export interface Bytes {
+  readonly bytes: Uint8Array;
+  readonly view: DataView;
+}
+
+export function bytesOf(bytes: Uint8Array): Bytes {
+  return { bytes, view: new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength) };
 }
 
 /**
- * Copies `src[s..e)` to `out[p]` four bytes at a time (a JavaScript loop moves a word about as fast as
- * a byte); returns the position after the copy. `out` must have room for it.
+ * Copies `from[s..e)` to `to[p]`, a 32-bit word at a time (about 2.5 ns a word on the VM of
+ * docs/performance.md, against 1.4 ns a byte); returns the position after the copy. `to` must have
+ * room for it.
  */
-export function copyWords(
-  sv: DataView,
-  src: Uint8Array,
-  s: number,
-  e: number,
-  ov: DataView,
-  out: Uint8Array,
-  p: number,
-) {
+export function copyWords(from: Bytes, s: number, e: number, to: Bytes, p: number): number {
+  const { bytes: src, view: sv } = from;
+  const { bytes: out, view: ov } = to;
   for (; s + 4 <= e; s += 4, p += 4) ov.setUint32(p, sv.getUint32(s, true), true);
   for (; s < e; s++) out[p++] = src[s]!;
   return p;
@@ -30,15 +31,9 @@ export function copyWords(
  * soon as a word holds one. Per word: a byte below 0x20, or equal to 0x22 or 0x5c, is found with the
  * exact "has a byte less than n / has a zero byte" tests on 32 bits.
  */
-export function copyPlainText(
-  sv: DataView,
-  src: Uint8Array,
-  s: number,
-  e: number,
-  ov: DataView,
-  out: Uint8Array,
-  p: number,
-) {
+export function copyPlainText(from: Bytes, s: number, e: number, to: Bytes, p: number): number {
+  const { bytes: src, view: sv } = from;
+  const { bytes: out, view: ov } = to;
   for (; s + 4 <= e; s += 4, p += 4) {
     const w = sv.getUint32(s, true);
     const quote = w ^ 0x22222222;

@@ -1,6 +1,6 @@
 import { AUDIT_FIELDS, type AuditField } from './chain.ts';
 import { canonicalText } from './export-pages.ts';
-import { copyPlainText, copyWords, viewOf } from './bytes.ts';
+import { bytesOf, copyPlainText, copyWords, type Bytes } from './bytes.ts';
 import { JsonbText } from './jsonb-text.ts';
 
 /**
@@ -41,7 +41,7 @@ const ascii = (s: string) => Uint8Array.from(s, (c) => c.charCodeAt(0));
 /** What precedes each field's value — `{"actor":`, then `,"agent_id":`, … — one after the other in KEYS. */
 const KEY_TEXT = FIELDS.map((f, i) => `${i === 0 ? '{' : ','}${JSON.stringify(f.name)}:`);
 const KEYS = Buffer.from(KEY_TEXT.join(''), 'latin1');
-const KEYS_VIEW = viewOf(KEYS);
+const KEY_BYTES_OF = bytesOf(KEYS);
 const KEY_END = Int32Array.from(KEY_TEXT, (_, i) => KEY_TEXT.slice(0, i + 1).join('').length);
 const KEY_BYTES = KEYS.length;
 const CODE: Record<Encoding, number> = { text: 0, jsonb: 1, uuid: 2, timestamptz: 3, int8: 4, bool: 5 };
@@ -68,15 +68,13 @@ function put(out: Uint8Array, p: number, bytes: Uint8Array): number {
  */
 export class LineRenderer {
   private readonly canonical = canonicalText();
-  /** The buffers last read and written, with a DataView over each for copies a word at a time. */
-  private buf: Buffer | undefined;
-  private bufView = viewOf(Buffer.alloc(0));
-  private out: Buffer | undefined;
-  private outView = viewOf(Buffer.alloc(0));
+  /** The buffers last read and written, each with a DataView over it (bytesOf). */
+  private in: Bytes = bytesOf(Buffer.alloc(0));
+  private out: Bytes = bytesOf(Buffer.alloc(0));
   private readonly jsonbText = new JsonbText();
   /** This row's jsonb values made canonical: bytes in `scratch` (from..to), or else a string. */
   private scratch: Buffer = Buffer.allocUnsafe(16 * 1024);
-  private scratchView = viewOf(this.scratch);
+  private scratchBytes: Bytes = bytesOf(this.scratch);
   private readonly from: number[] = [];
   private readonly to: number[] = [];
   private readonly jsonb: string[] = [];
@@ -99,21 +97,9 @@ export class LineRenderer {
         const length = end[f]! - s - 1;
         if (used + length > this.scratch.length) {
           this.scratch = grow(this.scratch, used + length);
-          this.scratchView = viewOf(this.scratch);
+          this.scratchBytes = bytesOf(this.scratch);
         }
-        if (buf !== this.buf) {
-          this.buf = buf;
-          this.bufView = viewOf(buf);
-        }
-        const written = this.jsonbText.write(
-          buf,
-          this.bufView,
-          s + 1,
-          end[f]!,
-          this.scratch,
-          this.scratchView,
-          used,
-        );
+        const written = this.jsonbText.write(this.reading(buf), s + 1, end[f]!, this.scratchBytes, used);
         if (written >= 0) {
           this.from[f] = used;
           this.to[f] = written;
@@ -132,16 +118,10 @@ export class LineRenderer {
 
   /** Writes the line of the tuple `bound` last measured; returns the position after its newline. */
   write(buf: Buffer, start: Int32Array, end: Int32Array, out: Buffer, p: number): number {
-    if (buf !== this.buf) {
-      this.buf = buf;
-      this.bufView = viewOf(buf);
-    }
-    if (out !== this.out) {
-      this.out = out;
-      this.outView = viewOf(out);
-    }
+    this.reading(buf);
+    if (out !== this.out.bytes) this.out = bytesOf(out);
     for (let f = 0; f < ENCODINGS.length; f++) {
-      p = copyWords(KEYS_VIEW, KEYS, f === 0 ? 0 : KEY_END[f - 1]!, KEY_END[f]!, this.outView, out, p);
+      p = copyWords(KEY_BYTES_OF, f === 0 ? 0 : KEY_END[f - 1]!, KEY_END[f]!, this.out, p);
       const s = start[f]!;
       if (s === -1) {
         p = put(out, p, NULL);
@@ -152,8 +132,7 @@ export class LineRenderer {
           p = this.text(buf, s, end[f]!, out, p);
           break;
         case 1:
-          if (this.from[f]! >= 0)
-            p = copyWords(this.scratchView, this.scratch, this.from[f]!, this.to[f]!, this.outView, out, p);
+          if (this.from[f]! >= 0) p = copyWords(this.scratchBytes, this.from[f]!, this.to[f]!, this.out, p);
           else p += out.write(this.jsonb[f]!, p);
           break;
         case 2:
@@ -175,10 +154,16 @@ export class LineRenderer {
     return p;
   }
 
+  /** `buf` as the buffer being read (its DataView made once per buffer). */
+  private reading(buf: Buffer): Bytes {
+    if (buf !== this.in.bytes) this.in = bytesOf(buf);
+    return this.in;
+  }
+
   /** A JSON string of UTF-8 text: copied between quotes, or JSON.stringify's escapes where it needs any. */
   private text(buf: Buffer, s: number, e: number, out: Buffer, p: number): number {
     out[p] = QUOTE;
-    const after = copyPlainText(this.bufView, buf, s, e, this.outView, out, p + 1);
+    const after = copyPlainText(this.in, s, e, this.out, p + 1);
     if (after >= 0) {
       out[after] = QUOTE;
       return after + 1;

@@ -1,4 +1,4 @@
-import { copyWords } from './bytes.ts';
+import { bytesOf, copyWords, type Bytes } from './bytes.ts';
 
 /**
  * JCS (RFC 8785) of PostgreSQL's jsonb text, written byte for byte without parsing it into values, for
@@ -41,12 +41,12 @@ const VALUE_END = 3;
 const ENTRY = 4;
 
 export class JsonbText {
-  private src: Uint8Array = new Uint8Array(0);
-  private srcView: DataView = new DataView(new ArrayBuffer(0));
+  private from: Bytes = bytesOf(new Uint8Array(0));
+  private src: Uint8Array = this.from.bytes;
   private end = 0;
   private i = 0;
-  private out: Uint8Array = new Uint8Array(0);
-  private outView: DataView = new DataView(new ArrayBuffer(0));
+  private to: Bytes = bytesOf(new Uint8Array(0));
+  private out: Uint8Array = this.to.bytes;
   private p = 0;
   /** Per depth: the object's entries, ENTRY numbers each, and the order they are written in. */
   private readonly entries = Array.from({ length: MAX_DEPTH }, () => new Int32Array(MAX_KEYS * ENTRY));
@@ -55,23 +55,15 @@ export class JsonbText {
   /**
    * Writes the JCS of the jsonb text `src[start..end)` at `out[p]`; returns the position after it, or -1
    * when the text is not of the shapes above (what was written is then to be ignored). Never writes
-   * more bytes than the text has. The views are DataViews over `src` and `out`.
+   * more bytes than the text has.
    */
-  write(
-    src: Uint8Array,
-    srcView: DataView,
-    start: number,
-    end: number,
-    out: Uint8Array,
-    outView: DataView,
-    p: number,
-  ): number {
-    this.src = src;
-    this.srcView = srcView;
+  write(src: Bytes, start: number, end: number, out: Bytes, p: number): number {
+    this.from = src;
+    this.src = src.bytes;
     this.i = start;
     this.end = end;
-    this.out = out;
-    this.outView = outView;
+    this.to = out;
+    this.out = out.bytes;
     this.p = p;
     try {
       this.value(0);
@@ -230,7 +222,7 @@ export class JsonbText {
   /** Moves past a string: to the first quote not escaped, four bytes at a time where none is near. */
   private string(): void {
     const src = this.src;
-    const view = this.srcView;
+    const view = this.from.view;
     let k = this.i + 1;
     for (;;) {
       for (; k + 4 <= this.end; k += 4) {
@@ -286,7 +278,7 @@ export class JsonbText {
   }
 
   private copy(from: number, to: number): void {
-    this.p = copyWords(this.srcView, this.src, from, to, this.outView, this.out, this.p);
+    this.p = copyWords(this.from, from, to, this.to, this.p);
   }
 
   private emit(byte: number): void {
