@@ -2,27 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { runCli } from './helpers/cli.ts';
 import { databaseKinds } from './helpers/db.ts';
-import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
-
-/** The status of an initialize request made with `token`: 200 accepted, 401 refused. */
-async function statusWith(server: TestServer, token: string): Promise<number> {
-  const res = await fetch(new URL('/mcp', server.url), {
-    method: 'POST',
-    headers: {
-      Authorization: `Bearer ${token}`,
-      'Content-Type': 'application/json',
-      Accept: 'application/json, text/event-stream',
-    },
-    body: JSON.stringify({
-      jsonrpc: '2.0',
-      id: 1,
-      method: 'initialize',
-      params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 't', version: '1' } },
-    }),
-  });
-  await res.body?.cancel();
-  return res.status;
-}
+import { call, connectHttp, initializeStatus, startTestServer, type TestServer } from './helpers/server.ts';
 
 for (const kind of databaseKinds()) {
   describe(`countersign agent rotate on ${kind}`, () => {
@@ -38,7 +18,7 @@ for (const kind of databaseKinds()) {
       const added = await runCli(['agent', 'add', 'rotor'], server.env);
       assert.equal(added.code, 0, added.stderr);
       const oldToken = added.stdout.trim().split('\n').at(-1)!;
-      assert.equal(await statusWith(server, oldToken), 200);
+      assert.equal(await initializeStatus(server, oldToken), 200);
 
       const rotated = await runCli(['agent', 'rotate', 'rotor'], server.env);
       assert.equal(rotated.code, 0, rotated.stderr);
@@ -48,7 +28,7 @@ for (const kind of databaseKinds()) {
       assert.match(newToken, /^cs_/);
       assert.notEqual(newToken, oldToken);
 
-      assert.equal(await statusWith(server, oldToken), 401, 'the old token is refused at once');
+      assert.equal(await initializeStatus(server, oldToken), 401, 'the old token is refused at once');
       const client = await connectHttp(server.url, newToken);
       assert.equal((await call(client, 'isphere_search_groups', { query: 'board' })).ok, true);
       await client.close();
@@ -73,7 +53,7 @@ for (const kind of databaseKinds()) {
       assert.equal((await runCli(['agent', 'revoke', 'gone'], server.env)).code, 0);
       const revoked = await runCli(['agent', 'rotate', 'gone'], server.env);
       assert.equal(revoked.code, 1);
-      assert.equal(await statusWith(server, token), 401);
+      assert.equal(await initializeStatus(server, token), 401);
       const rows = await server.services.knex('audit_events').where({ kind: 'agent.token_rotated' });
       assert.equal(rows.length, 1, 'only the rotation of the test before');
     });

@@ -13,6 +13,7 @@ import { openDatabase } from '../src/db/knex.ts';
 import { createLogger } from '../src/log.ts';
 import { deliverDue } from '../src/notify/deliver.ts';
 import type { User } from '../src/core/identity.ts';
+import { deliveryAttempts, detailsOf } from './helpers/audit-rows.ts';
 import { runCli } from './helpers/cli.ts';
 import { databaseKinds, describeOnPostgres, openMigratedDatabase } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, waitFor, type TestServer } from './helpers/server.ts';
@@ -120,9 +121,6 @@ async function startSmtp() {
     close: () => new Promise<void>((r) => server.close(() => r())),
   };
 }
-
-const detailsOf = (row: { details: unknown }) =>
-  (typeof row.details === 'string' ? JSON.parse(row.details) : row.details) as Record<string, unknown>;
 
 for (const kind of databaseKinds()) {
   describe(`notifications by e-mail through the outbox on ${kind}`, () => {
@@ -388,15 +386,7 @@ describe('the webhook through the outbox on pglite', () => {
     assert.equal(body.agent, 'demo');
     assert.ok(!notice.body.includes('secret body text'), 'no message body unless configured');
 
-    // The hook answers before the outbox records the delivery: wait for that row.
-    const audit = await waitFor('the notification.delivered row', async () => {
-      const rows = (await server.services
-        .knex('audit_events')
-        .where({ approval_request_id: id })
-        .whereIn('kind', ['notification.failed', 'notification.delivered'])
-        .orderBy('seq')) as { kind: string; details: unknown }[];
-      return rows.some((r) => r.kind === 'notification.delivered') ? rows : undefined;
-    });
+    const audit = await deliveryAttempts(server.services.knex, id);
     assert.deepEqual(
       audit.map((r) => [r.kind, detailsOf(r).attempt]),
       [

@@ -8,6 +8,7 @@ import { createUser, setUserEmail } from '../src/accounts/users.ts';
 import { redactedConfig } from '../src/app/config-digest.ts';
 import { loadConfig } from '../src/config.ts';
 import { isAppError } from '../src/core/errors.ts';
+import { deliveryAttempts, detailsOf } from './helpers/audit-rows.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, waitFor, type TestServer } from './helpers/server.ts';
 import { startSlackStandIn, type SlackCall, type SlackStandIn } from './helpers/slack-standin.ts';
@@ -17,9 +18,6 @@ const SIGNING_SECRET = 'slack-signing-secret-nobody-may-see';
 const CHANNEL = 'C0APPROVALS';
 
 type Block = Record<string, unknown>;
-
-const detailsOf = (row: { details: unknown }) =>
-  (typeof row.details === 'string' ? JSON.parse(row.details) : row.details) as Record<string, unknown>;
 
 /** A callback as Slack sends it: form-encoded `payload`, signed with `secret` at `timestamp`. */
 function signed(payload: unknown, opts: { timestamp?: number; secret?: string } = {}) {
@@ -384,14 +382,7 @@ for (const kind of databaseKinds()) {
       slack.failures.push({ method: 'chat.postMessage', failure: 'channel_not_found' });
       const { id } = await draft(agent, 'posted on the third try');
       await posted(id);
-      const attempts = await waitFor('the delivered attempt', async () => {
-        const rows = (await server.services
-          .knex('audit_events')
-          .where({ approval_request_id: id })
-          .whereIn('kind', ['notification.failed', 'notification.delivered'])
-          .orderBy('seq')) as { kind: string; details: unknown }[];
-        return rows.some((r) => r.kind === 'notification.delivered') ? rows : undefined;
-      });
+      const attempts = await deliveryAttempts(server.services.knex, id);
       assert.deepEqual(
         attempts.map((r) => [r.kind, detailsOf(r).attempt]),
         [

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { detailsOf } from './helpers/audit-rows.ts';
 import { runCli } from './helpers/cli.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
@@ -13,8 +14,6 @@ for (const kind of databaseKinds()) {
     const signIn = (name: string, password: string) =>
       runCli(['approvals', 'list', '--as', name], { ...server.env, COUNTERSIGN_PASSWORD: password });
     const rows = (kind: string) => server.services.knex('audit_events').where({ kind }).orderBy('seq');
-    const detailsOf = (row: { details: unknown }) =>
-      (typeof row.details === 'string' ? JSON.parse(row.details) : row.details) as Record<string, unknown>;
 
     before(async () => {
       server = await startTestServer(kind);

@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { createUser } from '../src/accounts/users.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { databaseKinds } from './helpers/db.ts';
-import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
+import { call, connectHttp, initializeStatus, startTestServer, type TestServer } from './helpers/server.ts';
 
 /** Posts a form whose fields may repeat (role=chair&role=compliance), as a browser sends checkboxes. */
 async function postPairs(web: WebClient, path: string, pairs: [string, string][]) {
@@ -24,26 +24,6 @@ function secretOf(html: string): string {
   const m = /<code class="secret" id="secret">([^<]+)<\/code>/.exec(html);
   if (!m) throw new Error('no secret on the page');
   return m[1]!;
-}
-
-/** The status of an MCP initialize request made with `token`: 200 accepted, 401 refused. */
-async function mcpStatus(server: TestServer, token: string): Promise<number> {
-  const res = await fetch(new URL('/mcp', server.url), {
-    method: 'POST',
-    headers: {
-      Authorization: `Bearer ${token}`,
-      'Content-Type': 'application/json',
-      Accept: 'application/json, text/event-stream',
-    },
-    body: JSON.stringify({
-      jsonrpc: '2.0',
-      id: 1,
-      method: 'initialize',
-      params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 't', version: '1' } },
-    }),
-  });
-  await res.body?.cancel();
-  return res.status;
 }
 
 const unescape = (html: string) => html.replaceAll('&quot;', '"').replaceAll('&#39;', "'");
@@ -259,7 +239,7 @@ for (const kind of databaseKinds()) {
       assert.equal(added.res.headers.get('cache-control'), 'no-store');
       const token = secretOf(added.html);
       assert.match(token, /^cs_/);
-      assert.equal(await mcpStatus(server, token), 200);
+      assert.equal(await initializeStatus(server, token), 200);
       const created = (await rows('agent.created')).at(-1)!;
       assert.equal(created.actor, 'root');
       assert.deepEqual(created.details, {
@@ -307,7 +287,7 @@ for (const kind of databaseKinds()) {
       assert.equal(rotated.res.headers.get('cache-control'), 'no-store');
       const newToken = secretOf(rotated.html);
       assert.notEqual(newToken, oldToken);
-      assert.equal(await mcpStatus(server, oldToken), 401, 'the old token is refused at once');
+      assert.equal(await initializeStatus(server, oldToken), 401, 'the old token is refused at once');
       const fresh = await connectHttp(server.url, newToken);
       assert.equal((await call(fresh, 'isphere_search_groups', { query: 'board' })).ok, true);
       await fresh.close();
@@ -324,7 +304,7 @@ for (const kind of databaseKinds()) {
       const token = secretOf(added.html);
       const revoked = await admin.post('/admin/agents/gone/revoke', { _csrf: csrf });
       assert.equal(revoked.res.status, 303);
-      assert.equal(await mcpStatus(server, token), 401);
+      assert.equal(await initializeStatus(server, token), 401);
       const page = await admin.get('/admin/agents/gone?done=revoked');
       assert.match(page.html, /Agent revoked/);
       assert.doesNotMatch(page.html, /Rotate token/);

@@ -133,6 +133,26 @@ export async function call(
 }
 
 /** Polls `probe` until it returns a value (not undefined), for things that happen in the background. */
+/** The HTTP status of an MCP initialize request made with `token`: 200 accepted, 401 refused. */
+export async function initializeStatus(server: { url: string }, token: string): Promise<number> {
+  const res = await fetch(new URL('/mcp', server.url), {
+    method: 'POST',
+    headers: {
+      Authorization: `Bearer ${token}`,
+      'Content-Type': 'application/json',
+      Accept: 'application/json, text/event-stream',
+    },
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'initialize',
+      params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 't', version: '1' } },
+    }),
+  });
+  await res.body?.cancel();
+  return res.status;
+}
+
 export async function waitFor<T>(
   what: string,
   probe: () => Promise<T | undefined>,
