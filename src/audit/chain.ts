@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { z } from 'zod';
 import { canonicalPicker } from './canonical.ts';
 import { AuditKind, AuditResult } from './kinds.ts';
@@ -69,9 +69,9 @@ export const AUDIT_FIELDS: readonly AuditField[] = AuditBody.keyof().options;
 export const canonicalRow: (body: { readonly [F in AuditField]?: unknown }) => string =
   canonicalPicker(AUDIT_FIELDS);
 
-/** hash = SHA-256(prev_hash || canonical row), hex. */
+/** hash = SHA-256(prev_hash || canonical row), hex. One call, no Hash object: every append hashes. */
 export function chainHash(prevHash: string, body: Parameters<typeof canonicalRow>[0]): string {
-  return createHash('sha256').update(prevHash).update(canonicalRow(body)).digest('hex');
+  return hash('sha256', prevHash + canonicalRow(body), 'hex');
 }
 
 /**

@@ -6,7 +6,6 @@ import {
   chainHash,
   ChainHeadFromDb,
   GENESIS_HASH,
-  type AuditBody,
   type AuditRow,
   type ChainHead,
 } from './chain.ts';
@@ -82,16 +81,43 @@ export interface AuditLog {
   drain(): Promise<void>;
 }
 
-/** The rows that extend the chain after `head` (none: the genesis), stamped now. */
+/**
+ * The rows that extend the chain after `head` (none: the genesis), stamped now. Each row is one object
+ * literal in table order (no spreads): this runs for every append, on the path of every call.
+ */
 function chainRows(head: ChainHead | undefined, inputs: AuditInput[]): AuditRow[] {
   let seq = head?.seq ?? 0;
   let prev = head?.hash ?? GENESIS_HASH;
   const ts = new Date().toISOString();
   return inputs.map((input) => {
-    const body: AuditBody = { seq: ++seq, event_id: randomUUID(), ts, ...AuditInput.parse(input) };
-    const prev_hash = prev;
-    prev = chainHash(prev_hash, body);
-    return { ...body, prev_hash, hash: prev };
+    const p = AuditInput.parse(input);
+    const row: AuditRow = {
+      seq: ++seq,
+      event_id: randomUUID(),
+      ts,
+      kind: p.kind,
+      request_id: p.request_id,
+      trace_id: p.trace_id,
+      agent_id: p.agent_id,
+      actor: p.actor,
+      tool: p.tool,
+      source: p.source,
+      target_type: p.target_type,
+      target_ref: p.target_ref,
+      approval_request_id: p.approval_request_id,
+      approval_id: p.approval_id,
+      approvers: p.approvers,
+      dry_run: p.dry_run,
+      content_sha256: p.content_sha256,
+      file_sha256: p.file_sha256,
+      result: p.result,
+      error_code: p.error_code,
+      details: p.details,
+      prev_hash: prev,
+      hash: '',
+    };
+    row.hash = prev = chainHash(row.prev_hash, row);
+    return row;
   });
 }
 
