@@ -1,10 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
   classifyInboundRequest,
-  isInitializeRequest,
-  isJSONRPCErrorResponse,
-  isJSONRPCRequest,
-  isJSONRPCResultResponse,
   isJsonContentType,
   parseJSONRPCMessage,
   SUPPORTED_PROTOCOL_VERSIONS,
@@ -32,9 +28,12 @@ class OneRequest implements Transport {
 
   async start(): Promise<void> {}
 
+  /**
+   * The server's own messages, typed: a response is the one with a result or an error (a request or a
+   * notification has a method instead), so the keys tell, without validating the message again.
+   */
   async send(message: JSONRPCMessage): Promise<void> {
-    if ((isJSONRPCResultResponse(message) || isJSONRPCErrorResponse(message)) && message.id === this.id)
-      this.settle(message);
+    if (('result' in message || 'error' in message) && message.id === this.id) this.settle(message);
   }
 
   async close(): Promise<void> {
@@ -68,9 +67,11 @@ function plainRequest(req: IncomingMessage, body: unknown) {
     mcpNameHeader: header(req, 'mcp-name'),
     body,
   });
-  if (route.kind !== 'legacy' || !isJSONRPCRequest(body) || isInitializeRequest(body)) return;
+  // 'no-claim': a JSON-RPC request without the 2026 envelope, and not `initialize` (that is 'initialize').
+  if (route.kind !== 'legacy' || route.reason !== 'no-claim') return;
   try {
-    return parseJSONRPCMessage(body);
+    const message = parseJSONRPCMessage(body);
+    return 'method' in message && 'id' in message ? message : undefined;
   } catch {
     return undefined;
   }
@@ -97,7 +98,7 @@ export async function answerPlainRequest(
   },
 ): Promise<boolean> {
   const message = plainRequest(req, body);
-  if (!message || !isJSONRPCRequest(message)) return false;
+  if (!message) return false;
   const server = opts.createServer(opts.authInfo);
   const transport = new OneRequest(message.id);
   let answer: string;
