@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import knexFactory from 'knex';
 import { createAuditLog, isAuditUnavailable } from '../src/audit/log.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
-import { isConnectionError, type Database } from '../src/db/knex.ts';
+import { isConnectionError, runPrepared, type Database } from '../src/db/knex.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
 
 for (const kind of databaseKinds()) {
@@ -70,6 +70,43 @@ for (const kind of databaseKinds()) {
       const next = await log.append(row('next', 2));
       assert.equal(next.prev_hash, inTrx!.hash);
       assert.equal((await verifyDatabaseChain(db.knex)).first_bad, undefined);
+    });
+
+    it('runs a prepared statement on the pool or in a transaction, and announces each one to knex', async () => {
+      const sql = 'select ?::int + ?::int as sum, ?::text as word';
+      const seen: { sql: string }[] = [];
+      const listen = (q: { sql: string }) => seen.push(q);
+      db.knex.on('query', listen);
+      try {
+        for (const [a, b] of [
+          [1, 2],
+          [40, 2],
+        ])
+          assert.deepEqual((await runPrepared(db.knex, 'test_sum', sql, [a, b, 'w'])).rows, [
+            { sum: a! + b!, word: 'w' },
+          ]);
+        // In a transaction it runs on the transaction's connection: it sees what the transaction wrote.
+        await db.knex.schema.createTable('prepared_probe', (t) => t.integer('n'));
+        const inside = await db.knex.transaction(async (trx) => {
+          await trx('prepared_probe').insert({ n: 7 });
+          return runPrepared(
+            trx,
+            'test_probe',
+            'select count(*)::int as n from prepared_probe where n = ?',
+            [7],
+          );
+        });
+        assert.deepEqual(inside.rows, [{ n: 1 }]);
+        assert.equal(seen.filter((q) => q.sql.includes('as word')).length, 2);
+        const failed = await runPrepared(db.knex, 'test_bad', 'select ?::int', ['x']).catch(
+          (e: unknown) => e,
+        );
+        assert.equal((failed as { code?: string }).code, '22P02');
+        assert.equal(isConnectionError(failed), false);
+      } finally {
+        db.knex.off('query', listen);
+        await db.knex.schema.dropTableIfExists('prepared_probe');
+      }
     });
   });
 }

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
-import { dialectOf, isConnectionError } from '../db/knex.ts';
+import { dialectOf, isConnectionError, runPrepared } from '../db/knex.ts';
 import {
   AuditInput,
   chainHash,
@@ -142,18 +142,16 @@ const APPEND_AFTER = `with lock as materialized (select pg_advisory_xact_lock(?)
  */
 async function appendAfter(knex: Knex, head: ChainHead, rows: AuditRow[]): Promise<boolean> {
   try {
-    const query = knex.raw(APPEND_AFTER, [
+    // A named statement: each connection parses and plans it once, instead of once per batch (planning
+    // took about as long as running it). Its text never changes; the values are bound.
+    const { rowCount } = await runPrepared(knex, 'countersign_audit_append_after', APPEND_AFTER, [
       AUDIT_LOCK_KEY,
       JSON.stringify(rows),
       head.seq,
       head.hash,
       head.seq + 1,
     ]);
-    // A named statement on PostgreSQL: each connection parses and plans it once, instead of once per
-    // batch (planning took about as long as running it). Its text never changes; the values are bound.
-    if (dialectOf(knex) === 'postgres') query.options({ name: 'countersign_audit_append_after' });
-    const result = (await query) as { rowCount: number | null };
-    return result.rowCount === rows.length;
+    return rowCount === rows.length;
   } catch (err) {
     if ((err as { code?: string }).code === '23505') return false;
     throw err;
