@@ -220,12 +220,20 @@ for (const kind of databaseKinds()) {
         hash: string;
       };
       const after = Number(head.seq);
+      // On PostgreSQL (the COPY path, which writes seq's digits itself) each a different number of
+      // digits, up to the largest a number holds exactly; PGlite's pages walk seq windows, so no gaps there.
+      const seqs =
+        kind === 'postgres'
+          ? [after + 1, 99_999, 100_000, 2 ** 31, 2 ** 32 + 7, 999_999_999_999, 10 ** 15, 2 ** 53 - 1]
+          : instants.map((_, i) => after + 1 + i);
+      assert.ok(seqs[1]! > seqs[0]!, 'the stored rows end below 99,999');
       let seq = after;
       let prev = head.hash;
       for (const [i, ts] of instants.entries()) {
+        seq = seqs[i]!;
         const row = {
           ...stored[i]!,
-          seq: ++seq,
+          seq,
           event_id: `0123abcd-ef01-4a2b-8c3d-${String(i).padStart(12, 'f')}`,
           ts,
           prev_hash: prev,

@@ -3,6 +3,7 @@ import pg from 'pg';
 import { dialectOf } from '../db/knex.ts';
 import type { ExportFilter } from './export-filter.ts';
 import { exportLines, filterConditions } from './export-pages.ts';
+import { bytesOf, type Bytes } from './bytes.ts';
 import { int8, LineRenderer, RAW_COLUMNS } from './export-render.ts';
 
 /** A run of exported rows: their bytes, each row's hash and a newline, and the run's first and last row. */
@@ -89,8 +90,11 @@ class LineChunks {
     this.pos = this.renderer.write(buf, start, end, this.data, this.pos);
     const hash = RAW_COLUMNS.hash;
     if (end[hash]! - start[hash]! !== 64) throw new Error(`a row's hash is not 64 hex digits (seq ${seq})`);
-    buf.copy(this.hashes, this.rows * 65, start[hash], end[hash]);
-    this.hashes[this.rows * 65 + 64] = NEWLINE;
+    // 64 bytes: a loop costs less than Buffer.copy's call into C++, once per row.
+    const hashes = this.hashes;
+    const at = this.rows * 65;
+    for (let i = 0, s = start[hash]!; i < 64; i++) hashes[at + i] = buf[s + i]!;
+    hashes[at + 64] = NEWLINE;
     this.rows++;
     this.lastSeq = seq;
   }
@@ -135,6 +139,8 @@ class CopyLines {
   private headerRead = false;
   private readonly start = new Int32Array(FIELDS);
   private readonly end = new Int32Array(FIELDS);
+  private memory: ArrayBufferLike | undefined;
+  private whole: Bytes = bytesOf(Buffer.alloc(0));
 
   constructor(
     private readonly text: string,
@@ -161,44 +167,63 @@ class CopyLines {
   handleEmptyQuery() {}
   handleCopyInResponse() {}
 
+  /**
+   * One CopyData message: PostgreSQL sends a message per row, each a slice of pg's read buffer. The
+   * tuples are decoded in place, at their offsets in that buffer, through one Buffer and DataView per
+   * read buffer rather than per message (`reading`): the renderer then reuses its view row after row.
+   */
   handleCopyData(msg: { chunk: Buffer }) {
     if (this.error) return;
-    const buf = this.rest ? Buffer.concat([this.rest, msg.chunk]) : msg.chunk;
     try {
-      const at = this.tuples(buf);
+      const buf = this.rest ? Buffer.concat([this.rest, msg.chunk]) : msg.chunk;
+      const whole = this.reading(buf);
+      const from = buf.byteOffset - whole.bytes.byteOffset;
+      const to = from + buf.length;
+      const at = this.tuples(whole, from, to);
       // pg reuses its read buffer: what is kept for the next message is copied.
-      this.rest = at < buf.length ? Buffer.from(buf.subarray(at)) : null;
+      this.rest = at < to ? Buffer.from(whole.bytes.subarray(at, to)) : null;
     } catch (err) {
       this.error = err as Error;
     }
   }
 
-  /** Decodes the whole tuples of `buf`; returns where the first incomplete one starts. */
-  private tuples(buf: Buffer): number {
-    let at = 0;
+  /** `buf`'s whole underlying memory as a Buffer with a DataView, made once per memory. */
+  private reading(buf: Buffer): Bytes {
+    if (buf.buffer !== this.memory) {
+      this.memory = buf.buffer;
+      this.whole = bytesOf(Buffer.from(buf.buffer));
+    }
+    return this.whole;
+  }
+
+  /** Decodes the whole tuples of `buf[at..limit)`; returns where the first incomplete one starts. */
+  private tuples(bytes: Bytes, at: number, limit: number): number {
+    const buf = bytes.bytes as Buffer;
+    const view = bytes.view;
     if (!this.headerRead) {
-      if (buf.length < HEADER_BYTES) return 0;
-      if (SIGNATURE.compare(buf, 0, SIGNATURE.length) !== 0) throw new Error('not a binary COPY stream');
-      const body = HEADER_BYTES + buf.readUInt32BE(HEADER_BYTES - 4); // after the header extension
-      if (buf.length < body) return 0;
+      if (limit - at < HEADER_BYTES) return at;
+      if (SIGNATURE.compare(buf, at, at + SIGNATURE.length) !== 0)
+        throw new Error('not a binary COPY stream');
+      const body = at + HEADER_BYTES + view.getUint32(at + HEADER_BYTES - 4); // after the header extension
+      if (limit < body) return at;
       at = body;
       this.headerRead = true;
     }
     const { start, end } = this;
     for (;;) {
-      if (at + 2 > buf.length) return at;
-      const fields = buf.readInt16BE(at);
-      if (fields === -1) return buf.length; // the trailer
+      if (at + 2 > limit) return at;
+      const fields = view.getInt16(at);
+      if (fields === -1) return limit; // the trailer
       if (fields !== FIELDS) throw new Error(`binary COPY tuple of ${fields} fields, not ${FIELDS}`);
       let p = at + 2;
       for (let f = 0; f < FIELDS; f++) {
-        if (p + 4 > buf.length) return at;
-        const len = buf.readInt32BE(p);
+        if (p + 4 > limit) return at;
+        const len = view.getInt32(p);
         p += 4;
         start[f] = len === -1 ? -1 : p;
         if (len > 0) p += len;
         end[f] = p;
-        if (p > buf.length) return at;
+        if (p > limit) return at;
       }
       this.lines.row(buf, start, end);
       at = p;

@@ -142,7 +142,7 @@ export class LineRenderer {
           p = this.timestamp(buf, s, out, p);
           break;
         case 4:
-          p += out.write(String(int8(buf, s)), p, 'latin1');
+          p = digits(int8(buf, s), out, p);
           break;
         case 5:
           p = put(out, p, buf[s] ? TRUE : FALSE);
@@ -204,6 +204,22 @@ export function int8(buf: Buffer, s: number): number {
   const high = buf.readInt32BE(s);
   if (high > 0x1fffff || high < -0x200000) throw new Error('a 64-bit integer beyond 2^53 in the export');
   return high * 2 ** 32 + buf.readUInt32BE(s + 4);
+}
+
+/** An integer (|n| < 2^53) in decimal, as String(n) writes it. */
+function digits(n: number, out: Uint8Array, p: number): number {
+  if (n < 0) {
+    out[p++] = 0x2d; // -
+    n = -n;
+  }
+  let end = p + 1;
+  for (let rest = Math.floor(n / 10); rest > 0; rest = Math.floor(rest / 10)) end++;
+  for (let q = end - 1; q >= p; q--) {
+    const d = n % 10;
+    out[q] = 0x30 + d;
+    n = (n - d) / 10;
+  }
+  return end;
 }
 
 /** A binary uuid (16 bytes) as its quoted text: 8-4-4-4-12 lowercase hex digits. */
