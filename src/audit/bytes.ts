@@ -1,7 +1,8 @@
 /** Byte copies for the export's hot loop: four bytes at a time through a DataView (see copyWords). */
 
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
+/** The two bytes JSON text escapes besides control characters. */
+export const QUOTE = 0x22;
+export const BACKSLASH = 0x5c;
 
 /** A buffer and a DataView over the same bytes. */
 export interface Bytes {

@@ -1,6 +1,6 @@
 import { AUDIT_FIELDS, type AuditField } from './chain.ts';
 import { canonicalText } from './export-pages.ts';
-import { bytesOf, copyPlainText, copyWords, type Bytes } from './bytes.ts';
+import { bytesOf, copyPlainText, copyWords, QUOTE, type Bytes } from './bytes.ts';
 import { JsonbText } from './jsonb-text.ts';
 
 /**
@@ -49,7 +49,6 @@ const ENCODINGS = Int8Array.from(FIELDS, (f) => CODE[f.encoding]);
 const NULL = ascii('null');
 const TRUE = ascii('true');
 const FALSE = ascii('false');
-const QUOTE = 0x22;
 /** Two lowercase hex digits per byte value. */
 const HEX = ascii(Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, '0')).join(''));
 /** 2000-01-01T00:00:00Z, PostgreSQL's epoch for binary timestamps, in Unix milliseconds. */

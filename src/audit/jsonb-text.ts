@@ -1,4 +1,4 @@
-import { bytesOf, copyWords, type Bytes } from './bytes.ts';
+import { BACKSLASH, bytesOf, copyWords, QUOTE, type Bytes } from './bytes.ts';
 
 /**
  * JCS (RFC 8785) of PostgreSQL's jsonb text, written byte for byte without parsing it into values, for
@@ -14,8 +14,6 @@ import { bytesOf, copyWords, type Bytes } from './bytes.ts';
  * to the same bytes on jsonb written by PostgreSQL.
  */
 
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
 const COMMA = 0x2c;
 const COLON = 0x3a;
 const SPACE = 0x20;

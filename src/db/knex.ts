@@ -71,7 +71,7 @@ export function dialectOf(knex: Knex | Knex.Transaction): Dialect {
   return knex.client.config.client === 'pg' ? 'postgres' : 'pglite';
 }
 
-/** `?` placeholders as PostgreSQL numbers them ($1, $2, …), per statement name, worked out once. */
+/** Each statement's text with its `?` placeholders as PostgreSQL numbers them ($1, $2, …), worked out once. */
 const numberedText = new Map<string, string>();
 
 /**
@@ -93,11 +93,12 @@ export async function runPrepared(
     const raw = knex.raw(sql, values as Knex.RawBinding[]);
     return postgres ? raw.options({ name }) : raw;
   }
-  let text = numberedText.get(name);
+  // Keyed by the text, not the name: pg refuses one name for two texts rather than run the wrong one.
+  let text = numberedText.get(sql);
   if (text === undefined) {
     let n = 0;
     text = sql.replace(/\?/g, () => `$${++n}`);
-    numberedText.set(name, text);
+    numberedText.set(sql, text);
   }
   knex.emit('query', { method: 'raw', sql, bindings: values, options: { name } });
   // knex's pool hands out pg clients; one that errors is marked and discarded by the pool on return.
