@@ -3,7 +3,7 @@ import pg from 'pg';
 import { dialectOf } from '../db/knex.ts';
 import type { ExportFilter } from './export-filter.ts';
 import { exportLines, filterConditions } from './export-pages.ts';
-import { bytesOf, type Bytes } from './bytes.ts';
+import { bytesOf, copyWords, type Bytes } from './bytes.ts';
 import { int8, LineRenderer, RAW_COLUMNS } from './export-render.ts';
 
 /** A run of exported rows: their bytes, each row's hash and a newline, and the run's first and last row. */
@@ -69,9 +69,9 @@ export async function* pageChunks(
 
 /** Assembles the JSONL lines of binary COPY tuples (LineRenderer) into BUFFER-sized buffers. */
 class LineChunks {
-  private readonly spare: { data: Buffer; hashes: Buffer }[] = [];
+  private readonly spare: { data: Buffer; hashes: Bytes }[] = [];
   private data: Buffer = Buffer.allocUnsafe(BUFFER);
-  private hashes: Buffer = Buffer.allocUnsafe(65 * MAX_ROWS);
+  private hashes: Bytes = bytesOf(Buffer.allocUnsafe(65 * MAX_ROWS));
   private pos = 0;
   private rows = 0;
   private first = 0;
@@ -80,21 +80,19 @@ class LineChunks {
 
   constructor(private readonly emit: (chunk: ExportChunk) => void) {}
 
-  /** One tuple: fields at `start[i]`..`end[i]` of `buf` (start -1: NULL). */
-  row(buf: Buffer, start: Int32Array, end: Int32Array): void {
-    const seq = int8(buf, start[RAW_COLUMNS.seq]!);
-    const bytes = this.renderer.bound(buf, start, end);
-    if (this.pos + bytes > this.data.length || this.rows * 65 + 65 > this.hashes.length) this.flush();
+  /** One tuple of `tupleBytes`: fields at `start[i]`..`end[i]` of `input` (start -1: NULL). */
+  row(input: Bytes, start: Int32Array, end: Int32Array, tupleBytes: number): void {
+    const buf = input.bytes as Buffer;
+    const seq = int8(input.view, start[RAW_COLUMNS.seq]!);
+    const bytes = this.renderer.bound(buf, start, end, tupleBytes);
+    if (this.pos + bytes > this.data.length || this.rows === MAX_ROWS) this.flush();
     if (bytes > this.data.length) this.data = Buffer.allocUnsafe(bytes); // one long row: not kept
     if (this.rows === 0) this.first = seq;
     this.pos = this.renderer.write(buf, start, end, this.data, this.pos);
     const hash = RAW_COLUMNS.hash;
     if (end[hash]! - start[hash]! !== 64) throw new Error(`a row's hash is not 64 hex digits (seq ${seq})`);
-    // 64 bytes: a loop costs less than Buffer.copy's call into C++, once per row.
-    const hashes = this.hashes;
-    const at = this.rows * 65;
-    for (let i = 0, s = start[hash]!; i < 64; i++) hashes[at + i] = buf[s + i]!;
-    hashes[at + 64] = NEWLINE;
+    const at = copyWords(input, start[hash]!, end[hash]!, this.hashes, this.rows * 65);
+    this.hashes.bytes[at] = NEWLINE;
     this.rows++;
     this.lastSeq = seq;
   }
@@ -102,7 +100,7 @@ class LineChunks {
   flush(): void {
     if (this.rows === 0) return;
     const used = { data: this.data, hashes: this.hashes };
-    const hashes = this.hashes.subarray(0, this.rows * 65);
+    const hashes = (this.hashes.bytes as Buffer).subarray(0, this.rows * 65);
     this.emit({
       data: this.data.subarray(0, this.pos),
       hashes,
@@ -115,7 +113,7 @@ class LineChunks {
     });
     const next = this.spare.pop();
     this.data = next?.data ?? Buffer.allocUnsafe(BUFFER);
-    this.hashes = next?.hashes ?? Buffer.allocUnsafe(65 * MAX_ROWS);
+    this.hashes = next?.hashes ?? bytesOf(Buffer.allocUnsafe(65 * MAX_ROWS));
     this.pos = 0;
     this.rows = 0;
   }
@@ -225,7 +223,7 @@ class CopyLines {
         end[f] = p;
         if (p > limit) return at;
       }
-      this.lines.row(buf, start, end);
+      this.lines.row(bytes, start, end, p - at);
       at = p;
     }
   }
