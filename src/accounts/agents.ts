@@ -1,4 +1,4 @@
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { hash, randomBytes, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { AppError } from '../core/errors.ts';
 import { AgentName, type Agent } from '../core/identity.ts';
@@ -6,8 +6,11 @@ import { AgentName, type Agent } from '../core/identity.ts';
 /** An agent token: 256 random bits, recognisable by its prefix. */
 const newToken = () => `cs_${randomBytes(32).toString('base64url')}`;
 
-/** Tokens carry 256 random bits; only their SHA-256 is stored, so a plain hash is enough. */
-export const hashToken = (token: string) => createHash('sha256').update(token).digest('hex');
+/**
+ * Tokens carry 256 random bits; only their SHA-256 is stored, so a plain hash is enough. One call, no
+ * Hash object: every request on HTTP hashes its token to find its agent.
+ */
+export const hashToken = (token: string) => hash('sha256', token, 'hex');
 
 export type AuthFailure = 'missing_token' | 'unknown_token' | 'revoked_token';
 

@@ -1,4 +1,4 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { hash, randomUUID } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import type { CallToolResult } from '@modelcontextprotocol/server';
@@ -90,11 +90,7 @@ export function beginCall(
     request_id: randomUUID(),
     trace_id,
     started: new Date(),
-    args_sha256: tooDeep(given)
-      ? null
-      : createHash('sha256')
-          .update(canonicalize(given) ?? '')
-          .digest('hex'),
+    args_sha256: tooDeep(given) ? null : hash('sha256', canonicalize(given) ?? '', 'hex'),
   };
 }
 
