@@ -32,7 +32,9 @@ export function filterConditions(filter: ExportFilter): { sql: string; values: s
 /**
  * Rows of the filter up to `maxSeq`, in seq order, a page at a time: memory stays flat at any size.
  * Each query reads a window of seq values (widened while a filter leaves pages sparse), so that the
- * primary key bounds every query whatever the planner believes about the table. `select` names the
+ * primary key bounds every query whatever the planner believes about the table. The window doubles
+ * without a fixed ceiling, so a gap in seq of any size (a log never has one; a table altered behind
+ * its back may) is crossed in a few dozen queries, not walked a bounded window at a time. `select` names the
  * columns, `map` turns a database row into what the caller wants.
  */
 async function* pages<T extends { seq: number }>(
@@ -73,7 +75,7 @@ async function* pages<T extends { seq: number }>(
     if (page.rows.length === EXPORT_PAGE && window > EXPORT_PAGE) {
       after = page.rows.at(-1)!.seq;
       window = Math.max(EXPORT_PAGE, window / 2);
-    } else if (page.rows.length < EXPORT_PAGE / 2) window = Math.min(window * 2, 1 << 24);
+    } else if (page.rows.length < EXPORT_PAGE / 2) window = Math.min(window * 2, Number.MAX_SAFE_INTEGER);
     fill();
     if (page.rows.length > 0) yield page.rows;
   }
