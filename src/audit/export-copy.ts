@@ -82,13 +82,12 @@ class LineChunks {
 
   /** One tuple of `tupleBytes`: fields at `start[i]`..`end[i]` of `input` (start -1: NULL). */
   row(input: Bytes, start: Int32Array, end: Int32Array, tupleBytes: number): void {
-    const buf = input.bytes as Buffer;
     const seq = int8(input.view, start[RAW_COLUMNS.seq]!);
-    const bytes = this.renderer.bound(buf, start, end, tupleBytes);
+    const bytes = this.renderer.bound(input, start, end, tupleBytes);
     if (this.pos + bytes > this.data.length || this.rows === MAX_ROWS) this.flush();
     if (bytes > this.data.length) this.data = Buffer.allocUnsafe(bytes); // one long row: not kept
     if (this.rows === 0) this.first = seq;
-    this.pos = this.renderer.write(buf, start, end, this.data, this.pos);
+    this.pos = this.renderer.write(input, start, end, this.data, this.pos);
     const hash = RAW_COLUMNS.hash;
     if (end[hash]! - start[hash]! !== 64) throw new Error(`a row's hash is not 64 hex digits (seq ${seq})`);
     const at = copyWords(input, start[hash]!, end[hash]!, this.hashes, this.rows * 65);

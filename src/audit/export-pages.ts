@@ -34,8 +34,8 @@ export function filterConditions(filter: ExportFilter): { sql: string; values: s
  * Each query reads a window of seq values (widened while a filter leaves pages sparse), so that the
  * primary key bounds every query whatever the planner believes about the table. The window doubles
  * without a fixed ceiling, so a gap in seq of any size (a log never has one; a table altered behind
- * its back may) is crossed in a few dozen queries, not walked a bounded window at a time. `select` names the
- * columns, `map` turns a database row into what the caller wants.
+ * its back may) is crossed in a few dozen queries, not walked a bounded window at a time. `select`
+ * names the columns, `map` turns a database row into what the caller wants.
  */
 async function* pages<T extends { seq: number }>(
   knex: Knex,

@@ -80,13 +80,12 @@ function put(out: Uint8Array, p: number, bytes: Uint8Array): number {
 
 /**
  * Writes the rows of one export as JSONL lines, one binary COPY tuple at a time (its fields in
- * RAW_COLUMNS order, at `start[i]..end[i]` of `buf`, start -1 for NULL): `bound` measures the line
+ * RAW_COLUMNS order, at `start[i]..end[i]` of `input`, start -1 for NULL): `bound` measures the line
  * (and makes its jsonb values canonical), then `write` writes it where there is room for that.
  */
 export class LineRenderer {
   private readonly canonical = canonicalText();
-  /** The buffers last read and written, each with a DataView over it (bytesOf). */
-  private in: Bytes = bytesOf(Buffer.alloc(0));
+  /** The buffer last written, with a DataView over it (bytesOf). */
   private out: Bytes = bytesOf(Buffer.alloc(0));
   private readonly jsonbText = new JsonbText();
   /** This row's jsonb values made canonical: bytes in `scratch` (from..to), or else a string. */
@@ -107,7 +106,8 @@ export class LineRenderer {
    * and each field's bytes six times over (a string that needs escapes grows at most sixfold, `\u001f`
    * for one byte; a uuid's or a timestamp's text is less). The jsonb values are made canonical here.
    */
-  bound(buf: Buffer, start: Int32Array, end: Int32Array, tupleBytes: number): number {
+  bound(input: Bytes, start: Int32Array, end: Int32Array, tupleBytes: number): number {
+    const buf = input.bytes as Buffer;
     let bytes = CONSTANT_BYTES + 6 * tupleBytes;
     let used = 0;
     for (const f of JSONB) {
@@ -119,7 +119,7 @@ export class LineRenderer {
         this.scratch = grow(this.scratch, used + length);
         this.scratchBytes = bytesOf(this.scratch);
       }
-      const written = this.jsonbText.write(this.reading(buf), s + 1, end[f]!, this.scratchBytes, used);
+      const written = this.jsonbText.write(input, s + 1, end[f]!, this.scratchBytes, used);
       if (written >= 0) {
         this.from[f] = used;
         this.to[f] = written;
@@ -135,8 +135,8 @@ export class LineRenderer {
   }
 
   /** Writes the line of the tuple `bound` last measured; returns the position after its newline. */
-  write(buf: Buffer, start: Int32Array, end: Int32Array, out: Buffer, p: number): number {
-    const input = this.reading(buf);
+  write(input: Bytes, start: Int32Array, end: Int32Array, out: Buffer, p: number): number {
+    const buf = input.bytes as Buffer;
     if (out !== this.out.bytes) this.out = bytesOf(out);
     const output = this.out;
     for (let f = 0; f < FIELDS.length; f++) {
@@ -152,7 +152,7 @@ export class LineRenderer {
       p = copyWords(KEYS.bytes, KEYS.start[f]!, KEYS.end[f]!, output, p);
       switch (ENCODINGS[f]) {
         case 0:
-          p = this.text(buf, s, end[f]!, out, p);
+          p = this.text(input, s, end[f]!, out, p);
           break;
         case 1:
           if (this.from[f]! >= 0) p = copyWords(this.scratchBytes, this.from[f]!, this.to[f]!, output, p);
@@ -177,27 +177,25 @@ export class LineRenderer {
     return p;
   }
 
-  /** `buf` as the buffer being read (its DataView made once per buffer). */
-  private reading(buf: Buffer): Bytes {
-    if (buf !== this.in.bytes) this.in = bytesOf(buf);
-    return this.in;
-  }
-
   /**
    * A JSON string of UTF-8 text, after its opening quote (the key's): copied as it is, or as
    * JSON.stringify writes it where it needs an escape.
    */
-  private text(buf: Buffer, s: number, e: number, out: Buffer, p: number): number {
-    const after = copyPlainText(this.in, s, e, this.out, p);
+  private text(input: Bytes, s: number, e: number, out: Buffer, p: number): number {
+    const after = copyPlainText(input, s, e, this.out, p);
     if (after >= 0) {
       out[after] = QUOTE;
       return after + 1;
     }
     // Rare: written as JSON.stringify writes it (what toJsonLine's canonical writer does), over the quote.
-    return p - 1 + out.write(JSON.stringify(buf.toString('utf8', s, e)), p - 1);
+    const text = (input.bytes as Buffer).toString('utf8', s, e);
+    return p - 1 + out.write(JSON.stringify(text), p - 1);
   }
 
-  /** `YYYY-MM-DDTHH:MM:SS.mmmZ"` (the key wrote the opening quote), as Date.toISOString writes the stored millisecond. */
+  /**
+   * `YYYY-MM-DDTHH:MM:SS.mmmZ"` (the key wrote the opening quote), as Date.toISOString writes the
+   * stored millisecond.
+   */
   private timestamp(view: DataView, s: number, out: Buffer, p: number): number {
     const micros = int8(view, s);
     if (!(micros >= this.secondStart && micros < this.secondStart + 1_000_000)) {
@@ -260,7 +258,7 @@ function digits(n: number, out: Uint8Array, p: number): number {
   return end;
 }
 
-/** A binary uuid (16 bytes) as its text after the opening quote: 8-4-4-4-12 lowercase hex digits, then a quote. */
+/** A binary uuid (16 bytes) as its text after the opening quote: 8-4-4-4-12 lowercase hex, then a quote. */
 function uuid(buf: Buffer, s: number, out: Buffer, p: number): number {
   for (let i = 0; i < 16; i++) {
     if (i === 4 || i === 6 || i === 8 || i === 10) out[p++] = 0x2d; // -
