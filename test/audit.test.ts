@@ -53,6 +53,44 @@ for (const kind of databaseKinds()) {
       assert.equal(chainHash(stored.prev_hash, stored), stored.hash);
     });
 
+    it('stores a row appended alone after a known head (its fields bound one by one) as a batch stores it', async () => {
+      const log = createAuditLog(db.knex);
+      await log.append({ kind: 'tool.call', result: 'ok' }); // the head this log then knows
+      const input = {
+        kind: 'tool.call' as const,
+        agent_id: 'agent-1',
+        tool: 'fs__read_text_file',
+        approvers: ['chair-1', 'chair "2"'],
+        dry_run: false,
+        result: 'ok' as const,
+        details: {
+          quote: 'a"b\\c\n',
+          nested: { ünï: '中文', n: 3.5, big: 1e21, none: null },
+          list: [1, 'x'],
+        },
+      };
+      // The one-statement appends, told apart by how the rows travel: bound fields, or a JSON array.
+      const statements: string[] = [];
+      const seen = ({ sql }: { sql: string }) =>
+        statements.push(sql.includes('json_populate_recordset') ? 'json array' : 'bound fields');
+      db.knex.on('query', seen);
+      let alone, batch;
+      try {
+        alone = await log.append(input);
+        batch = await Promise.all([log.append(input), log.append({ ...input, dry_run: null })]);
+      } finally {
+        db.knex.off('query', seen);
+      }
+      assert.deepEqual(statements, ['bound fields', 'json array']);
+      for (const written of [alone, ...batch]) {
+        const stored = rowFromDb(
+          (await db.knex('audit_events').where('seq', written.seq).first()) as Record<string, unknown>,
+        );
+        assert.deepEqual(stored, written);
+        assert.equal(chainHash(stored.prev_hash, stored), stored.hash);
+      }
+    });
+
     for (const [what, sql] of [
       ['UPDATE', "update audit_events set result = 'ok'"],
       ['DELETE', 'delete from audit_events where seq = 1'],

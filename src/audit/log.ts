@@ -126,10 +126,41 @@ const COLUMNS = EXPORT_COLUMNS.join(', ');
 const INSERT_ROWS = `insert into audit_events (${COLUMNS})
   select ${COLUMNS} from json_populate_recordset(null::audit_events, ?::json)`;
 
+/** The chain's guard after the lock: the head row exists as known and nothing follows it yet. */
+const AFTER_HEAD = `where exists (select 1 from audit_events where seq = ? and hash = ?)
+    and not exists (select 1 from audit_events where seq = ?)`;
+
 const APPEND_AFTER = `with lock as materialized (select pg_advisory_xact_lock(?))
   ${INSERT_ROWS.replace('from json_populate_recordset', 'from lock, json_populate_recordset')}
-  where exists (select 1 from audit_events where seq = ? and hash = ?)
-    and not exists (select 1 from audit_events where seq = ?)`;
+  ${AFTER_HEAD}`;
+
+/** Each column's type, for the one-row append's bound values (text unless named here). */
+const COLUMN_TYPES: Partial<Record<keyof AuditRow, string>> = {
+  seq: 'bigint',
+  event_id: 'uuid',
+  ts: 'timestamptz',
+  approvers: 'jsonb',
+  dry_run: 'boolean',
+  details: 'jsonb',
+};
+
+/**
+ * APPEND_AFTER for one row, its fields bound one by one instead of as a JSON array the database parses
+ * into records: the database spends about a sixth less on the statement (76 µs of 538 on a slow VM,
+ * statements alternated), and a call audited alone — every call when they come one at a time — waits
+ * for exactly this statement.
+ */
+const APPEND_ONE_AFTER = `with lock as materialized (select pg_advisory_xact_lock(?))
+  insert into audit_events (${COLUMNS})
+  select ${EXPORT_COLUMNS.map((c) => `?::${COLUMN_TYPES[c] ?? 'text'}`).join(', ')} from lock
+  ${AFTER_HEAD}`;
+
+/** A row's fields in table order as bound values: jsonb columns as their JSON text. */
+const boundFields = (row: AuditRow) =>
+  EXPORT_COLUMNS.map((c) => {
+    const v = row[c];
+    return v !== null && typeof v === 'object' ? JSON.stringify(v) : v;
+  });
 
 /**
  * The one-round-trip append, when this process knows the head (the last row it committed itself):
@@ -141,16 +172,22 @@ const APPEND_AFTER = `with lock as materialized (select pg_advisory_xact_lock(?)
  * unique), and the row is committed when the statement returns.
  */
 async function appendAfter(knex: Knex, head: ChainHead, rows: AuditRow[]): Promise<boolean> {
+  const guard = [head.seq, head.hash, head.seq + 1];
   try {
-    // A named statement: each connection parses and plans it once, instead of once per batch (planning
-    // took about as long as running it). Its text never changes; the values are bound.
-    const { rowCount } = await runPrepared(knex, 'countersign_audit_append_after', APPEND_AFTER, [
-      AUDIT_LOCK_KEY,
-      JSON.stringify(rows),
-      head.seq,
-      head.hash,
-      head.seq + 1,
-    ]);
+    // Named statements: each connection parses and plans them once, instead of once per batch
+    // (planning took about as long as running). Their texts never change; the values are bound.
+    const { rowCount } =
+      rows.length === 1
+        ? await runPrepared(knex, 'countersign_audit_append_one_after', APPEND_ONE_AFTER, [
+            AUDIT_LOCK_KEY,
+            ...boundFields(rows[0]!),
+            ...guard,
+          ])
+        : await runPrepared(knex, 'countersign_audit_append_after', APPEND_AFTER, [
+            AUDIT_LOCK_KEY,
+            JSON.stringify(rows),
+            ...guard,
+          ]);
     return rowCount === rows.length;
   } catch (err) {
     if ((err as { code?: string }).code === '23505') return false;
