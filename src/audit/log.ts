@@ -37,6 +37,7 @@ const explained = (err: unknown) => (isConnectionError(err) ? auditUnavailable(e
 
 interface Pending {
   input: AuditInput;
+  onChained?: (row: AuditRow) => void;
   resolve(row: AuditRow): void;
   reject(err: unknown): void;
 }
@@ -63,8 +64,13 @@ interface PendingChange {
 }
 
 export interface AuditLog {
-  /** Appends one row and resolves once it is committed. */
-  append(input: AuditInput): Promise<AuditRow>;
+  /**
+   * Appends one row and resolves once it is committed. `onChained`, when given, may be called with the
+   * row as chained once its statement is on its way, before the commit: the caller can prepare what
+   * depends on the row (its seq) while the database works. The resolved row is the one committed; it
+   * differs from an announced one when another writer got there first and the row was chained anew.
+   */
+  append(input: AuditInput, onChained?: (row: AuditRow) => void): Promise<AuditRow>;
   /**
    * Appends rows inside the caller's transaction, so they commit (or roll back) with its other changes.
    * Holds the chain's advisory lock until that transaction ends: keep such transactions short.
@@ -298,6 +304,24 @@ async function appendRows(trx: Knex.Transaction, inputs: AuditInput[]): Promise<
 }
 
 /**
+ * Tells the callers that asked (append's onChained) their rows as chained. In the next turn of the
+ * event loop: by then the statement the rows go in has been written to the database's connection (or
+ * waits for one), so the callers' work overlaps the database's instead of delaying it.
+ */
+function announce(batch: Pending[], rows: AuditRow[]): void {
+  if (!batch.some((p) => p.onChained)) return;
+  setImmediate(() =>
+    batch.forEach((p, i) => {
+      try {
+        p.onChained?.(rows[i]!);
+      } catch {
+        // Only a head start: the caller does the same work once the row is committed.
+      }
+    }),
+  );
+}
+
+/**
  * Appends rows to `audit_events`, chaining each to the previous one.
  *
  * Rows queued while a batch is being written go out together in the next batch, under one
@@ -312,10 +336,13 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
   /** The last row this process committed through `append`: not known after an error. */
   let head: ChainHead | undefined;
 
-  async function writeBatch(inputs: AuditInput[]): Promise<AuditRow[]> {
+  async function writeBatch(batch: Pending[]): Promise<AuditRow[]> {
+    const inputs = batch.map((p) => p.input);
     if (head) {
       const rows = chainRows(head, inputs);
-      if (await appendAfter(knex, head, rows)) return rows;
+      const appended = appendAfter(knex, head, rows);
+      announce(batch, rows);
+      if (await appended) return rows;
     }
     return knex.transaction((trx) => appendRows(trx, inputs));
   }
@@ -334,7 +361,7 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
       const batch = queue.slice(0, end === -1 ? maxBatch : end) as Pending[];
       queue = queue.slice(batch.length);
       try {
-        const rows = await writeBatch(batch.map((p) => p.input));
+        const rows = await writeBatch(batch);
         const last = rows.at(-1)!;
         head = { seq: last.seq, hash: last.hash };
         batch.forEach((p, i) => p.resolve(rows[i]!));
@@ -355,9 +382,9 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
   }
 
   return {
-    append(input) {
+    append(input, onChained) {
       return new Promise<AuditRow>((resolve, reject) => {
-        queue.push({ input, resolve, reject });
+        queue.push({ input, onChained, resolve, reject });
         kick();
       });
     },

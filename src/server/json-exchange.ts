@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { ANSWER_HOLD, createAnswerHold } from './answer-hold.ts';
 import {
   classifyInboundRequest,
   isJsonContentType,
@@ -7,6 +8,7 @@ import {
   type AuthInfo,
   type JSONRPCMessage,
   type MessageExtraInfo,
+  type ProtocolError,
   type RequestId,
   type Server,
   type Transport,
@@ -40,6 +42,13 @@ class OneRequest implements Transport {
     this.onclose?.();
   }
 }
+
+/** A held commit's failure (always a ProtocolError, see AnswerHold) as the JSON-RPC error it answers. */
+const errorResponse = (id: RequestId, err: ProtocolError) => ({
+  jsonrpc: '2.0',
+  id,
+  error: { code: err.code, message: err.message, ...(err.data !== undefined ? { data: err.data } : {}) },
+});
 
 const header = (req: IncomingMessage, name: string): string | undefined => {
   const value = req.headers[name];
@@ -99,14 +108,23 @@ export async function answerPlainRequest(
 ): Promise<boolean> {
   const message = plainRequest(req, body);
   if (!message) return false;
-  const server = opts.createServer(opts.authInfo);
+  // A call may hand its audit commit over (AnswerHold): the answer is prepared meanwhile, sent after.
+  const hold = createAnswerHold();
+  const authInfo: AuthInfo = { ...opts.authInfo, extra: { ...opts.authInfo.extra, [ANSWER_HOLD]: hold } };
+  const server = opts.createServer(authInfo);
   const transport = new OneRequest(message.id);
   let answer: string;
   try {
     await server.connect(transport);
     const request = await opts.webRequest?.();
-    transport.onmessage?.(message, { authInfo: opts.authInfo, ...(request ? { request } : {}) });
-    answer = JSON.stringify(await transport.answer);
+    transport.onmessage?.(message, { authInfo, ...(request ? { request } : {}) });
+    const response = await transport.answer;
+    answer = JSON.stringify(response);
+    answer = await hold.settled().then(
+      (instead) =>
+        instead && 'result' in response ? JSON.stringify({ ...response, result: instead }) : answer,
+      (err: ProtocolError) => JSON.stringify(errorResponse(message.id, err)),
+    );
   } catch (err) {
     void server.close().catch(() => {});
     throw err;

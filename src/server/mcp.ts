@@ -6,6 +6,7 @@ import { databaseUnavailable, type CallPipeline } from './pipeline.ts';
 import { newTraceId } from '../core/ids.ts';
 import type { ActiveSpan } from '../core/tracing.ts';
 import { inRequestSpan } from './tracing.ts';
+import { ANSWER_HOLD, type AnswerHold } from './answer-hold.ts';
 
 export const SERVER_NAME = 'countersign';
 
@@ -45,7 +46,13 @@ export function createMcpServer(opts: {
   server.setRequestHandler('tools/call', async (request, ctx) => {
     const run = async (span?: ActiveSpan) => {
       const agent = await authorize(span);
-      return opts.pipeline.call(agent, request.params.name, request.params.arguments, ctx.mcpReq.signal);
+      return opts.pipeline.call(
+        agent,
+        request.params.name,
+        request.params.arguments,
+        ctx.mcpReq.signal,
+        ctx.http?.authInfo?.extra?.[ANSWER_HOLD] as AnswerHold | undefined,
+      );
     };
     return tracer ? inRequestSpan(tracer, server, ctx, request.params.name, run) : run();
   });

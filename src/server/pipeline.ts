@@ -1,4 +1,4 @@
-import { ProtocolError } from '@modelcontextprotocol/server';
+import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import { isAuditUnavailable } from '../audit/log.ts';
 import type { Agent } from '../core/identity.ts';
@@ -6,6 +6,7 @@ import type { Tracer } from '../core/tracing.ts';
 import type { Upstream } from '../connectors/mcp/upstream.ts';
 import type { Settled } from '../tools/envelope.ts';
 import type { AnyToolDef } from '../tools/types.ts';
+import type { AnswerHold } from './answer-hold.ts';
 import { createCatalogue, type Catalogue } from './catalogue.ts';
 import type { Profile } from './profiles.ts';
 import { failIfToolError } from './tracing.ts';
@@ -30,8 +31,18 @@ export interface PipelineDeps extends StepDeps {
 
 export interface CallPipeline {
   listTools(agent: Agent): Tool[];
-  /** Runs one tools/call. Tool failures come back as `isError` results; protocol errors are thrown. */
-  call(agent: Agent, name: string, args: unknown, signal: AbortSignal): Promise<CallToolResult>;
+  /**
+   * Runs one tools/call. Tool failures come back as `isError` results; protocol errors are thrown. With
+   * a `hold` (a transport that can hold the answer), the result may come back before its audit row has
+   * committed, the commit then in the hold (AnswerHold); with tracing on, it never does.
+   */
+  call(
+    agent: Agent,
+    name: string,
+    args: unknown,
+    signal: AbortSignal,
+    hold?: AnswerHold,
+  ): Promise<CallToolResult>;
   /** Calls `listener` whenever the tool list changed (an upstream's tools); returns the unsubscribe. */
   onListChanged(listener: () => void): () => void;
   /** Set when tracing is on: the transport opens each request's span with it. */
@@ -70,7 +81,8 @@ export function createCallPipeline(deps: PipelineDeps): CallPipeline {
     // Chosen once: without tracing, a call takes exactly the path it always took.
     call: deps.tracer
       ? tracedCall(deps, catalogue, deps.tracer)
-      : (agent, name, args, signal) => runCall(deps, catalogue, beginCall(agent, name, args, signal)),
+      : (agent, name, args, signal, hold) =>
+          runCall(deps, catalogue, beginCall(agent, name, args, signal), hold),
     onListChanged: catalogue.onChanged,
     tracer: deps.tracer,
   };
@@ -95,20 +107,52 @@ function tracedCall(deps: StepDeps, catalogue: Catalogue, tracer: Tracer): CallP
     );
 }
 
-async function runCall(deps: StepDeps, catalogue: Catalogue, call: Call): Promise<CallToolResult> {
+async function runCall(
+  deps: StepDeps,
+  catalogue: Catalogue,
+  call: Call,
+  hold?: AnswerHold,
+): Promise<CallToolResult> {
+  // A commit the transport awaits fails as the call would have: with the protocol error to answer.
+  const held: AnswerHold | undefined = hold && {
+    until: (committed) =>
+      hold.until(
+        committed.catch((err: unknown) => {
+          throw heldFailure(deps, call, err);
+        }),
+      ),
+  };
   try {
     const entry = catalogue.lookup(call.name);
     if (entry.kind === 'unknown') return await refuseUnknownTool(deps, call);
-    if (entry.kind === 'down') return await record(deps, call, { failure: entry.upstream.unavailable() });
+    if (entry.kind === 'down')
+      return await record(deps, call, { failure: entry.upstream.unavailable() }, held);
     const profile = await admit(deps, call, entry.tool);
-    return await record(deps, call, await settle(deps, call, entry.tool, profile));
+    return await record(deps, call, await settle(deps, call, entry.tool, profile), held);
   } catch (err) {
-    if (isAuditUnavailable(err)) {
-      deps.metrics.record(call.name.slice(0, 64), 'SOURCE_UNAVAILABLE', 0);
-      throw databaseUnavailable(call.trace_id);
-    }
-    throw err;
+    throw outage(deps, call, err);
   }
+}
+
+/** An audit row the database could not take is answered -32003, and counted; anything else stays as is. */
+function outage(deps: StepDeps, call: Call, err: unknown): unknown {
+  if (!isAuditUnavailable(err)) return err;
+  deps.metrics.record(call.name.slice(0, 64), 'SOURCE_UNAVAILABLE', 0);
+  return databaseUnavailable(call.trace_id);
+}
+
+/**
+ * A held commit's failure as the protocol error the transport answers with: an outage as -32003, and
+ * anything else (a bug) as -32603 with the trace id, logged — the transport answers it without the SDK.
+ */
+function heldFailure(deps: StepDeps, call: Call, err: unknown): ProtocolError {
+  const failure = outage(deps, call, err);
+  if (failure instanceof ProtocolError) return failure;
+  deps.log.error({ err, trace_id: call.trace_id, tool: call.name }, 'audit append failed');
+  return new ProtocolError(ProtocolErrorCode.InternalError, `Internal error (trace_id ${call.trace_id})`, {
+    code: 'INTERNAL',
+    trace_id: call.trace_id,
+  });
 }
 
 /** The steps whose failures are the tool's answer (RATE_LIMITED, INVALID_ARGUMENT, the handler's own). */

@@ -20,6 +20,7 @@ import type { MemoryStore } from '../tools/memory/store.ts';
 import type { AnyToolDef, ToolOutcome } from '../tools/types.ts';
 import { isOverrun, withDeadline } from './deadline.ts';
 import type { Metrics } from './metrics.ts';
+import type { AnswerHold } from './answer-hold.ts';
 import type { Profile } from './profiles.ts';
 import type { RateLimiter } from './rate-limit.ts';
 import { newTraceId } from '../core/ids.ts';
@@ -107,8 +108,10 @@ const callRow = (call: Call, details: Record<string, unknown>) => ({
 });
 
 /** The audit append, in an `audit.append` span when tracing is on (src/audit/log.ts stays untouched). */
-const append = (deps: StepDeps, row: Parameters<AuditLog['append']>[0]) =>
-  traced(deps.tracer, 'audit.append', { 'countersign.audit.kind': row.kind }, () => deps.audit.append(row));
+const append = (deps: StepDeps, ...[row, onChained]: Parameters<AuditLog['append']>) =>
+  traced(deps.tracer, 'audit.append', { 'countersign.audit.kind': row.kind }, () =>
+    deps.audit.append(row, onChained),
+  );
 
 /** An error answered as a JSON-RPC error, after its audit row is written and it is counted. */
 async function protocolError(
@@ -277,39 +280,69 @@ export async function asFailure(deps: StepDeps, call: Call, err: unknown): Promi
   });
 }
 
-/** Appends the call's audit row, counts it, and wraps the outcome in the envelope (audit_seq included). */
-export async function record(deps: StepDeps, call: Call, settled: Settled): Promise<CallToolResult> {
+/**
+ * Appends the call's audit row, counts it, and wraps the outcome in the envelope (audit_seq included).
+ * The envelope is built while the row commits, from the row as chained (rebuilt if it was chained
+ * anew). With a `hold`, the result is returned before the commit, which the hold then carries: the
+ * transport sends the answer only once the row is committed (AnswerHold).
+ */
+export async function record(
+  deps: StepDeps,
+  call: Call,
+  settled: Settled,
+  hold?: AnswerHold,
+): Promise<CallToolResult> {
   const facts = settled.outcome?.audit ?? {};
   const failure = settled.failure;
-  const row = await append(deps, {
-    ...callRow(call, {
-      args_sha256: call.args_sha256,
-      duration_ms: Date.now() - call.started.getTime(),
-      ...(failure ? { reason: failure.reason ?? null } : {}),
-      ...facts.details,
-    }),
-    source: facts.source ?? null,
-    target_type: facts.target_type ?? null,
-    target_ref: facts.target_ref ?? null,
-    approval_id: facts.approval_id ?? null,
-    dry_run: facts.dry_run ?? false,
-    content_sha256: facts.content_sha256 ?? null,
-    file_sha256: facts.file_sha256 ?? null,
-    result: failure ? 'error' : 'ok',
-    error_code: failure ? toolCodeOf(failure) : null,
-  });
-  deps.metrics.record(call.name, failure ? toolCodeOf(failure) : null, seconds(call));
-  return toCallResult(
+  const answer = (audit_seq: number) =>
+    toCallResult(
+      {
+        tool: call.name,
+        request_id: call.request_id,
+        trace_id: call.trace_id,
+        operator_id: call.agent.id,
+        started: call.started,
+        audit_seq,
+      },
+      settled,
+    );
+  let early: { seq: number; result: CallToolResult } | undefined;
+  let chained = () => {};
+  const announced = new Promise<void>((resolve) => (chained = resolve));
+  const committed = append(
+    deps,
     {
-      tool: call.name,
-      request_id: call.request_id,
-      trace_id: call.trace_id,
-      operator_id: call.agent.id,
-      started: call.started,
-      audit_seq: row.seq,
+      ...callRow(call, {
+        args_sha256: call.args_sha256,
+        duration_ms: Date.now() - call.started.getTime(),
+        ...(failure ? { reason: failure.reason ?? null } : {}),
+        ...facts.details,
+      }),
+      source: facts.source ?? null,
+      target_type: facts.target_type ?? null,
+      target_ref: facts.target_ref ?? null,
+      approval_id: facts.approval_id ?? null,
+      dry_run: facts.dry_run ?? false,
+      content_sha256: facts.content_sha256 ?? null,
+      file_sha256: facts.file_sha256 ?? null,
+      result: failure ? 'error' : 'ok',
+      error_code: failure ? toolCodeOf(failure) : null,
     },
-    settled,
-  );
+    (row) => {
+      early = { seq: row.seq, result: answer(row.seq) };
+      chained();
+    },
+  ).then((row) => {
+    deps.metrics.record(call.name, failure ? toolCodeOf(failure) : null, seconds(call));
+    return row;
+  });
+  if (hold && (await Promise.race([announced, committed])) === undefined && early) {
+    const sent = early;
+    hold.until(committed.then((row) => (row.seq === sent.seq ? undefined : answer(row.seq))));
+    return sent.result;
+  }
+  const row = await committed;
+  return early?.seq === row.seq ? early.result : answer(row.seq);
 }
 
 function describeIssue(issue: z.core.$ZodIssue): string {
