@@ -3,8 +3,9 @@ import { after, before, describe, it } from 'node:test';
 import knexFactory from 'knex';
 import { createAuditLog, isAuditUnavailable } from '../src/audit/log.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
-import { isConnectionError, runPrepared, type Database } from '../src/db/knex.ts';
+import { isConnectionError, keptConnection, runPrepared, type Database } from '../src/db/knex.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
+import { waitFor } from './helpers/server.ts';
 
 for (const kind of databaseKinds()) {
   describe(`audit appends on ${kind}, with more than one writer`, () => {
@@ -107,6 +108,44 @@ for (const kind of databaseKinds()) {
         db.knex.off('query', listen);
         await db.knex.schema.dropTableIfExists('prepared_probe');
       }
+    });
+
+    it('keeps one connection across statements that follow each other, and hands it back', async () => {
+      const statements = keptConnection(db.knex, 200);
+      const used = () => (db.knex.client as { pool: { numUsed(): number } }).pool.numUsed();
+      const backend = async () => {
+        const { rows } = await statements.run(
+          'test_backend',
+          'select pg_backend_pid() as pid, ?::int as n',
+          [1],
+        );
+        return (rows[0] as { pid: number }).pid;
+      };
+      // The logs of the tests above hand their connections back once idle.
+      if (kind === 'postgres') await waitFor('an idle pool', async () => (used() === 0 ? true : undefined));
+      const first = await backend();
+      if (kind === 'pglite') {
+        assert.equal(await backend(), first, 'PGlite has one connection');
+        return;
+      }
+      assert.equal(await backend(), first);
+      assert.equal(used(), 1, 'kept between statements');
+      // A statement that fails in the database leaves the connection as good as it was.
+      const bad = await statements.run('test_bad_kept', 'select ?::int', ['x']).catch((e: unknown) => e);
+      assert.equal((bad as { code?: string }).code, '22P02');
+      assert.equal(await backend(), first);
+      // Idle for longer than its limit, the connection goes back to the pool.
+      await waitFor('the idle connection handed back', async () => (used() === 0 ? true : undefined));
+      // A connection the database ended is handed back at once; the next statement takes another.
+      const kept = await backend();
+      await db.knex.raw('select pg_terminate_backend(?)', [kept]);
+      // The statement that finds it ended fails as an outage would; the next ones run on another.
+      const again = await waitFor('a statement on another connection', () =>
+        backend().catch(() => undefined),
+      );
+      assert.notEqual(again, kept);
+      await statements.release();
+      assert.equal(used(), 0, 'handed back on release');
     });
   });
 }

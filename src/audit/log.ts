@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
-import { dialectOf, isConnectionError, runPrepared } from '../db/knex.ts';
+import { dialectOf, isConnectionError, keptConnection } from '../db/knex.ts';
 import {
   AuditInput,
   chainHash,
@@ -83,7 +83,10 @@ export interface AuditLog {
    * changed nothing. Never one without the other.
    */
   appendWith(change: GuardedChange, ...inputs: AuditInput[]): Promise<GuardedResult>;
-  /** Resolves when every queued row has been committed (or failed). */
+  /**
+   * Resolves when every queued row has been committed (or failed), and the appends' connection is back
+   * in the pool (a later append takes one again).
+   */
   drain(): Promise<void>;
 }
 
@@ -177,19 +180,23 @@ const boundFields = (row: AuditRow) =>
  * Gaps are impossible (a row is only inserted after the row it links to) and so are forks (seq is
  * unique), and the row is committed when the statement returns.
  */
-async function appendAfter(knex: Knex, head: ChainHead, rows: AuditRow[]): Promise<boolean> {
+async function appendAfter(
+  statements: ReturnType<typeof keptConnection>,
+  head: ChainHead,
+  rows: AuditRow[],
+): Promise<boolean> {
   const guard = [head.seq, head.hash, head.seq + 1];
   try {
     // Named statements: each connection parses and plans them once, instead of once per batch
     // (planning took about as long as running). Their texts never change; the values are bound.
     const { rowCount } =
       rows.length === 1
-        ? await runPrepared(knex, 'countersign_audit_append_one_after', APPEND_ONE_AFTER, [
+        ? await statements.run('countersign_audit_append_one_after', APPEND_ONE_AFTER, [
             AUDIT_LOCK_KEY,
             ...boundFields(rows[0]!),
             ...guard,
           ])
-        : await runPrepared(knex, 'countersign_audit_append_after', APPEND_AFTER, [
+        : await statements.run('countersign_audit_append_after', APPEND_AFTER, [
             AUDIT_LOCK_KEY,
             JSON.stringify(rows),
             ...guard,
@@ -335,12 +342,14 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
   let flushing: Promise<void> | null = null;
   /** The last row this process committed through `append`: not known after an error. */
   let head: ChainHead | undefined;
+  /** The one-statement appends' connection, kept while they follow each other (keptConnection). */
+  const statements = keptConnection(knex);
 
   async function writeBatch(batch: Pending[]): Promise<AuditRow[]> {
     const inputs = batch.map((p) => p.input);
     if (head) {
       const rows = chainRows(head, inputs);
-      const appended = appendAfter(knex, head, rows);
+      const appended = appendAfter(statements, head, rows);
       announce(batch, rows);
       if (await appended) return rows;
     }
@@ -412,6 +421,7 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
     },
     async drain() {
       while (flushing) await flushing;
+      await statements.release();
     },
   };
 }

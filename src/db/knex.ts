@@ -88,11 +88,27 @@ export async function runPrepared(
   sql: string,
   values: readonly unknown[],
 ): Promise<{ rowCount: number | null; rows: unknown[] }> {
-  const postgres = dialectOf(knex) === 'postgres';
-  if (!postgres || knex.isTransaction) {
-    const raw = knex.raw(sql, values as Knex.RawBinding[]);
-    return postgres ? raw.options({ name }) : raw;
+  if (throughKnex(knex)) return viaKnex(knex, name, sql, values);
+  const text = announced(knex, name, sql, values);
+  // knex's pool hands out pg clients; one that errors is marked and discarded by the pool on return.
+  const connection = (await knex.client.acquireConnection()) as pg.ClientBase;
+  try {
+    return await connection.query({ name, text, values: values as unknown[] });
+  } finally {
+    await knex.client.releaseConnection(connection);
   }
+}
+
+/** PGlite, or a transaction (whose connection knex holds): the statement goes through knex. */
+const throughKnex = (knex: Knex) => dialectOf(knex) !== 'postgres' || knex.isTransaction;
+
+function viaKnex(knex: Knex, name: string, sql: string, values: readonly unknown[]) {
+  const raw = knex.raw(sql, values as Knex.RawBinding[]);
+  return dialectOf(knex) === 'postgres' ? raw.options({ name }) : raw;
+}
+
+/** Announces the statement as knex's `query` event; returns its text with numbered placeholders. */
+function announced(knex: Knex, name: string, sql: string, values: readonly unknown[]): string {
   // Keyed by the text, not the name: pg refuses one name for two texts rather than run the wrong one.
   let text = numberedText.get(sql);
   if (text === undefined) {
@@ -101,13 +117,59 @@ export async function runPrepared(
     numberedText.set(sql, text);
   }
   knex.emit('query', { method: 'raw', sql, bindings: values, options: { name } });
-  // knex's pool hands out pg clients; one that errors is marked and discarded by the pool on return.
-  const connection = (await knex.client.acquireConnection()) as pg.ClientBase;
-  try {
-    return await connection.query({ name, text, values: values as unknown[] });
-  } finally {
-    await knex.client.releaseConnection(connection);
-  }
+  return text;
+}
+
+/**
+ * runPrepared for one user whose statements follow each other (the audit log's appends, one batch at
+ * a time): on PostgreSQL the pool's connection is kept from one statement to the next and handed back
+ * after `idleMs` without one, instead of being acquired and released around each — about 50 µs on a
+ * sequential call's way to its audit statement and as much after it, measured on a slow VM. A
+ * connection the pool would discard (it failed) is handed back at once. `release` hands it back now:
+ * the pool waits for it before it can close.
+ */
+/** knex's mark on a pg connection that failed: the pool destroys it instead of handing it out again. */
+type Disposable = pg.ClientBase & { __knex__disposed?: unknown };
+
+export function keptConnection(knex: Knex, idleMs = 100) {
+  let kept: Promise<pg.ClientBase> | undefined;
+  let idle: NodeJS.Timeout | undefined;
+  const release = async () => {
+    clearTimeout(idle);
+    const pending = kept;
+    kept = undefined;
+    const connection = await pending?.catch(() => undefined);
+    if (connection) await knex.client.releaseConnection(connection);
+  };
+  const failed = (c: pg.ClientBase) => Boolean((c as Disposable).__knex__disposed);
+  return {
+    async run(
+      name: string,
+      sql: string,
+      values: readonly unknown[],
+    ): Promise<{ rowCount: number | null; rows: unknown[] }> {
+      if (throughKnex(knex)) return viaKnex(knex, name, sql, values);
+      clearTimeout(idle);
+      const text = announced(knex, name, sql, values);
+      if (kept && failed(await kept)) await release();
+      kept ??= knex.client.acquireConnection() as Promise<pg.ClientBase>;
+      const connection = await kept.catch(async (err: unknown) => {
+        kept = undefined;
+        throw err;
+      });
+      try {
+        return await connection.query({ name, text, values: values as unknown[] });
+      } catch (err) {
+        // Marked as knex marks a connection that failed, so that the pool discards it.
+        if (isConnectionError(err)) (connection as Disposable).__knex__disposed ??= err;
+        throw err;
+      } finally {
+        if (failed(connection)) await release();
+        else idle = setTimeout(() => void release(), idleMs).unref();
+      }
+    },
+    release,
+  };
 }
 
 const CONNECTION_CODES = new Set([
