@@ -1,11 +1,21 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import knexFactory from 'knex';
+import knexFactory, { type Knex } from 'knex';
 import { createAuditLog, isAuditUnavailable } from '../src/audit/log.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
-import { isConnectionError, keptConnection, runPrepared, type Database } from '../src/db/knex.ts';
+import { isConnectionError, keptConnection, type Database } from '../src/db/knex.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
 import { waitFor } from './helpers/server.ts';
+
+/** One prepared statement on its own: the appends' kind of connection, handed back after it. */
+async function runPrepared(knex: Knex, name: string, sql: string, values: unknown[]) {
+  const statements = keptConnection(knex);
+  try {
+    return await statements.run(name, sql, values);
+  } finally {
+    await statements.release();
+  }
+}
 
 for (const kind of databaseKinds()) {
   describe(`audit appends on ${kind}, with more than one writer`, () => {

@@ -74,31 +74,6 @@ export function dialectOf(knex: Knex | Knex.Transaction): Dialect {
 /** Each statement's text with its `?` placeholders as PostgreSQL numbers them ($1, $2, …), worked out once. */
 const numberedText = new Map<string, string>();
 
-/**
- * Runs one statement that the hot path runs on every call, as a named prepared statement: on
- * PostgreSQL straight on a connection of knex's pool, without knex's query pipeline (its builder,
- * runner and response processing cost about 0.1 ms on a sequential call's audit append, measured);
- * on PGlite, or inside a transaction (whose connection knex holds), through knex. `sql` uses knex's
- * `?` placeholders, and nothing else in it may be a `?`. The statement is still announced as knex's
- * `query` event, so that whatever counts statements (the metrics, the round-trip tests) counts it.
- */
-export async function runPrepared(
-  knex: Knex,
-  name: string,
-  sql: string,
-  values: readonly unknown[],
-): Promise<{ rowCount: number | null; rows: unknown[] }> {
-  if (throughKnex(knex)) return viaKnex(knex, name, sql, values);
-  const text = announced(knex, name, sql, values);
-  // knex's pool hands out pg clients; one that errors is marked and discarded by the pool on return.
-  const connection = (await knex.client.acquireConnection()) as pg.ClientBase;
-  try {
-    return await connection.query({ name, text, values: values as unknown[] });
-  } finally {
-    await knex.client.releaseConnection(connection);
-  }
-}
-
 /** PGlite, or a transaction (whose connection knex holds): the statement goes through knex. */
 const throughKnex = (knex: Knex) => dialectOf(knex) !== 'postgres' || knex.isTransaction;
 
@@ -121,12 +96,19 @@ function announced(knex: Knex, name: string, sql: string, values: readonly unkno
 }
 
 /**
- * runPrepared for one user whose statements follow each other (the audit log's appends, one batch at
- * a time): on PostgreSQL the pool's connection is kept from one statement to the next and handed back
- * after `idleMs` without one, instead of being acquired and released around each — about 50 µs on a
- * sequential call's way to its audit statement and as much after it, measured on a slow VM. A
- * connection the pool would discard (it failed) is handed back at once. `release` hands it back now:
- * the pool waits for it before it can close.
+ * Runs statements that the hot path runs on every call (the audit log's appends, one batch at a time),
+ * each as a named prepared statement: on PostgreSQL straight on a connection of knex's pool, without
+ * knex's query pipeline (its builder, runner and response processing cost about 0.1 ms on a sequential
+ * call's audit append, measured); on PGlite, or inside a transaction (whose connection knex holds),
+ * through knex. `sql` uses knex's `?` placeholders, and nothing else in it may be a `?`. Each statement
+ * is still announced as knex's `query` event, so that whatever counts statements (the metrics, the
+ * round-trip tests) counts it.
+ *
+ * The pool's connection is kept from one statement to the next and handed back after `idleMs` without
+ * one, instead of being acquired and released around each — about 50 µs on a sequential call's way to
+ * its audit statement and as much after it, measured on a slow VM. A connection the pool would discard
+ * (it failed) is handed back at once. `release` hands it back now: the pool waits for it before it can
+ * close. For one user at a time: statements that follow each other, not concurrent ones.
  */
 /** knex's mark on a pg connection that failed: the pool destroys it instead of handing it out again. */
 type Disposable = pg.ClientBase & { __knex__disposed?: unknown };

@@ -1,4 +1,4 @@
-import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
+import { ProtocolError } from '@modelcontextprotocol/server';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import { isAuditUnavailable } from '../audit/log.ts';
 import type { Agent } from '../core/identity.ts';
@@ -14,6 +14,7 @@ import {
   admit,
   asFailure,
   beginCall,
+  internalError,
   record,
   refuseUnknownTool,
   runHandler,
@@ -149,10 +150,8 @@ function heldFailure(deps: StepDeps, call: Call, err: unknown): ProtocolError {
   const failure = outage(deps, call, err);
   if (failure instanceof ProtocolError) return failure;
   deps.log.error({ err, trace_id: call.trace_id, tool: call.name }, 'audit append failed');
-  return new ProtocolError(ProtocolErrorCode.InternalError, `Internal error (trace_id ${call.trace_id})`, {
-    code: 'INTERNAL',
-    trace_id: call.trace_id,
-  });
+  const { rpc, message, data } = internalError(call.trace_id);
+  return new ProtocolError(rpc, message, { ...data, trace_id: call.trace_id });
 }
 
 /** The steps whose failures are the tool's answer (RATE_LIMITED, INVALID_ARGUMENT, the handler's own). */

@@ -113,6 +113,13 @@ const append = (deps: StepDeps, ...[row, onChained]: Parameters<AuditLog['append
     deps.audit.append(row, onChained),
   );
 
+/** A crash as SPEC §4 answers it: -32603 with the trace id, and no stack trace. */
+export const internalError = (trace_id: string) => ({
+  rpc: ProtocolErrorCode.InternalError,
+  message: `Internal error (trace_id ${trace_id})`,
+  data: { code: 'INTERNAL' },
+});
+
 /** An error answered as a JSON-RPC error, after its audit row is written and it is counted. */
 async function protocolError(
   deps: StepDeps,
@@ -272,12 +279,13 @@ export async function asFailure(deps: StepDeps, call: Call, err: unknown): Promi
     { err, trace_id: call.trace_id, tool: call.name, agent: call.agent.name },
     'tool handler crashed',
   );
-  throw await protocolError(deps, call, {
-    audit: 'INTERNAL_ERROR',
-    rpc: ProtocolErrorCode.InternalError,
-    message: `Internal error (trace_id ${call.trace_id})`,
-    data: { code: 'INTERNAL' },
-  });
+  throw await protocolError(deps, call, { audit: 'INTERNAL_ERROR', ...internalError(call.trace_id) });
+}
+
+/** A call's result built for the seq its row was chained with. */
+interface Built {
+  seq: number;
+  result: CallToolResult;
 }
 
 /**
@@ -306,9 +314,10 @@ export async function record(
       },
       settled,
     );
-  let early: { seq: number; result: CallToolResult } | undefined;
-  let chained = () => {};
-  const announced = new Promise<void>((resolve) => (chained = resolve));
+  /** The result built from the row as chained, while it commits. */
+  let early: Built | undefined;
+  let built = (_: Built) => {};
+  const announced = new Promise<Built>((resolve) => (built = resolve));
   const committed = append(
     deps,
     {
@@ -328,18 +337,18 @@ export async function record(
       result: failure ? 'error' : 'ok',
       error_code: failure ? toolCodeOf(failure) : null,
     },
-    (row) => {
-      early = { seq: row.seq, result: answer(row.seq) };
-      chained();
-    },
+    (row) => built((early = { seq: row.seq, result: answer(row.seq) })),
   ).then((row) => {
     deps.metrics.record(call.name, failure ? toolCodeOf(failure) : null, seconds(call));
     return row;
   });
-  if (hold && (await Promise.race([announced, committed])) === undefined && early) {
-    const sent = early;
-    hold.until(committed.then((row) => (row.seq === sent.seq ? undefined : answer(row.seq))));
-    return sent.result;
+  if (hold) {
+    // Announced before committed: the result goes now, the commit to the hold.
+    const sent = await Promise.race([announced, committed.then(() => undefined)]);
+    if (sent) {
+      hold.until(committed.then((row) => (row.seq === sent.seq ? undefined : answer(row.seq))));
+      return sent.result;
+    }
   }
   const row = await committed;
   return early?.seq === row.seq ? early.result : answer(row.seq);
