@@ -117,6 +117,12 @@ export interface AdminDeps {
   knex: Knex;
   blobs: BlobStore;
   config: Config;
+  /**
+   * Told, once its change has committed, of every agent a command changed (token, profile, rate limit,
+   * revocation), so that the replica running the command stops trusting what it cached of the agent at
+   * once rather than when PostgreSQL's notification comes back.
+   */
+  agentChanged?: (agentId: string) => void;
 }
 
 /** A profile named for an agent must be installed (profiles/NAME.json). */
@@ -221,7 +227,7 @@ async function userCommand(
 
 /** A new token for an agent; the change and its audit row commit together. */
 async function rotateCommand(deps: AdminDeps, cmd: Command<'agent.rotate'>) {
-  return deps.knex.transaction(async (trx) => {
+  const { agent_id, token } = await deps.knex.transaction(async (trx) => {
     const rotated = await rotateAgentToken(trx, cmd.name);
     if (!rotated) throw new AppError('NOT_FOUND', `no active agent named "${cmd.name}"`, 'unknown_agent');
     await createAuditLog(deps.knex).appendIn(trx, {
@@ -231,8 +237,10 @@ async function rotateCommand(deps: AdminDeps, cmd: Command<'agent.rotate'>) {
       result: 'ok',
       details: { agent: cmd.name, agent_name: cmd.name },
     });
-    return { token: rotated.token };
+    return rotated;
   });
+  deps.agentChanged?.(agent_id);
+  return { token };
 }
 
 /** Writes an export and its manifest (FILE.manifest.json) where the operator asked. */
@@ -271,7 +279,7 @@ const HANDLERS = {
   'agent.set': async (deps, cmd) => {
     checkProfile(cmd.profile, deps.config.policy.profiles_dir);
     const { command: _c, actor, name, ...change } = cmd;
-    return audited(deps, async (trx, audit) => {
+    const agentId = await audited(deps, async (trx, audit) => {
       const before = (await trx('agents').where({ name }).forUpdate().first()) as Agent | undefined;
       if (!before) throw new AppError('NOT_FOUND', `no agent named "${name}"`);
       await updateAgent(trx, name, change);
@@ -284,12 +292,14 @@ const HANDLERS = {
           details: { agent: name, agent_name: name, before: before[field], after: change[field] },
         });
       }
-      return { updated: name, ...change };
+      return before.id;
     });
+    deps.agentChanged?.(agentId);
+    return { updated: name, ...change };
   },
   'agent.list': async (deps) => ({ agents: await listAgents(deps.knex) }),
-  'agent.revoke': async (deps, cmd) =>
-    audited(deps, async (trx, audit) => {
+  'agent.revoke': async (deps, cmd) => {
+    const agentId = await audited(deps, async (trx, audit) => {
       const agent = (await trx('agents').where({ name: cmd.name }).whereNull('revoked_at').first()) as
         Agent | undefined;
       if (!agent || !(await revokeAgent(trx, cmd.name)))
@@ -300,8 +310,11 @@ const HANDLERS = {
         agent_id: agent.id,
         details: { agent: cmd.name, agent_name: agent.name },
       });
-      return { revoked: cmd.name };
-    }),
+      return agent.id;
+    });
+    deps.agentChanged?.(agentId);
+    return { revoked: cmd.name };
+  },
   'agent.rotate': rotateCommand,
   'audit.export': exportCommand,
   'audit.verify_db': async (deps) => {

@@ -65,7 +65,10 @@ export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
       blobs: services.blobs,
       config: services.config,
       log: services.log,
-      commands: webCommands({ knex: services.knex, blobs: services.blobs, config: services.config }),
+      commands: webCommands({
+        ...{ knex: services.knex, blobs: services.blobs, config: services.config },
+        agentChanged: (id) => services.bus.agentChangedHere(id),
+      }),
     }),
   );
   app.use((_req, res) => sendProblem(res, { code: 'NOT_FOUND', reason: 'not_found', title: 'Not found' }));

@@ -23,6 +23,11 @@ export interface ClusterBus extends ServerEventBus {
    * with '*' when changes may have been missed (the listening connection was lost).
    */
   onAgentChanged(listener: (agentId: string) => void): () => void;
+  /**
+   * Tells this replica's listeners at once that an agent changed here (a command this process just
+   * committed), without waiting for PostgreSQL to echo the trigger's notification back.
+   */
+  agentChangedHere(agentId: string): void;
   /** Whether change announcements reach this replica right now (the listening connection is up). */
   listening(): boolean;
   close(): Promise<void>;
@@ -136,6 +141,9 @@ export async function createPgBus(knex: Knex, url: string, log: Logger): Promise
       bus.agentListeners.add(l);
       return () => bus.agentListeners.delete(l);
     },
+    agentChangedHere(id) {
+      for (const l of bus.agentListeners) l(id);
+    },
     listening: () => bus.listener !== undefined,
     async close() {
       bus.closed = true;
@@ -155,6 +163,7 @@ export function createLocalBus(log: Logger): ClusterBus {
     subscribe: (l) => local.subscribe(l),
     onForeign: () => () => undefined,
     onAgentChanged: () => () => undefined,
+    agentChangedHere: () => undefined,
     // Nothing announces agent changes in-process, so nothing may be cached on their strength.
     listening: () => false,
     async close() {},

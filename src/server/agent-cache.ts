@@ -29,7 +29,8 @@ type Lookup<F> = { agent: Agent } | { failure: F; agent?: Agent };
  * trigger on `agents` announces every change on LISTEN/NOTIFY (src/cluster/bus.ts), which drops the
  * agent's entries. While the listening connection is down nothing is served from the cache; an entry is
  * never trusted for longer than TRUST_MS. So a revocation, a profile or rate-limit change holds from
- * the agent's next call after PostgreSQL delivered the notification (a few milliseconds after commit).
+ * the agent's next call after PostgreSQL delivered the notification (a few milliseconds after commit),
+ * and at once on the replica whose command made it (`ClusterBus.agentChangedHere`).
  * Failures (unknown, revoked) are not cached: they are read again.
  */
 function agentCache(bus: ClusterBus) {
