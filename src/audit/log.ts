@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { hash, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { dialectOf, isConnectionError, keptConnection } from '../db/knex.ts';
 import {
@@ -219,27 +219,23 @@ async function appendAfter(
  * committed after that snapshot moved the head, and this statement fails.
  */
 async function changeAfter(
-  knex: Knex,
+  statements: ReturnType<typeof keptConnection>,
   head: ChainHead,
   rows: AuditRow[],
   change: GuardedChange,
 ): Promise<{ headHeld: boolean; changed: Record<string, unknown>[] }> {
+  const sql = guardedText(change);
   try {
-    const result = (await knex.raw(
-      `with lock as materialized (select pg_advisory_xact_lock(?)),
-       guard as materialized (
-         select 1 from lock
-         where exists (select 1 from audit_events where seq = ? and hash = ?)
-           and not exists (select 1 from audit_events where seq = ?)),
-       ${change.sql},
-       appended as (insert into audit_events (${COLUMNS})
-         select ${COLUMNS} from json_populate_recordset(null::audit_events, ?::json)
-         where exists (select 1 from change) returning seq)
-       select (select count(*) from guard)::int as guarded,
-              (select count(*) from appended)::int as appended,
-              coalesce((select json_agg(change) from change), '[]'::json) as changed`,
-      [AUDIT_LOCK_KEY, head.seq, head.hash, head.seq + 1, ...change.bindings, JSON.stringify(rows)],
-    )) as { rows: { guarded: number; appended: number; changed: unknown }[] };
+    // Named after its text, so each connection parses and plans each kind of change once: the texts
+    // are few (one per call site, whose columns are fixed), the values are bound.
+    const result = (await statements.run(`countersign_guarded_${hash('sha256', sql).slice(0, 16)}`, sql, [
+      AUDIT_LOCK_KEY,
+      head.seq,
+      head.hash,
+      head.seq + 1,
+      ...change.bindings,
+      JSON.stringify(rows),
+    ])) as { rows: { guarded: number; appended: number; changed: unknown }[] };
     const out = result.rows[0]!;
     const changed = (typeof out.changed === 'string' ? JSON.parse(out.changed) : out.changed) as Record<
       string,
@@ -256,12 +252,27 @@ async function changeAfter(
   }
 }
 
+/** The statement of a guarded change: the lock and the guard, the change, its rows, and what happened. */
+const guardedText = (change: GuardedChange) =>
+  `with lock as materialized (select pg_advisory_xact_lock(?)),
+       guard as materialized (
+         select 1 from lock
+         where exists (select 1 from audit_events where seq = ? and hash = ?)
+           and not exists (select 1 from audit_events where seq = ?)),
+       ${change.sql},
+       appended as (insert into audit_events (${COLUMNS})
+         select ${COLUMNS} from json_populate_recordset(null::audit_events, ?::json)
+         where exists (select 1 from change) returning seq)
+       select (select count(*) from guard)::int as guarded,
+              (select count(*) from appended)::int as appended,
+              coalesce((select json_agg(change) from change), '[]'::json) as changed`;
+
 /**
  * A guarded change, alone, after the known head (none known: not tried). Settles the job and returns
  * the head after it, undefined when it is not known any more.
  */
 async function writeChange(
-  knex: Knex,
+  statements: ReturnType<typeof keptConnection>,
   head: ChainHead | undefined,
   job: PendingChange,
 ): Promise<ChainHead | undefined> {
@@ -271,7 +282,7 @@ async function writeChange(
   }
   const rows = chainRows(head, job.inputs);
   try {
-    const { headHeld, changed } = await changeAfter(knex, head, rows, job.change);
+    const { headHeld, changed } = await changeAfter(statements, head, rows, job.change);
     if (changed.length === 0) {
       job.resolve(undefined);
       // Guard passed and nothing changed: the head is still the last row.
@@ -363,7 +374,7 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
       const next = queue[0]!;
       if ('change' in next) {
         queue = queue.slice(1);
-        head = await writeChange(knex, head, next);
+        head = await writeChange(statements, head, next);
         continue;
       }
       const end = queue.findIndex((p, i) => i >= maxBatch || 'change' in p);
