@@ -1,5 +1,12 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import {
+  classifyInboundRequest,
+  PROTOCOL_VERSION_META_KEY,
+  SUPPORTED_PROTOCOL_VERSIONS,
+} from '@modelcontextprotocol/server';
+import fc from 'fast-check';
+import { legacyWithoutClaim } from '../src/server/json-exchange.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 
@@ -133,3 +140,59 @@ for (const kind of databaseKinds()) {
     });
   });
 }
+
+describe('which requests the exchange answers itself', () => {
+  /** What the SDK says of the same request: a 2025-era request without the envelope claim, not initialize. */
+  const sdkSays = (body: Record<string, unknown>, version?: string) => {
+    const route = classifyInboundRequest({ httpMethod: 'POST', protocolVersionHeader: version, body });
+    return route.kind === 'legacy' && route.reason === 'no-claim';
+  };
+  const MODERN = '2026-07-28';
+  const claim = { [PROTOCOL_VERSION_META_KEY]: MODERN };
+
+  it('agrees with the SDK on requests, responses, notifications, claims and headers', () => {
+    const bodies: Record<string, unknown>[] = [
+      { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'x', arguments: {} } },
+      { jsonrpc: '2.0', id: 'a', method: 'tools/list' },
+      { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18' } },
+      { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { _meta: claim } },
+      { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { _meta: { progressToken: 1 } } },
+      { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { _meta: [] } },
+      { jsonrpc: '2.0', id: 1, method: 'tools/call', params: [] },
+      { jsonrpc: '2.0', method: 'notifications/initialized' },
+      { jsonrpc: '2.0', id: 1, result: {} },
+      { jsonrpc: '2.0', id: 1, error: { code: -1, message: 'no' } },
+      { jsonrpc: '2.0', id: 1, method: 'tools/call', result: {} },
+      { jsonrpc: '1.0', id: 1, method: 'tools/call' },
+      { jsonrpc: '2.0', id: null, method: 'tools/call' },
+      { jsonrpc: '2.0', id: 1, method: 7 },
+      {},
+    ];
+    const versions = [undefined, ...SUPPORTED_PROTOCOL_VERSIONS, MODERN];
+    for (const body of bodies)
+      for (const version of versions)
+        assert.equal(
+          legacyWithoutClaim(body, { version }),
+          sdkSays(body, version),
+          JSON.stringify({ body, version }),
+        );
+    assert.ok(bodies.some((b) => sdkSays(b, undefined)) && bodies.some((b) => !sdkSays(b, undefined)));
+  });
+
+  it('agrees with the SDK on arbitrary JSON objects', () => {
+    const key = fc.constantFrom('jsonrpc', 'id', 'method', 'params', 'result', 'error', '_meta', 'x');
+    const leaf = fc.oneof(
+      fc.constantFrom('2.0', 'tools/call', 'initialize', null, 1, PROTOCOL_VERSION_META_KEY),
+      fc.jsonValue({ maxDepth: 1 }),
+    );
+    const value = fc.letrec<{ obj: Record<string, unknown>; v: unknown }>((tie) => ({
+      obj: fc.dictionary(key, tie('v'), { maxKeys: 5 }),
+      v: fc.oneof({ depthSize: 'small' }, leaf, tie('obj'), fc.constant(claim)),
+    })).obj;
+    const version = fc.constantFrom(undefined, ...SUPPORTED_PROTOCOL_VERSIONS, MODERN);
+    fc.assert(
+      fc.property(value, version, (body, v) => legacyWithoutClaim(body, { version: v }) === sdkSays(body, v)),
+      { numRuns: 3000 },
+    );
+  });
+});
