@@ -94,9 +94,10 @@ async function checkIdempotencyKey(
 export async function beginExecution(
   deps: ApprovalDeps,
   req: ExecutionRequest,
+  early?: Promise<ApprovedRow>,
 ): Promise<{ row: ExecutingRow; replay: boolean }> {
   if (!req.idempotency_key) {
-    const row = await beginAtOnce(deps, req);
+    const row = await beginAtOnce(deps, req, early);
     if (row) return { row, replay: false };
   }
   const result = await deps.knex
@@ -236,6 +237,24 @@ async function markExecuting(
 /** A request as execution knows it; `approvers` when they were read with it (they no longer change). */
 export type ExecutingRow = NamedRequestRow & { approvers?: string[] };
 
+/** An approval's request as the one-statement start reads it: its row and its approvers. */
+export type ApprovedRow = Record<string, unknown> | undefined;
+
+/**
+ * The request an approval_id names, read for the one-statement start, with nothing locked. A real run
+ * may read it before its own checks, while the tool resolves its target (runWrite): nothing the start
+ * decides rests on it alone, since its statement changes the request only while it is still approved
+ * and unexpired, and its bindings never change.
+ */
+export async function readApproval(deps: ApprovalDeps, approval_id: string): Promise<ApprovedRow> {
+  if (!isUuid(approval_id)) return undefined;
+  return (await deps
+    .knex('approval_requests as r')
+    .select('r.*', deps.knex.raw(APPROVERS_OF_R))
+    .where('r.approval_id', approval_id)
+    .first()) as ApprovedRow;
+}
+
 /**
  * The common execution start in one read and one statement: an approved, unexpired approval of this
  * agent whose bindings all match is marked executing with its write.started row. Anything else is
@@ -243,14 +262,13 @@ export type ExecutingRow = NamedRequestRow & { approvers?: string[] };
  * always take that transaction (the key's row is checked under lock). Relies on every change to a
  * request appending an audit row in its transaction (AuditLog.appendWith).
  */
-async function beginAtOnce(deps: ApprovalDeps, req: ExecutionRequest): Promise<ExecutingRow | undefined> {
-  if (!isUuid(req.approval_id)) return undefined;
-  const raw = (await deps
-    .knex('approval_requests as r')
-    .select('r.*', deps.knex.raw(APPROVERS_OF_R))
-    .where('r.approval_id', req.approval_id)
-    .first()) as Record<string, unknown> | undefined;
-  if (!raw) return undefined;
+async function beginAtOnce(
+  deps: ApprovalDeps,
+  req: ExecutionRequest,
+  early?: Promise<ApprovedRow>,
+): Promise<ExecutingRow | undefined> {
+  const raw = await (early ?? readApproval(deps, req.approval_id));
+  if (!raw || raw.approval_id !== req.approval_id) return undefined;
   const row = requestFromDb(raw);
   const now = new Date();
   if (row.agent_id !== req.agent.id || row.status !== 'approved' || new Date(row.expires_at) <= now) return;

@@ -72,7 +72,7 @@ export interface GateContext {
   trace_id: string;
   /** The agent's profile allows this tool's writes in dry run only. */
   dryRunOnly: boolean;
-  approvals: Pick<Approvals, 'request' | 'preflight' | 'beginExecution' | 'finishExecution'>;
+  approvals: Pick<Approvals, 'request' | 'preflight' | 'readApproval' | 'beginExecution' | 'finishExecution'>;
   /** Test hooks; production wiring never provides them. */
   faults?: Faults;
 }
@@ -108,10 +108,15 @@ interface Write {
  */
 export async function runWrite(
   toolName: string,
-  prepared: PreparedWrite<Record<string, unknown>>,
+  preparing: Promise<PreparedWrite<Record<string, unknown>>>,
   args: WriteControls,
   ctx: GateContext,
 ): Promise<GateOutcome> {
+  // A real run's approval is read while the tool resolves its target: the two round trips overlap.
+  const early = startsAtOnce(args, ctx) ? ctx.approvals.readApproval(args.approval_id) : undefined;
+  // Awaited below, unless the tool's resolution fails first: then it is read for nothing, and dropped.
+  early?.catch(() => undefined);
+  const prepared = await preparing;
   const content_sha256 = contentSha256(toolName, prepared.target, prepared.content);
   const write: Write = {
     tool: toolName,
@@ -125,7 +130,7 @@ export async function runWrite(
       file_sha256: prepared.file_sha256,
     },
   };
-  if (!args.dry_run) return execute(write, args, ctx);
+  if (!args.dry_run) return execute(write, args, ctx, early);
   return args.approval_id ? preflight(write, args, args.approval_id, ctx) : draft(write, args, ctx);
 }
 
@@ -221,11 +226,24 @@ async function preflight(
   };
 }
 
+/** Whether a real run may start in one statement (no idempotency key): its approval is read early. */
+const startsAtOnce = (
+  args: WriteControls,
+  ctx: GateContext,
+): args is WriteControls & { approval_id: string } =>
+  !args.dry_run && !ctx.dryRunOnly && !args.idempotency_key && isUuid(args.approval_id);
+
 /** Real run: consume the approval (or replay the key's stored outcome), perform once, record the outcome. */
-async function execute(write: Write, args: WriteControls, ctx: GateContext): Promise<GateOutcome> {
+async function execute(
+  write: Write,
+  args: WriteControls,
+  ctx: GateContext,
+  early?: ReturnType<GateContext['approvals']['readApproval']>,
+): Promise<GateOutcome> {
   if (ctx.dryRunOnly) throw dryRunOnly();
   if (!args.approval_id) throw approvalRequired('missing');
-  const { row, replay } = await ctx.approvals.beginExecution(executionOf(write, args.approval_id, args, ctx));
+  const request = executionOf(write, args.approval_id, args, ctx);
+  const { row, replay } = await ctx.approvals.beginExecution(request, early);
   if (replay) return replayed(write, row);
 
   await ctx.faults?.at('after_write_started');

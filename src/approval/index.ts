@@ -8,6 +8,8 @@ import {
   beginExecution,
   finishExecution,
   preflightExecution,
+  readApproval,
+  type ApprovedRow,
   type ExecutionOutcome,
   type ExecutionRequest,
 } from './execute.ts';
@@ -31,7 +33,8 @@ export function createApprovals(deps: ApprovalDeps) {
     countByStatus: (filter: Pick<QueueFilter, 'tool' | 'agent'>) => countByStatus(deps, filter),
     showForReview: (id: string) => showForReview(deps, id),
     preflight: (req: ExecutionRequest) => preflightExecution(deps, req),
-    beginExecution: (req: ExecutionRequest) => beginExecution(deps, req),
+    readApproval: (approval_id: string) => readApproval(deps, approval_id),
+    beginExecution: (req: ExecutionRequest, early?: Promise<ApprovedRow>) => beginExecution(deps, req, early),
     finishExecution: (
       row: NamedRequestRow,
       outcome: ExecutionOutcome,

@@ -227,8 +227,8 @@ export function runHandler(
     const base = { agent: call.agent, request_id: call.request_id, trace_id: call.trace_id, signal };
     const { connectors, config, blobs } = deps;
     if (tool.kind === 'write') {
-      const prepared = await tool.prepare(args, { ...base, connectors, config, blobs });
-      return runWrite(tool.name, prepared, args as { dry_run: boolean }, {
+      const preparing = tool.prepare(args, { ...base, connectors, config, blobs });
+      return runWrite(tool.name, preparing, args as { dry_run: boolean }, {
         ...base,
         dryRunOnly: profile.dry_run_only.includes(tool.facet),
         approvals: deps.approvals,
