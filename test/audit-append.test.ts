@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import knexFactory, { type Knex } from 'knex';
 import { createAuditLog, isAuditUnavailable } from '../src/audit/log.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
-import { isConnectionError, keptConnection, type Database } from '../src/db/knex.ts';
+import { isConnectionError, keptConnection, named, type Database } from '../src/db/knex.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
 import { waitFor } from './helpers/server.ts';
 
@@ -117,6 +117,28 @@ for (const kind of databaseKinds()) {
       } finally {
         db.knex.off('query', listen);
         await db.knex.schema.dropTableIfExists('prepared_probe');
+      }
+    });
+
+    it('names a hot read on PostgreSQL, which then parses and plans it once per connection', async () => {
+      await db.knex.schema.createTable('named_probe', (t) => t.integer('n'));
+      try {
+        const found = await db.knex.transaction(async (trx) => {
+          await trx('named_probe').insert([{ n: 7 }, { n: 8 }]);
+          const read = (n: number) => named(trx, 'test_named_probe', trx('named_probe').where({ n }).first());
+          const rows = [await read(7), await read(8), await read(9)];
+          const { rows: prepared } = (await trx.raw(
+            `select statement from pg_prepared_statements where name = 'countersign_test_named_probe'`,
+          )) as { rows: { statement: string }[] };
+          return { rows, prepared };
+        });
+        assert.deepEqual(found.rows, [{ n: 7 }, { n: 8 }, undefined]);
+        if (kind === 'postgres') {
+          assert.equal(found.prepared.length, 1, 'one prepared statement, used three times');
+          assert.match(found.prepared[0]!.statement, /from "named_probe" where "n" = \$1 limit \$2/);
+        } else assert.deepEqual(found.prepared, [], 'PGlite runs it as it is');
+      } finally {
+        await db.knex.schema.dropTableIfExists('named_probe');
       }
     });
 

@@ -21,6 +21,7 @@ import {
   type RequestRow,
 } from './view.ts';
 import { isUuid } from '../core/ids.ts';
+import { named } from '../db/knex.ts';
 
 export type DecisionRefusal =
   | 'not_found'
@@ -196,7 +197,7 @@ async function reject({ deps, trx, row, user, now, note }: Recording): Promise<O
  * AuditLog.appendWith): what was read here is still true when the statement commits.
  */
 async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | null) {
-  const raw = (await deps
+  const query = deps
     .knex('approval_requests as r')
     .join('agents as a', 'a.id', 'r.agent_id')
     .select(
@@ -210,7 +211,8 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
       ),
     )
     .where('r.id', opts.id)
-    .first()) as Record<string, unknown> | undefined;
+    .first();
+  const raw = (await named(deps.knex, 'approval_to_decide', query)) as Record<string, unknown> | undefined;
   if (!raw || raw.mine === true || raw.agent_owner === opts.user.name) return;
   const row = namedRequestFromDb(raw);
   const now = new Date();

@@ -21,6 +21,7 @@ import {
   type Target,
 } from './view.ts';
 import { isUuid } from '../core/ids.ts';
+import { named } from '../db/knex.ts';
 
 export type RefusalReason =
   'missing' | 'unknown' | 'pending' | 'rejected' | 'expired' | 'consumed' | 'mismatch' | 'wrong_agent';
@@ -248,11 +249,12 @@ export type ApprovedRow = Record<string, unknown> | undefined;
  */
 export async function readApproval(deps: ApprovalDeps, approval_id: string): Promise<ApprovedRow> {
   if (!isUuid(approval_id)) return undefined;
-  return (await deps
+  const query = deps
     .knex('approval_requests as r')
     .select('r.*', deps.knex.raw(APPROVERS_OF_R))
     .where('r.approval_id', approval_id)
-    .first()) as ApprovedRow;
+    .first();
+  return (await named(deps.knex, 'approval_to_execute', query)) as ApprovedRow;
 }
 
 /**

@@ -13,6 +13,7 @@ import {
 } from './deps.ts';
 import { requestFromDb, toView, type ApprovalStatus, type ApprovalView, type Target } from './view.ts';
 import { isUuid } from '../core/ids.ts';
+import { named } from '../db/knex.ts';
 import { insertFromGuard, withQueued } from './guarded.ts';
 import { changeAndQueue, deliveriesFor } from './notify.ts';
 
@@ -180,7 +181,9 @@ export async function getOwnApproval(
     .where('r.agent_id', agentId);
   if (by.approval_request_id) q.where('r.id', by.approval_request_id);
   if (by.approval_id) q.where('r.approval_id', by.approval_id);
-  const raw = (await q.first()) as Record<string, unknown> | undefined;
+  const by_ = `${by.approval_request_id ? 'request' : ''}${by.approval_id ? 'approval' : ''}`;
+  const raw = (await named(deps.knex, `own_approval_by_${by_}`, q.first())) as
+    Record<string, unknown> | undefined;
   return raw ? toView(requestFromDb(raw), approversColumn(raw), deps.reviewUrl(String(raw.id))) : undefined;
 }
 

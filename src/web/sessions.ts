@@ -2,6 +2,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { Config } from '../config.ts';
+import { named } from '../db/knex.ts';
 import { Role, type User } from '../core/identity.ts';
 
 export const SESSION_COOKIE = 'cs_session';
@@ -37,12 +38,13 @@ export function createSessionStore(knex: Knex, config: Config) {
     /** The live session for a cookie value, touching its idle clock; expired sessions are deleted. */
     async load(id: string | undefined): Promise<WebSession | undefined> {
       if (!id || id.length > 100) return undefined;
-      const row = (await knex('web_sessions as s')
+      const query = knex('web_sessions as s')
         .join('users as u', 'u.id', 's.user_id')
         .whereNull('u.disabled_at')
         .where('s.id_hash', hashId(id))
         .select('s.*', 'u.name', 'u.roles')
-        .first()) as Record<string, unknown> | undefined;
+        .first();
+      const row = (await named(knex, 'web_session', query)) as Record<string, unknown> | undefined;
       if (!row) return undefined;
       const now = Date.now();
       const created = new Date(row.created_at as string).getTime();

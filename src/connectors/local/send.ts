@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { AppError } from '../../core/errors.ts';
+import { named } from '../../db/knex.ts';
 import type { OutgoingFile, ResolvedTarget, TargetType } from '../types.ts';
 import { searchKey } from './keys.ts';
 
@@ -15,7 +16,7 @@ const TABLE: Record<TargetType, string> = {
 /** By id first; else by exact (normalised) name, or account for contacts. */
 export async function resolveLocalTarget(knex: Knex, type: TargetType, ref: string): Promise<ResolvedTarget> {
   const table = TABLE[type];
-  let rows = (await knex(table).where({ id: ref }).limit(1)) as Row[];
+  let rows = (await named(knex, `target_${table}`, knex(table).where({ id: ref }).limit(1))) as Row[];
   if (rows.length === 0) {
     const q = knex(table).where('name_key', searchKey(ref));
     if (type === 'contact') q.orWhere('account', ref);
