@@ -125,7 +125,8 @@ for (const kind of databaseKinds()) {
       try {
         const found = await db.knex.transaction(async (trx) => {
           await trx('named_probe').insert([{ n: 7 }, { n: 8 }]);
-          const read = (n: number) => named(trx, 'test_named_probe', trx('named_probe').where({ n }).first());
+          const read = (n: number) =>
+            named(trx, 'countersign_test_named_probe', trx('named_probe').where({ n }).first());
           const rows = [await read(7), await read(8), await read(9)];
           const { rows: prepared } = (await trx.raw(
             `select statement from pg_prepared_statements where name = 'countersign_test_named_probe'`,

@@ -118,9 +118,9 @@ export interface AdminDeps {
   blobs: BlobStore;
   config: Config;
   /**
-   * Told, once its change has committed, of every agent a command changed (token, profile, rate limit,
-   * revocation), so that the replica running the command stops trusting what it cached of the agent at
-   * once rather than when PostgreSQL's notification comes back.
+   * Told, once its change has committed, of every agent a command changed (an `agent.*` audit row names
+   * it: token, profile, rate limit, revocation), so that the replica running the command stops trusting
+   * what it cached of the agent at once rather than when PostgreSQL's notification comes back.
    */
   agentChanged?: (agentId: string) => void;
 }
@@ -198,12 +198,21 @@ const agentFacts = (agent: Agent) => ({
 type AdminRow = Pick<AuditInput, 'kind' | 'actor' | 'agent_id' | 'details'>;
 
 /** Runs a data-changing command and appends its audit rows in the same transaction: both or neither. */
-function audited<T>(
+async function audited<T>(
   deps: AdminDeps,
   work: (trx: Knex.Transaction, audit: (row: AdminRow) => Promise<unknown>) => Promise<T>,
 ): Promise<T> {
   const log = createAuditLog(deps.knex);
-  return deps.knex.transaction((trx) => work(trx, (row) => log.appendIn(trx, { ...row, result: 'ok' })));
+  const agents = new Set<string>();
+  const result = await deps.knex.transaction((trx) =>
+    work(trx, (row) => {
+      if (row.kind.startsWith('agent.') && row.agent_id) agents.add(row.agent_id);
+      return log.appendIn(trx, { ...row, result: 'ok' });
+    }),
+  );
+  // Committed: every agent an audit row says changed is dropped from this replica's cache now.
+  for (const id of agents) deps.agentChanged?.(id);
+  return result;
 }
 
 /** A change to a user and its audit row (what changed, never a secret), committed together. */
@@ -227,20 +236,17 @@ async function userCommand(
 
 /** A new token for an agent; the change and its audit row commit together. */
 async function rotateCommand(deps: AdminDeps, cmd: Command<'agent.rotate'>) {
-  const { agent_id, token } = await deps.knex.transaction(async (trx) => {
+  return audited(deps, async (trx, audit) => {
     const rotated = await rotateAgentToken(trx, cmd.name);
     if (!rotated) throw new AppError('NOT_FOUND', `no active agent named "${cmd.name}"`, 'unknown_agent');
-    await createAuditLog(deps.knex).appendIn(trx, {
+    await audit({
       kind: 'agent.token_rotated',
       actor: cmd.actor,
       agent_id: rotated.agent_id,
-      result: 'ok',
       details: { agent: cmd.name, agent_name: cmd.name },
     });
-    return rotated;
+    return { token: rotated.token };
   });
-  deps.agentChanged?.(agent_id);
-  return { token };
 }
 
 /** Writes an export and its manifest (FILE.manifest.json) where the operator asked. */
@@ -279,7 +285,7 @@ const HANDLERS = {
   'agent.set': async (deps, cmd) => {
     checkProfile(cmd.profile, deps.config.policy.profiles_dir);
     const { command: _c, actor, name, ...change } = cmd;
-    const agentId = await audited(deps, async (trx, audit) => {
+    return audited(deps, async (trx, audit) => {
       const before = (await trx('agents').where({ name }).forUpdate().first()) as Agent | undefined;
       if (!before) throw new AppError('NOT_FOUND', `no agent named "${name}"`);
       await updateAgent(trx, name, change);
@@ -292,14 +298,12 @@ const HANDLERS = {
           details: { agent: name, agent_name: name, before: before[field], after: change[field] },
         });
       }
-      return before.id;
+      return { updated: name, ...change };
     });
-    deps.agentChanged?.(agentId);
-    return { updated: name, ...change };
   },
   'agent.list': async (deps) => ({ agents: await listAgents(deps.knex) }),
-  'agent.revoke': async (deps, cmd) => {
-    const agentId = await audited(deps, async (trx, audit) => {
+  'agent.revoke': async (deps, cmd) =>
+    audited(deps, async (trx, audit) => {
       const agent = (await trx('agents').where({ name: cmd.name }).whereNull('revoked_at').first()) as
         Agent | undefined;
       if (!agent || !(await revokeAgent(trx, cmd.name)))
@@ -310,11 +314,8 @@ const HANDLERS = {
         agent_id: agent.id,
         details: { agent: cmd.name, agent_name: agent.name },
       });
-      return agent.id;
-    });
-    deps.agentChanged?.(agentId);
-    return { revoked: cmd.name };
-  },
+      return { revoked: cmd.name };
+    }),
   'agent.rotate': rotateCommand,
   'audit.export': exportCommand,
   'audit.verify_db': async (deps) => {

@@ -212,7 +212,8 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
     )
     .where('r.id', opts.id)
     .first();
-  const raw = (await named(deps.knex, 'approval_to_decide', query)) as Record<string, unknown> | undefined;
+  const raw = (await named(deps.knex, 'countersign_approval_to_decide', query)) as
+    Record<string, unknown> | undefined;
   if (!raw || raw.mine === true || raw.agent_owner === opts.user.name) return;
   const row = namedRequestFromDb(raw);
   const now = new Date();

@@ -254,7 +254,7 @@ export async function readApproval(deps: ApprovalDeps, approval_id: string): Pro
     .select('r.*', deps.knex.raw(APPROVERS_OF_R))
     .where('r.approval_id', approval_id)
     .first();
-  return (await named(deps.knex, 'approval_to_execute', query)) as ApprovedRow;
+  return (await named(deps.knex, 'countersign_approval_to_execute', query)) as ApprovedRow;
 }
 
 /**

@@ -181,8 +181,8 @@ export async function getOwnApproval(
     .where('r.agent_id', agentId);
   if (by.approval_request_id) q.where('r.id', by.approval_request_id);
   if (by.approval_id) q.where('r.approval_id', by.approval_id);
-  const by_ = `${by.approval_request_id ? 'request' : ''}${by.approval_id ? 'approval' : ''}`;
-  const raw = (await named(deps.knex, `own_approval_by_${by_}`, q.first())) as
+  const key = `${by.approval_request_id ? 'request' : ''}${by.approval_id ? 'approval' : ''}`;
+  const raw = (await named(deps.knex, `countersign_own_approval_by_${key}`, q.first())) as
     Record<string, unknown> | undefined;
   return raw ? toView(requestFromDb(raw), approversColumn(raw), deps.reviewUrl(String(raw.id))) : undefined;
 }

@@ -48,11 +48,13 @@ interface PgBusState {
   attempt: number;
 }
 
+/** Tells this replica's listeners that `agentId` changed ('*': any may have). */
+function agentChanged(bus: PgBusState, agentId: string) {
+  for (const l of bus.agentListeners) l(agentId);
+}
+
 function deliver(bus: PgBusState, msg: pg.Notification) {
-  if (msg.channel === AGENTS_CHANNEL) {
-    for (const l of bus.agentListeners) l(msg.payload ?? '*');
-    return;
-  }
+  if (msg.channel === AGENTS_CHANNEL) return agentChanged(bus, msg.payload ?? '*');
   let envelope: Envelope;
   try {
     envelope = JSON.parse(msg.payload ?? '') as Envelope;
@@ -66,7 +68,7 @@ function deliver(bus: PgBusState, msg: pg.Notification) {
 function connectionLost(bus: PgBusState, client: pg.Client, err: Error) {
   bus.log.warn({ err: err.message }, 'event bus listener lost its connection; reconnecting');
   if (bus.listener === client) bus.listener = undefined;
-  for (const l of bus.agentListeners) l('*');
+  agentChanged(bus, '*');
   void client.end().catch(() => undefined);
   schedule(bus);
 }
@@ -141,9 +143,7 @@ export async function createPgBus(knex: Knex, url: string, log: Logger): Promise
       bus.agentListeners.add(l);
       return () => bus.agentListeners.delete(l);
     },
-    agentChangedHere(id) {
-      for (const l of bus.agentListeners) l(id);
-    },
+    agentChangedHere: (id) => agentChanged(bus, id),
     listening: () => bus.listener !== undefined,
     async close() {
       bus.closed = true;

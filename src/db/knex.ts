@@ -74,28 +74,27 @@ export function dialectOf(knex: Knex | Knex.Transaction): Dialect {
 /** Each statement's text with its `?` placeholders as PostgreSQL numbers them ($1, $2, …), worked out once. */
 const numberedText = new Map<string, string>();
 
-/** PGlite, or a transaction (whose connection knex holds): the statement goes through knex. */
 /**
  * Names a read the hot path makes on every call of its kind, so that each PostgreSQL connection parses
  * and plans it once (planning one of these took longer than running it: 0.08–0.17 ms against
- * 0.01–0.03 ms). `name` must stand for one text: the query's shape never varies under it (pg refuses a
- * second text for a name rather than run it). Valid while the schema does not change under a running
- * server, which upgrading never does (every replica stops first, docs/operations.md). On PGlite, as is.
+ * 0.01–0.03 ms). `name` (`countersign_…`) must stand for one text: the query's shape never varies under
+ * it (pg refuses a second text for a name rather than run it). Valid while the schema does not change
+ * under a running server, which upgrading never does (every replica stops first, docs/operations.md).
+ * On PGlite, as is.
  */
 export function named<Q extends { options(options: Readonly<Record<string, unknown>>): unknown }>(
   knex: Knex,
   name: string,
   query: Q,
 ): Q {
-  return dialectOf(knex) === 'postgres' ? (query.options({ name: `countersign_${name}` }) as Q) : query;
+  return dialectOf(knex) === 'postgres' ? (query.options({ name }) as Q) : query;
 }
 
+/** PGlite, or a transaction (whose connection knex holds): the statement goes through knex. */
 const throughKnex = (knex: Knex) => dialectOf(knex) !== 'postgres' || knex.isTransaction;
 
-function viaKnex(knex: Knex, name: string, sql: string, values: readonly unknown[]) {
-  const raw = knex.raw(sql, values as Knex.RawBinding[]);
-  return dialectOf(knex) === 'postgres' ? raw.options({ name }) : raw;
-}
+const viaKnex = (knex: Knex, name: string, sql: string, values: readonly unknown[]) =>
+  named(knex, name, knex.raw(sql, values as Knex.RawBinding[]));
 
 /** Announces the statement as knex's `query` event; returns its text with numbered placeholders. */
 function announced(knex: Knex, name: string, sql: string, values: readonly unknown[]): string {
@@ -109,6 +108,9 @@ function announced(knex: Knex, name: string, sql: string, values: readonly unkno
   knex.emit('query', { method: 'raw', sql, bindings: values, options: { name } });
   return text;
 }
+
+/** knex's mark on a pg connection that failed: the pool destroys it instead of handing it out again. */
+type Disposable = pg.ClientBase & { __knex__disposed?: unknown };
 
 /**
  * Runs statements that the hot path runs on every call (the audit log's appends, one batch at a time),
@@ -125,9 +127,6 @@ function announced(knex: Knex, name: string, sql: string, values: readonly unkno
  * (it failed) is handed back at once. `release` hands it back now: the pool waits for it before it can
  * close. For one user at a time: statements that follow each other, not concurrent ones.
  */
-/** knex's mark on a pg connection that failed: the pool destroys it instead of handing it out again. */
-type Disposable = pg.ClientBase & { __knex__disposed?: unknown };
-
 export function keptConnection(knex: Knex, idleMs = 100) {
   let kept: Promise<pg.ClientBase> | undefined;
   let idle: NodeJS.Timeout | undefined;

@@ -44,7 +44,8 @@ export function createSessionStore(knex: Knex, config: Config) {
         .where('s.id_hash', hashId(id))
         .select('s.*', 'u.name', 'u.roles')
         .first();
-      const row = (await named(knex, 'web_session', query)) as Record<string, unknown> | undefined;
+      const row = (await named(knex, 'countersign_web_session', query)) as
+        Record<string, unknown> | undefined;
       if (!row) return undefined;
       const now = Date.now();
       const created = new Date(row.created_at as string).getTime();

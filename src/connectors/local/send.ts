@@ -16,7 +16,11 @@ const TABLE: Record<TargetType, string> = {
 /** By id first; else by exact (normalised) name, or account for contacts. */
 export async function resolveLocalTarget(knex: Knex, type: TargetType, ref: string): Promise<ResolvedTarget> {
   const table = TABLE[type];
-  let rows = (await named(knex, `target_${table}`, knex(table).where({ id: ref }).limit(1))) as Row[];
+  let rows = (await named(
+    knex,
+    `countersign_target_${table}`,
+    knex(table).where({ id: ref }).limit(1),
+  )) as Row[];
   if (rows.length === 0) {
     const q = knex(table).where('name_key', searchKey(ref));
     if (type === 'contact') q.orWhere('account', ref);
