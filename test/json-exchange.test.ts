@@ -114,6 +114,31 @@ for (const kind of databaseKinds()) {
       assert.equal(row.tool, 'isphere_search_contacts');
     });
 
+    it('answers each request as its own caller, on servers kept from one request to the next', async () => {
+      const other = await server.addAgent('json-exchange-other');
+      const callers = [server.demoToken, other, server.demoToken, other];
+      const asCaller = async (token: string) => {
+        const { text } = await post(server, CASES[0]![1], { authorization: `Bearer ${token}` });
+        const result = (JSON.parse(text) as { result: { structuredContent: Record<string, unknown> } })
+          .result;
+        const audit = result.structuredContent.audit as { audit_seq: number; operator_id: string };
+        const row = await server.services.knex('audit_events').where({ seq: audit.audit_seq }).first();
+        return { agent: row.agent_id as string, operator: audit.operator_id };
+      };
+      // One after another (the same kept server answers each), then all at once (several servers).
+      const sequential: { agent: string; operator: unknown }[] = [];
+      for (const token of callers) sequential.push(await asCaller(token));
+      const concurrent = await Promise.all([...callers, ...callers].map(asCaller));
+      const ids = [...sequential, ...concurrent];
+      for (const { agent, operator } of ids) assert.equal(operator, agent);
+      const [demo, second] = [ids[0]!.agent, ids[1]!.agent];
+      assert.notEqual(demo, second);
+      assert.deepEqual(
+        ids.map((i) => i.agent),
+        [...callers, ...callers, ...callers].map((t) => (t === other ? second : demo)),
+      );
+    });
+
     it("leaves to the SDK's transport what it refuses or treats apart", async () => {
       const ping = request(20, 'ping');
       const notAcceptable = await post(server, ping, { accept: 'application/json' });

@@ -15,7 +15,7 @@ import type { Logger } from '../log.ts';
 import type { Agent } from '../core/identity.ts';
 import { looksLikeJwt, OAUTH_FAILURE_DETAIL, OAuthFailure } from '../accounts/oauth.ts';
 import type { Authenticate, OAuthAgents } from './agent-cache.ts';
-import { answerPlainRequest } from './json-exchange.ts';
+import { answerPlainRequest, ServerPool } from './json-exchange.ts';
 import { readJsonBody } from './json-body.ts';
 import { sendProblem, type Problem } from './problem.ts';
 import { withJsonLegacyExchanges } from './legacy-json.ts';
@@ -116,12 +116,14 @@ export const isMcpPath = (url: string | undefined) => {
  */
 export function createMcpEndpoint(deps: McpHttpDeps) {
   const onerror = (err: Error) => deps.log.debug({ err: err.message }, 'MCP request refused');
-  const serverFor = (authInfo: AuthInfo | undefined) =>
+  const serverFor = (authInfo?: AuthInfo) =>
     createMcpServer({
-      authorize: async () => agentOf(authInfo),
+      authorize: async (given) => agentOf(given ?? authInfo),
       pipeline: deps.pipeline,
       version: deps.version,
     });
+  // Plain 2025-era requests (most traffic) are answered by servers kept from one request to the next.
+  const servers = new ServerPool(() => serverFor());
   const maxRequestBodySize = deps.config.http.max_body_bytes;
   const handler = createMcpHandler(({ authInfo }) => serverFor(authInfo), {
     bus: deps.bus,
@@ -156,7 +158,7 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
     // One 2025-era request (most traffic): answered here; anything else by the SDK's handlers.
     const answered = await answerPlainRequest(req, res, body, {
       authInfo,
-      createServer: serverFor,
+      servers,
       // Only tracing reads the request the handlers see (its headers): built for it alone.
       ...(deps.pipeline.tracer ? { webRequest: () => toWebRequest(req, body) } : {}),
     });
@@ -173,6 +175,7 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
     async close() {
       unsubscribe();
       await handler.close();
+      await servers.close();
     },
   };
 }
