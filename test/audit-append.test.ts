@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import fc from 'fast-check';
 import knexFactory, { type Knex } from 'knex';
+import { AuditInput, auditInput } from '../src/audit/chain.ts';
+import { AuditKind } from '../src/audit/kinds.ts';
 import { createAuditLog, isAuditUnavailable } from '../src/audit/log.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { isConnectionError, keptConnection, named, type Database } from '../src/db/knex.ts';
@@ -217,5 +220,75 @@ describe('an audit append the database cannot take', () => {
       undefined,
     ])
       assert.equal(isConnectionError(bug), false, String(bug));
+  });
+});
+
+describe('an audit input checked by hand, as the schema checks it', () => {
+  /** What the schema makes of `input`: its output, or that it throws. */
+  const bySchema = (input: unknown) => {
+    const parsed = AuditInput.safeParse(input);
+    return parsed.success ? { output: parsed.data } : { refused: true };
+  };
+  const byHand = (input: unknown) => {
+    try {
+      return { output: auditInput(input as AuditInput) };
+    } catch {
+      return { refused: true };
+    }
+  };
+  // Mostly values the schema takes, now and then one it refuses: both branches get exercised.
+  const rarely = <T, U>(usual: fc.Arbitrary<T>, odd: fc.Arbitrary<U>) =>
+    fc.oneof({ weight: 20, arbitrary: usual }, { weight: 1, arbitrary: odd });
+  const unset = fc.constantFrom(undefined, null);
+  const text = rarely(fc.oneof(unset, fc.string({ maxLength: 8 })), fc.integer());
+  const input = fc.record(
+    {
+      kind: rarely(fc.constantFrom(...AuditKind.options), fc.string({ maxLength: 6 })),
+      request_id: text,
+      trace_id: text,
+      agent_id: text,
+      actor: text,
+      tool: text,
+      source: text,
+      target_type: text,
+      target_ref: text,
+      approval_request_id: text,
+      approval_id: text,
+      approvers: rarely(
+        fc.oneof(unset, fc.array(fc.string({ maxLength: 4 }))),
+        fc.array(fc.integer(), { minLength: 1 }),
+      ),
+      dry_run: rarely(fc.oneof(unset, fc.boolean()), fc.string({ maxLength: 2 })),
+      content_sha256: text,
+      file_sha256: text,
+      result: rarely(fc.constantFrom(undefined, null, 'ok', 'error'), fc.constant('maybe')),
+      error_code: text,
+      details: rarely(
+        fc.oneof(
+          fc.constant(undefined),
+          fc.dictionary(fc.string({ maxLength: 4 }), fc.jsonValue({ maxDepth: 1 })),
+        ),
+        fc.oneof(fc.constant(null), fc.array(fc.integer()), fc.constant(new Date(0))),
+      ),
+    },
+    { requiredKeys: ['kind'] },
+  );
+  // Now and then a key the schema does not know.
+  const withStray = fc
+    .tuple(input, rarely(fc.constant(false), fc.constant(true)))
+    .map(([i, stray]) => (stray ? { ...i, stray: 1 } : i));
+
+  it('accepts what the schema accepts, with the same output, and refuses what it refuses', () => {
+    let accepted = 0;
+    fc.assert(
+      fc.property(withStray, (i) => {
+        const hand = byHand(i);
+        assert.deepEqual(hand, bySchema(i));
+        if ('output' in hand) accepted++;
+      }),
+      { numRuns: 5000 },
+    );
+    // Most inputs are accepted (the hand-checked path), a good share refused (the schema's).
+    assert.ok(accepted > 1000 && accepted < 4900, `${accepted} of 5000 accepted`);
   });
 });

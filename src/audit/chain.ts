@@ -58,6 +58,71 @@ export const AuditInput = z.compile(
 );
 export type AuditInput = z.input<typeof AuditInput>;
 
+const KINDS: ReadonlySet<unknown> = new Set(AuditKind.options);
+const RESULTS: ReadonlySet<unknown> = new Set([...AuditResult.options, null, undefined]);
+const TEXT_FIELDS = [
+  'request_id',
+  'trace_id',
+  'agent_id',
+  'actor',
+  'tool',
+  'source',
+  'target_type',
+  'target_ref',
+  'approval_request_id',
+  'approval_id',
+  'content_sha256',
+  'file_sha256',
+  'error_code',
+] as const;
+const INPUT_KEYS: ReadonlySet<string> = new Set(Object.keys(AuditInput.shape));
+
+const isText = (v: unknown) => v === undefined || v === null || typeof v === 'string';
+const isPlainObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && [Object.prototype, null].includes(Object.getPrototypeOf(v));
+
+/**
+ * An audit input as AuditInput parses it: every field present, null where unset, details `{}` unless
+ * given. The inputs every call appends are checked here by hand, a few comparisons, instead of by the
+ * schema (about 18 µs of a sequential call's path in the server, against under 1 µs in a hot loop);
+ * anything the checks do not accept — an unknown key, a value of the wrong type — goes to
+ * AuditInput.parse, which accepts what it accepts and throws what it throws, as before.
+ */
+export function auditInput(input: AuditInput): z.output<typeof AuditInput> {
+  const i = input as Record<string, unknown>;
+  let plain =
+    KINDS.has(i.kind) &&
+    RESULTS.has(i.result) &&
+    (i.dry_run === undefined || i.dry_run === null || typeof i.dry_run === 'boolean') &&
+    (i.approvers === undefined ||
+      i.approvers === null ||
+      (Array.isArray(i.approvers) && i.approvers.every((a) => typeof a === 'string'))) &&
+    (i.details === undefined || isPlainObject(i.details)) &&
+    TEXT_FIELDS.every((f) => isText(i[f]));
+  if (plain) for (const key in i) if (!INPUT_KEYS.has(key)) plain = false;
+  if (!plain) return AuditInput.parse(input);
+  return {
+    kind: input.kind,
+    request_id: input.request_id ?? null,
+    trace_id: input.trace_id ?? null,
+    agent_id: input.agent_id ?? null,
+    actor: input.actor ?? null,
+    tool: input.tool ?? null,
+    source: input.source ?? null,
+    target_type: input.target_type ?? null,
+    target_ref: input.target_ref ?? null,
+    approval_request_id: input.approval_request_id ?? null,
+    approval_id: input.approval_id ?? null,
+    approvers: input.approvers ? [...input.approvers] : null,
+    dry_run: input.dry_run ?? null,
+    content_sha256: input.content_sha256 ?? null,
+    file_sha256: input.file_sha256 ?? null,
+    result: input.result ?? null,
+    error_code: input.error_code ?? null,
+    details: input.details ? { ...input.details } : {},
+  };
+}
+
 /** The fields covered by the hash. */
 export type AuditField = keyof AuditBody;
 export const AUDIT_FIELDS: readonly AuditField[] = AuditBody.keyof().options;

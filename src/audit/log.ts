@@ -2,7 +2,8 @@ import { hash, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { dialectOf, isConnectionError, keptConnection } from '../db/knex.ts';
 import {
-  AuditInput,
+  auditInput,
+  type AuditInput,
   chainHash,
   ChainHeadFromDb,
   GENESIS_HASH,
@@ -99,7 +100,7 @@ function chainRows(head: ChainHead | undefined, inputs: AuditInput[]): AuditRow[
   let prev = head?.hash ?? GENESIS_HASH;
   const ts = new Date().toISOString();
   return inputs.map((input) => {
-    const p = AuditInput.parse(input);
+    const p = auditInput(input);
     const row: AuditRow = {
       seq: ++seq,
       event_id: randomUUID(),
