@@ -339,7 +339,9 @@ export async function record(
     },
     (row) => built((early = { seq: row.seq, result: answer(row.seq) })),
   ).then((row) => {
-    deps.metrics.record(call.name, failure ? toolCodeOf(failure) : null, seconds(call));
+    // Timed at the commit, counted once the answer is on its way: no part of the call's path.
+    const took = seconds(call);
+    setImmediate(() => deps.metrics.record(call.name, failure ? toolCodeOf(failure) : null, took));
     return row;
   });
   if (hold) {
