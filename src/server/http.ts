@@ -106,9 +106,11 @@ export const isMcpPath = (url: string | undefined) => {
 
 /**
  * Streamable HTTP at /mcp, stateless: every request is authenticated by its own bearer token and answered
- * by a fresh server instance, whatever protocol revision it speaks (2026-07-28 natively; 2025-era
- * clients statelessly, each answer one JSON body: legacy-json.ts). Nothing is kept between requests,
- * so any replica of a cluster answers any request.
+ * by a server instance that knows nothing of earlier requests, whatever protocol revision it speaks
+ * (2026-07-28 natively; 2025-era clients statelessly, each answer one JSON body: legacy-json.ts). A
+ * plain 2025-era request goes to a server kept for the next one (ServerPool), which takes its caller
+ * from the request; nothing a request leaves behind matters to another, so any replica of a cluster
+ * answers any request.
  *
  * Served on node's own request and response, ahead of express (serve-http.ts): the endpoint needs the
  * host check, the JSON body and the token, and express's router and body parser cost a call more

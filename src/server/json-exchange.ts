@@ -168,8 +168,8 @@ function plainRequest(req: IncomingMessage, body: unknown) {
 
 /**
  * Answers a 2025-era POST of one JSON-RPC request (tools/call, tools/list, ping) on the node request
- * itself, as the SDK's stateless transport answers it in JSON mode — a fresh server from
- * `createServer`, the answer as one `application/json` body with status 200 — without turning the
+ * itself, as the SDK's stateless transport answers it in JSON mode — the same server's handlers (a
+ * server of the pool), the answer as one `application/json` body with status 200 — without turning the
  * request into a web Request and the answer into a web Response first. Returns false, having done
  * nothing, for every other request (see plainRequest): those go to the SDK's transport as before.
  *
