@@ -14,8 +14,8 @@ import { parseArgs } from 'node:util';
 import type { Client } from '@modelcontextprotocol/client';
 import { createScratchDatabase, DEFAULT_ADMIN_URL, seedDatabase } from './lib/database.ts';
 import { fsUpstream } from './lib/fs-upstream.ts';
-import { callTool, connect } from './lib/server.ts';
-import { median, sleep } from './lib/stats.ts';
+import { callTool, connect, untilAnswered } from './lib/server.ts';
+import { median } from './lib/stats.ts';
 
 const { values: flags } = parseArgs({
   options: {
@@ -60,20 +60,16 @@ async function side(label: string, root: string): Promise<Side> {
   const client: Client = await connect(cs.url, seeded.token);
   cleanups.push(() => client.close());
   const tool = `${ws.name}__read_text_file`;
-  const call = async () => {
+  /** The read, or what was wrong with its answer. */
+  const read = async () => {
     const { envelope } = await callTool(client, tool, { path: ws.file });
-    if (envelope.ok !== true) throw new Error(`${label}: ${JSON.stringify(envelope.error ?? envelope)}`);
+    return envelope.ok === true ? undefined : JSON.stringify(envelope.error ?? envelope);
   };
-  // countersign connects to its upstream in the background after start-up.
-  for (let i = 0; ; i++) {
-    const failed = await call().then(
-      () => undefined,
-      (err: unknown) => err,
-    );
-    if (!failed) break;
-    if (i > 150) throw failed;
-    await sleep(200);
-  }
+  await untilAnswered(label, read);
+  const call = async () => {
+    const failed = await read();
+    if (failed) throw new Error(`${label}: ${failed}`);
+  };
   return { label, call };
 }
 

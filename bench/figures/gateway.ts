@@ -5,8 +5,8 @@ import { closedLoop, type LoadResult } from '../lib/load.ts';
 import { FS_SERVER, fsUpstream, ONE_KIB } from '../lib/fs-upstream.ts';
 import { treeStatusMb } from '../lib/proc.ts';
 import { figure, type Figure } from '../lib/report.ts';
-import { callTool, connect, spawnCountersign } from '../lib/server.ts';
-import { median, sleep } from '../lib/stats.ts';
+import { callTool, connect, spawnCountersign, untilAnswered } from '../lib/server.ts';
+import { median } from '../lib/stats.ts';
 import { spawnSupergateway } from '../lib/supergateway.ts';
 
 export interface GatewayOptions {
@@ -65,16 +65,6 @@ async function connectDirect(root: string): Promise<Client> {
     new StdioClientTransport({ command: process.execPath, args: [FS_SERVER, root], stderr: 'ignore' }),
   );
   return client;
-}
-
-/** Calls until one succeeds: countersign connects to its upstream in the background after start-up. */
-async function firstSuccess(side: Side, timeoutMs = 30_000): Promise<void> {
-  let failure: string | undefined;
-  for (const until = Date.now() + timeoutMs; Date.now() < until; await sleep(200)) {
-    failure = await side.call(side.clients[0]!).catch((err: unknown) => String(err));
-    if (!failure) return;
-  }
-  throw new Error(`${side.name} never answered the read: ${failure}`);
 }
 
 /** The closed-loop load in `segments` rounds, the order of the sides reversed every other round. */
@@ -165,7 +155,7 @@ export async function gatewayFigures(o: GatewayOptions): Promise<Figure[]> {
     stops.push(() =>
       Promise.allSettled(sides.flatMap((s) => s.clients.map((c) => c.close()))).then(() => {}),
     );
-    for (const side of sides) await firstSuccess(side);
+    for (const side of sides) await untilAnswered(side.name, () => side.call(side.clients[0]!));
     const directClient = await connectDirect(ws.root);
     stops.push(() => directClient.close());
     const direct: Side = {

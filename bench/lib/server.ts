@@ -4,6 +4,7 @@ import { build as esbuild } from 'esbuild';
 import path from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import type { CallToolResult } from '@modelcontextprotocol/client';
+import { sleep } from './stats.ts';
 
 export const ROOT = path.resolve(import.meta.dirname, '../..');
 
@@ -176,4 +177,21 @@ export async function callTool(
 ): Promise<{ envelope: Record<string, unknown>; isError: boolean }> {
   const result = (await client.callTool({ name, arguments: args }, { timeout })) as CallToolResult;
   return { envelope: (result.structuredContent ?? {}) as Record<string, unknown>, isError: !!result.isError };
+}
+
+/**
+ * Calls `call` until it answers without a failure (its failure text, or undefined): countersign
+ * connects to its upstreams in the background after start-up. Throws the last failure at the timeout.
+ */
+export async function untilAnswered(
+  what: string,
+  call: () => Promise<string | undefined>,
+  timeoutMs = 30_000,
+): Promise<void> {
+  let failure: string | undefined;
+  for (const until = Date.now() + timeoutMs; Date.now() < until; await sleep(200)) {
+    failure = await call().catch((err: unknown) => String(err));
+    if (!failure) return;
+  }
+  throw new Error(`${what} never answered the read: ${failure}`);
 }

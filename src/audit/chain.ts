@@ -74,7 +74,7 @@ const TEXT_FIELDS = [
   'content_sha256',
   'file_sha256',
   'error_code',
-] as const;
+] as const satisfies readonly (keyof AuditInput)[];
 const INPUT_KEYS: ReadonlySet<string> = new Set(Object.keys(AuditInput.shape));
 
 const isText = (v: unknown) => v === undefined || v === null || typeof v === 'string';

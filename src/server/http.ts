@@ -118,16 +118,17 @@ export const isMcpPath = (url: string | undefined) => {
  */
 export function createMcpEndpoint(deps: McpHttpDeps) {
   const onerror = (err: Error) => deps.log.debug({ err: err.message }, 'MCP request refused');
-  const serverFor = (authInfo?: AuthInfo) =>
+  // Every request's caller comes with the request (its authInfo), whichever server answers it: a fresh
+  // one of the SDK's handler, or one kept from one plain 2025-era request to the next.
+  const serverFor = () =>
     createMcpServer({
-      authorize: async (given) => agentOf(given ?? authInfo),
+      authorize: async (authInfo) => agentOf(authInfo),
       pipeline: deps.pipeline,
       version: deps.version,
     });
-  // Plain 2025-era requests (most traffic) are answered by servers kept from one request to the next.
-  const servers = new ServerPool(() => serverFor());
+  const servers = new ServerPool(serverFor);
   const maxRequestBodySize = deps.config.http.max_body_bytes;
-  const handler = createMcpHandler(({ authInfo }) => serverFor(authInfo), {
+  const handler = createMcpHandler(serverFor, {
     bus: deps.bus,
     maxRequestBodySize,
     onerror,

@@ -60,7 +60,7 @@ class Exchange implements Transport {
  * Servers connected to their exchanges, each answering one request at a time, kept for the next
  * request once answered instead of built and connected anew for each (about 90 µs of a sequential
  * call's path, measured). At most `idle` wait between requests; a burst beyond that builds more, which
- * the collector takes once answered. A server that failed mid-request is not kept.
+ * the collector takes once answered. Only a server that answered goes back to the pool.
  */
 export class ServerPool {
   private readonly free: { server: Server; exchange: Exchange }[] = [];

@@ -38,11 +38,12 @@ function requestIdOf(body: unknown): string | number | null {
  * logging), so the stream carries exactly one event: as JSON the answer is one body, one write, and
  * the exchange ends with it. Streamable HTTP lets a server answer a POST either way, and a client must
  * accept both (its Accept header names both). Each exchange gets a fresh server instance from
- * `createServer`, as on the modern path: nothing is kept between requests.
+ * `createServer`, as on the modern path, and the caller with each request: nothing is kept between
+ * requests.
  */
 export function withJsonLegacyExchanges(
   modern: { fetch: Fetch },
-  createServer: (authInfo: AuthInfo | undefined) => Server,
+  createServer: () => Server,
   opts: { maxRequestBodySize: number; onerror: (err: Error) => void },
 ): { fetch: Fetch } {
   const legacy: Fetch = async (request, options) => {
@@ -50,7 +51,7 @@ export function withJsonLegacyExchanges(
     let server: Server | undefined;
     let transport: WebStandardStreamableHTTPServerTransport | undefined;
     try {
-      server = createServer(options?.authInfo);
+      server = createServer();
       transport = new WebStandardStreamableHTTPServerTransport({
         sessionIdGenerator: undefined,
         enableJsonResponse: true,

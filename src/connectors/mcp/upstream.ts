@@ -25,10 +25,11 @@ export interface UpstreamTool {
   output?: OutputCheck;
 }
 
+/** A compiled output schema: whether a value matches it, and if not, why. */
+type Validate = (value: unknown) => { valid: boolean; errorMessage?: string };
+
 /** A compiled output schema, or why it would not compile. */
-type OutputCheck =
-  | { ok: true; validate: (value: unknown) => { valid: boolean; errorMessage?: string } }
-  | { ok: false; error: string };
+type OutputCheck = { ok: true; validate: Validate } | { ok: false; error: string };
 
 export interface UpstreamStatus {
   name: string;
@@ -311,11 +312,7 @@ async function callTool(link: Link, tool: string, args: Record<string, unknown>,
 }
 
 /** Throws the SDK client's protocol errors for structured content that is missing or does not match. */
-export function checkStructured(
-  tool: string,
-  validate: (value: unknown) => { valid: boolean; errorMessage?: string },
-  result: CallToolResult,
-) {
+export function checkStructured(tool: string, validate: Validate, result: CallToolResult) {
   if (result.structuredContent === undefined) {
     throw new ProtocolError(
       ProtocolErrorCode.InvalidRequest,
