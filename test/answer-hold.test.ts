@@ -39,7 +39,10 @@ describeOnPostgres('an answer held until its audit row commits', () => {
   const waiter = () =>
     waitFor('an append waiting for the chain lock', async () => {
       const { rows } = (await other.raw(
-        `select pid from pg_locks where locktype = 'advisory' and objid = ? and not granted`,
+        // Advisory locks are per database: another database's waiter (another suite) is not this one.
+        `select pid from pg_locks
+         where locktype = 'advisory' and objid = ? and not granted
+           and database = (select oid from pg_database where datname = current_database())`,
         [AUDIT_LOCK_KEY],
       )) as { rows: { pid: number }[] };
       return rows[0]?.pid;
