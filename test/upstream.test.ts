@@ -1,11 +1,14 @@
 import assert from 'node:assert/strict';
+import { getEventListeners } from 'node:events';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import type { Client } from '@modelcontextprotocol/client';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import type { Client, FetchLike } from '@modelcontextprotocol/client';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
-import { checkStructured } from '../src/connectors/mcp/upstream.ts';
+import { checkStructured, fetchUnwarned } from '../src/connectors/mcp/upstream.ts';
 import { createAgent } from '../src/accounts/agents.ts';
 import { createUser } from '../src/accounts/users.ts';
 import { approveAsChair, type Chair } from './helpers/approvals.ts';
@@ -395,5 +398,48 @@ describe('the output check of an upstream tool', () => {
       () => checkStructured('count', validate, { content: text, structuredContent: { count: 'x' } }),
       /does not match the tool's output schema: count must be a number/,
     );
+  });
+});
+
+describe('the fetch of an upstream over HTTP', () => {
+  // A full collection on demand, as test/memory.test.ts takes it.
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const abortListeners = (signal: AbortSignal) => getEventListeners(signal, 'abort').length;
+  /** The leak warnings Node emits while `during` runs (and the ticks after it). */
+  const leakWarnings = async (during: () => Promise<void>) => {
+    const seen: string[] = [];
+    const onWarning = (w: Error) => {
+      if (w.name === 'MaxListenersExceededWarning') seen.push(w.message);
+    };
+    process.on('warning', onWarning);
+    try {
+      await during();
+      await new Promise((r) => setImmediate(r));
+    } finally {
+      process.off('warning', onWarning);
+    }
+    return seen;
+  };
+  /** `count` requests started at once on one signal, as the SDK's transport starts them under load. */
+  const burst = async (fetchFn: FetchLike, signal: AbortSignal, count: number) => {
+    const requests = Array.from({ length: count }, () => fetchFn('data:,{}', { signal }));
+    // Each started request hangs a listener on the signal until it is collected.
+    assert.ok(abortListeners(signal) >= count, `${abortListeners(signal)} listeners`);
+    await Promise.all(requests.map((r) => r.then((res) => res.text())));
+  };
+
+  it('raises no leak warning for the listeners fetch hangs on the one signal, and they go at collection', async () => {
+    // Plain fetch warns once more than 1,500 requests are alive on one signal (one warning here).
+    const plain = await leakWarnings(() => burst(fetch, new AbortController().signal, 1501));
+    assert.equal(plain.length, 1, 'plain fetch warns: the burst below is big enough to tell');
+    const signal = new AbortController().signal;
+    assert.deepEqual(await leakWarnings(() => burst(fetchUnwarned, signal, 3000)), []);
+    // Bounded by the collector, not kept: once the requests are collected their listeners are gone.
+    await waitFor('the listeners of collected requests removed', async () => {
+      gc();
+      await new Promise((r) => setImmediate(r));
+      return abortListeners(signal) < 10 ? true : undefined;
+    });
   });
 });
