@@ -4,6 +4,7 @@ import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/cli
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import { loadConfig } from '../../src/config.ts';
 import { createLogger } from '../../src/log.ts';
+import { fetchUnwarned } from '../../src/connectors/mcp/upstream.ts';
 import { createAgent } from '../../src/accounts/agents.ts';
 import { startHttpServer, type RunningServer } from '../../src/app/serve-http.ts';
 import type { ServiceOptions } from '../../src/app/services.ts';
@@ -80,6 +81,9 @@ export async function connectHttp(url: string, token: string, era: Era = 'legacy
   await client.connect(
     new StreamableHTTPClientTransport(new URL('/mcp', url), {
       requestInit: { headers: { Authorization: `Bearer ${token}` } },
+      // The transport's one signal, exempt from Node's leak warning as countersign's own upstream
+      // clients are (a suite's thousands of calls otherwise print hundreds of warnings).
+      fetch: fetchUnwarned,
     }),
   );
   return client;
