@@ -3,18 +3,13 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import type { Client } from '@modelcontextprotocol/client';
 import { databaseKinds } from './helpers/db.ts';
+import { gc } from './helpers/gc.ts';
 import { call, connectHttp, ROOT, startTestServer, type TestServer } from './helpers/server.ts';
 import { startUpstreamFixture, type UpstreamFixture } from './helpers/upstream-fixture.ts';
 
 const FS_SERVER = path.join(ROOT, 'node_modules/@modelcontextprotocol/server-filesystem/dist/index.js');
-
-// A full collection on demand without a command-line flag: the test runs under the README's npm test.
-setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
 
 /** The live heap after full collections, in bytes. */
 async function liveHeap(): Promise<number> {

@@ -4,15 +4,15 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import type { Client, FetchLike } from '@modelcontextprotocol/client';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
-import { checkStructured, fetchUnwarned } from '../src/connectors/mcp/upstream.ts';
+import { checkStructured } from '../src/connectors/mcp/upstream.ts';
+import { fetchUnwarned } from '../src/core/fetch.ts';
 import { createAgent } from '../src/accounts/agents.ts';
 import { createUser } from '../src/accounts/users.ts';
 import { approveAsChair, type Chair } from './helpers/approvals.ts';
 import { databaseKinds } from './helpers/db.ts';
+import { gc } from './helpers/gc.ts';
 import {
   call,
   connectHttp,
@@ -402,9 +402,6 @@ describe('the output check of an upstream tool', () => {
 });
 
 describe('the fetch of an upstream over HTTP', () => {
-  // A full collection on demand, as test/memory.test.ts takes it.
-  setFlagsFromString('--expose-gc');
-  const gc = runInNewContext('gc') as () => void;
   const abortListeners = (signal: AbortSignal) => getEventListeners(signal, 'abort').length;
   /** The leak warnings Node emits while `during` runs (and the ticks after it). */
   const leakWarnings = async (during: () => Promise<void>) => {

@@ -4,7 +4,7 @@ import { build as esbuild } from 'esbuild';
 import path from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import type { CallToolResult } from '@modelcontextprotocol/client';
-import { fetchUnwarned } from '../../src/connectors/mcp/upstream.ts';
+import { fetchUnwarned } from '../../src/core/fetch.ts';
 import { sleep } from './stats.ts';
 
 export const ROOT = path.resolve(import.meta.dirname, '../..');

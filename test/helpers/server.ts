@@ -4,7 +4,7 @@ import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/cli
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import { loadConfig } from '../../src/config.ts';
 import { createLogger } from '../../src/log.ts';
-import { fetchUnwarned } from '../../src/connectors/mcp/upstream.ts';
+import { fetchUnwarned } from '../../src/core/fetch.ts';
 import { createAgent } from '../../src/accounts/agents.ts';
 import { startHttpServer, type RunningServer } from '../../src/app/serve-http.ts';
 import type { ServiceOptions } from '../../src/app/services.ts';

@@ -1,5 +1,4 @@
 import { createHash } from 'node:crypto';
-import { setMaxListeners } from 'node:events';
 import canonicalize from 'canonicalize';
 import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import {
@@ -11,16 +10,11 @@ import {
   SdkErrorCode,
 } from '@modelcontextprotocol/client';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/client/validators/ajv';
-import type {
-  Transport,
-  CallToolResult,
-  FetchLike,
-  JsonSchemaType,
-  Tool,
-} from '@modelcontextprotocol/client';
+import type { Transport, CallToolResult, JsonSchemaType, Tool } from '@modelcontextprotocol/client';
 import type { UpstreamConfig } from '../../config.ts';
 import type { Logger } from '../../log.ts';
 import { AppError } from '../../core/errors.ts';
+import { fetchUnwarned } from '../../core/fetch.ts';
 
 export type UpstreamState = 'connecting' | 'up' | 'down' | 'closed';
 
@@ -105,26 +99,6 @@ function transportFor(cfg: UpstreamConfig): Transport {
     fetch: fetchUnwarned,
   });
 }
-
-/** The signals fetchUnwarned has already exempted. */
-const exempted = new WeakSet<AbortSignal>();
-
-/**
- * `fetch` for an upstream over HTTP. The SDK's transport hands its one AbortSignal to every request,
- * and fetch (undici) hangs an abort listener on it per request, removed once that request is collected.
- * Under load more than undici's limit of 1,500 are alive between two collections, and Node then prints
- * a "possible EventTarget memory leak" warning to stderr for every further request: 802 lines over
- * 4,000 proxied calls, 8 at a time. The listeners are bounded by the collector, not kept
- * (test/upstream.test.ts counts them after a collection), so this one signal is exempt from the count.
- */
-export const fetchUnwarned: FetchLike = (url, init) => {
-  const signal = init?.signal;
-  if (signal && !exempted.has(signal)) {
-    setMaxListeners(0, signal);
-    exempted.add(signal);
-  }
-  return fetch(url, init);
-};
 
 const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err)).slice(0, 500);
 
