@@ -263,6 +263,9 @@ for (const kind of databaseKinds()) {
       agent = await connectHttp(server.url, (await createAgent(knex(), { name: 'after-restart' })).token);
       await waitFor('crm to be listed', async () => (crm().tools().size === 2 ? true : undefined));
       assert.equal((await rowsOf(knex(), 'upstream.tool_classified')).length, classified);
+      for (const tool of ['crm__peek', 'crm__purge', 'locked__peek', 'locked__purge']) {
+        assert.equal((await rowsOf(knex(), 'upstream.tool_classified', tool)).length, 1, tool);
+      }
       assert.equal((await rowsOf(knex(), 'upstream.classification_changed')).length, changed);
       assert.equal((await listed('crm__purge'))?.annotations?.readOnlyHint, true, 'accepted: a read');
       assert.equal((await listed('crm__peek'))?.annotations?.readOnlyHint, false, 'pinned a write');
