@@ -13,6 +13,7 @@ import { loadConfig } from '../src/config.ts';
 import { createUpstreamPins, type Listed } from '../src/connectors/mcp/pins.ts';
 import { isAppError } from '../src/core/errors.ts';
 import { createLogger } from '../src/log.ts';
+import { pino } from 'pino';
 import { runCli } from './helpers/cli.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { startRelabelingUpstream, type RelabelingUpstream } from './helpers/relabeling-upstream.ts';
@@ -229,8 +230,13 @@ for (const kind of databaseKinds()) {
     });
 
     it('replicas seeing a tool or a change at once make one pin and record it once', async () => {
-      const replicas = [1, 2, 3].map(() =>
-        createUpstreamPins({ knex: knex(), audit: createAuditLog(knex()), log: createLogger('silent') }),
+      const logs = [1, 2, 3].map(() => [] as Record<string, unknown>[]);
+      const replicas = logs.map((lines) =>
+        createUpstreamPins({
+          knex: knex(),
+          audit: createAuditLog(knex()),
+          log: pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) }),
+        }),
       );
       const listing = (cls: Listed['class']) =>
         new Map<string, Listed>([
@@ -248,6 +254,16 @@ for (const kind of databaseKinds()) {
       const relisted = await Promise.all(replicas.map((r) => r.classify('twin', listing('read'))));
       for (const pins of relisted) assert.deepEqual(pins.get('drop_all'), { class: 'write', held: 'read' });
       assert.equal((await rowsOf(knex(), 'upstream.classification_changed', 'twin__drop_all')).length, 1);
+
+      // Listed again: no new row, and each process warned of the held change once.
+      await Promise.all(replicas.map((r) => r.classify('twin', listing('read'))));
+      assert.equal((await rowsOf(knex(), 'upstream.classification_changed', 'twin__drop_all')).length, 1);
+      for (const lines of logs) {
+        assert.deepEqual(
+          lines.map((l) => [l.level, l.upstream, l.tool, l.pinned, l.listed]),
+          [[40, 'twin', 'drop_all', 'write', 'read']],
+        );
+      }
     });
 
     it('a second start on the same database pins nothing again and keeps what was accepted', async () => {
@@ -269,6 +285,28 @@ for (const kind of databaseKinds()) {
       assert.equal((await rowsOf(knex(), 'upstream.classification_changed')).length, changed);
       assert.equal((await listed('crm__purge'))?.annotations?.readOnlyHint, true, 'accepted: a read');
       assert.equal((await listed('crm__peek'))?.annotations?.readOnlyHint, false, 'pinned a write');
+    });
+
+    it('accept works with no server running; the next start applies it', async () => {
+      upstream.relabel('peek', { readOnlyHint: true });
+      await waitFor('the held change of peek', async () =>
+        (await pinOf(knex(), 'crm', 'peek'))?.pending_class === 'read' ? true : undefined,
+      );
+      assert.equal((await listed('crm__peek'))?.annotations?.readOnlyHint, false, 'held: still a write');
+      await agent.close();
+      await server.close();
+      const accepted = await cli('accept', 'crm');
+      assert.equal(accepted.code, 0, accepted.stderr);
+      const config = loadConfig(first.env, first.db.dataDir);
+      server = await startHttpServer(config, createLogger(config.log_level));
+      agent = await connectHttp(server.url, (await createAgent(knex(), { name: 'third-start' })).token);
+      await waitFor('crm to be listed', async () => (crm().tools().size === 2 ? true : undefined));
+      assert.equal((await listed('crm__peek'))?.annotations?.readOnlyHint, true, 'accepted: a read');
+      const rows = await rowsOf(knex(), 'upstream.classification_accepted', 'crm__peek');
+      assert.deepEqual(
+        rows.map((r) => [r.details.from.class, r.details.to.class]),
+        [['write', 'read']],
+      );
     });
 
     it('keeps the audit chain whole', async () => {
