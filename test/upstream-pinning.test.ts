@@ -156,6 +156,11 @@ for (const kind of databaseKinds()) {
         ['write', 'read'],
       );
 
+      const health = (await (await fetch(new URL('/healthz', server.url))).json()) as {
+        upstreams: { name: string; held: number }[];
+      };
+      assert.equal(health.upstreams.find((u) => u.name === 'crm')?.held, 1);
+
       const list = await cli('list', 'crm');
       assert.equal(list.code, 0, list.stderr);
       const lines = list.stdout.split('\n');
@@ -179,6 +184,7 @@ for (const kind of databaseKinds()) {
       assert.deepEqual([row?.details.from.class, row?.details.to.class], ['write', 'read']);
       const pin = await pinOf(knex(), 'crm', 'purge');
       assert.deepEqual([pin?.class, pin?.pending_class, pin?.accepted_by], ['read', null, row?.actor]);
+      assert.equal(crm().status().held, 0);
     });
 
     it('applies a listing that makes a tool more gated at once, recorded and pinned anew', async () => {

@@ -39,6 +39,8 @@ export interface UpstreamStatus {
   name: string;
   state: UpstreamState;
   tools: number;
+  /** Tools listed as less gated than their pin, held until an operator accepts the change. */
+  held: number;
   last_error: string | null;
   connected_at: string | null;
 }
@@ -388,6 +390,7 @@ export function connectUpstream(
       name: cfg.name,
       state: link.state,
       tools: link.tools.size,
+      held: [...link.tools.values()].filter((t) => t.pin.held !== null).length,
       last_error: link.lastError,
       connected_at: link.connectedAt,
     }),
