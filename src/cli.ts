@@ -58,6 +58,8 @@ const NEEDS_EXISTING = new Set<AdminCommand['command']>([
   'approvals.list',
   'approvals.show',
   'approvals.decide',
+  'upstream.list',
+  'upstream.accept',
 ]);
 
 /** Refuses, before anything is opened, an embedded database that is not there. */
@@ -334,6 +336,9 @@ function program(): Command {
       .description(
         'review and decide approval requests as a chair (password from COUNTERSIGN_PASSWORD or stdin)',
       ),
+  );
+  addUpstreamCommands(
+    cli.command('upstream').description("upstream MCP servers: their tools' pinned classes (read or write)"),
   );
   return cli;
 }
@@ -674,6 +679,50 @@ function addApprovalCommands(approvals: Command): void {
         if (approval.approval_id) out(approval.approval_id);
       });
   }
+}
+
+/** One pinned tool: its class (and the config's mapping, which wins), and any less gated class held back. */
+function printPin(p: AdminResults['upstream.list']['pins'][number]): void {
+  const config = p.config ? ` (config: ${p.config})` : '';
+  const accepted = p.accepted_by ? `, accepted by ${p.accepted_by}` : '';
+  out(
+    `${p.upstream}__${p.tool}\t${p.class}${config}\tschema ${p.input_schema_sha256.slice(0, 12)}\t` +
+      `pinned ${p.pinned_at}${accepted}`,
+  );
+  if (p.pending) {
+    out(
+      `  held: listed as ${p.pending.class} since ${p.pending.since ?? '?'}; ` +
+        `to accept: countersign upstream accept ${p.upstream} ${p.tool}`,
+    );
+  }
+}
+
+function addUpstreamCommands(upstream: Command): void {
+  upstream
+    .command('list')
+    .argument('[name]', 'one upstream (default: all)')
+    .description("each upstream tool's pinned class, and any change held until accepted")
+    .action(async (name: string | undefined) => {
+      const { pins } = await runData(config(), { command: 'upstream.list', name });
+      if (pins.length === 0) out('no upstream tools seen yet');
+      for (const p of pins) printPin(p);
+    });
+  upstream
+    .command('accept')
+    .argument('<name>', 'the upstream')
+    .argument('[tool]', 'one of its tools (default: every tool with a held change)')
+    .description('re-pin tools to the less gated class their upstream now lists (audited)')
+    .action(async (name: string, tool: string | undefined) => {
+      const { accepted } = await runData(config(), {
+        command: 'upstream.accept',
+        name,
+        tool,
+        actor: cliActor(),
+      });
+      if (accepted.length === 0)
+        out(`nothing to accept: no change of ${tool ? `${name} ${tool}` : name} is held`);
+      for (const a of accepted) out(`${name}__${a.tool}: ${a.from} -> ${a.to} (accepted)`);
+    });
 }
 
 async function explain(e: unknown): Promise<string> {

@@ -19,6 +19,11 @@ export const UpstreamSchema = z
       .regex(/^[a-z][a-z0-9-]{0,31}$/, 'lowercase letters, digits and hyphens, starting with a letter'),
     /** Upstream tool name → read, write or hidden; wins over the upstream's annotations. */
     tools: z.record(z.string().min(1), UpstreamToolMode).default({}),
+    /**
+     * Whether a first listing's `readOnlyHint: true` makes a read (default). false: every tool the config
+     * does not map is a gated write, whatever the upstream says.
+     */
+    trust_annotations: z.boolean().default(true),
     /** Deadline of one upstream call (default: 90 % of limits.call_timeout_ms). */
     timeout_ms: z.number().int().positive().optional(),
     // stdio

@@ -20,6 +20,7 @@ import { loadProfiles } from '../server/profiles.ts';
 import { signIn } from '../accounts/sign-in.ts';
 import { changeUser, createUser, listUsers, setUserEmail, type UserChange } from '../accounts/users.ts';
 import { AgentName, Role, UserName, type Agent, type User } from '../core/identity.ts';
+import { acceptPins, listPins } from './upstreams.ts';
 
 /**
  * The data-changing operator commands. They run in the CLI's own process when it can open the database,
@@ -105,6 +106,13 @@ export const AdminCommand = z.discriminatedUnion('command', [
     decision: z.enum(['approve', 'reject']),
     note: z.string().optional(),
   }),
+  z.strictObject({ command: z.literal('upstream.list'), name: z.string().min(1).optional() }),
+  z.strictObject({
+    command: z.literal('upstream.accept'),
+    name: z.string().min(1),
+    tool: z.string().min(1).optional(),
+    actor: z.string().min(1),
+  }),
 ]);
 export type AdminCommand = z.infer<typeof AdminCommand>;
 
@@ -123,6 +131,11 @@ export interface AdminDeps {
    * what it cached of the agent at once rather than when PostgreSQL's notification comes back.
    */
   agentChanged?: (agentId: string) => void;
+  /**
+   * Lists the upstreams again once an accepted pin has committed, so that the server running the command
+   * applies it before answering (other replicas hear of it through PostgreSQL).
+   */
+  upstreamsChanged?: () => Promise<void>;
 }
 
 /** A profile named for an agent must be installed (profiles/NAME.json). */
@@ -354,6 +367,12 @@ const HANDLERS = {
     return { approval: shown };
   },
   'approvals.decide': decideCommand,
+  'upstream.list': async (deps, cmd) => ({ pins: await listPins(deps.knex, deps.config, cmd.name) }),
+  'upstream.accept': (deps, cmd) =>
+    acceptPins(
+      { knex: deps.knex, refresh: deps.upstreamsChanged },
+      { upstream: cmd.name, tool: cmd.tool, actor: cmd.actor },
+    ),
 } satisfies { [K in AdminCommand['command']]: (deps: AdminDeps, cmd: Command<K>) => Promise<object> };
 
 /** What each command returns, by command name. */

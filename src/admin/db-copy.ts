@@ -35,6 +35,7 @@ export const COPIED_TABLES = [
   { table: 'slack_messages', why: "where each request's Slack message is, so its outcome updates it" },
   { table: 'idempotency_keys', why: 'retries of real writes answer the stored result' },
   { table: 'agent_memory', why: "agents' notes" },
+  { table: 'upstream_tool_pins', why: "upstream tools' pinned classes: a move never trusts a listing anew" },
   { table: 'audit_events', why: 'the hash chain, in seq order, every column as stored' },
   { table: 'audit_checkpoints', why: 'signed checkpoints, each with its public key' },
   { table: 'audit_exports', why: 'the record of exports and their manifests' },

@@ -11,6 +11,7 @@ import { createBridgeConnector } from '../connectors/bridge/client.ts';
 import { createBlobStore, type BlobStore } from '../connectors/local/blobs.ts';
 import { createLocalConnector } from '../connectors/local/store.ts';
 import { connectUpstream, type Upstream } from '../connectors/mcp/upstream.ts';
+import { createUpstreamPins, type UpstreamPins } from '../connectors/mcp/pins.ts';
 import { openDatabase, type Database } from '../db/knex.ts';
 import { sharedValue } from '../db/settings.ts';
 import { checkpointDeps } from '../audit/context.ts';
@@ -136,7 +137,8 @@ export async function openServices(
     const memory = createMemoryStore(db.knex);
     const metrics = createMetrics();
     db.knex.on('query', () => metrics.statement());
-    const upstreams = await connectUpstreams(config, log, cluster.bus, closers);
+    const pins = createUpstreamPins({ knex: db.knex, audit, log });
+    const upstreams = await connectUpstreams(config, log, cluster.bus, pins, closers);
     const pipeline = createCallPipeline({
       ...{ tools: builtinTools, upstreams, memory, limiter, profiles, metrics, audit },
       ...{ connectors, cursors, approvals, blobs, config, log, faults: options.faults, tracer },
@@ -150,10 +152,7 @@ export async function openServices(
     );
     const firstRun = await firstRunOf({ knex: db.knex, blobs, audit, config }, options);
 
-    if (db.dialect === 'pglite') {
-      const admin = await startAdminEndpoint({ knex: db.knex, blobs, config, dataDir: config.data_dir, log });
-      closers.push(() => admin.close());
-    }
+    if (db.dialect === 'pglite') await startAdmin({ knex: db.knex, blobs, config, log }, upstreams, closers);
 
     return {
       config,
@@ -179,6 +178,25 @@ export async function openServices(
     await closeAll();
     throw err;
   }
+}
+
+/**
+ * The loopback endpoint through which CLI commands reach the embedded database this process holds. An
+ * accepted upstream pin applies here once the command has committed: the upstreams are listed again.
+ */
+async function startAdmin(
+  deps: { knex: Knex; blobs: BlobStore; config: Config; log: Logger },
+  upstreams: readonly Upstream[],
+  closers: Closers,
+) {
+  const admin = await startAdminEndpoint({
+    ...deps,
+    dataDir: deps.config.data_dir,
+    upstreamsChanged: async () => {
+      await Promise.all(upstreams.map((u) => u.refresh()));
+    },
+  });
+  closers.push(() => admin.close());
 }
 
 /**
@@ -316,9 +334,18 @@ async function joinCluster(db: Database, audit: AuditLog, config: Config, log: L
  * Upstream MCP servers: connected in the background; start-up waits a little for their first
  * listing, never for an upstream that is down (its tools answer SOURCE_UNAVAILABLE meanwhile).
  */
-async function connectUpstreams(config: Config, log: Logger, bus: ClusterBus, closers: Closers) {
+async function connectUpstreams(
+  config: Config,
+  log: Logger,
+  bus: ClusterBus,
+  pins: UpstreamPins,
+  closers: Closers,
+) {
   const upstreams = config.upstreams.map((u) =>
-    connectUpstream(u, { log, timeoutMs: u.timeout_ms ?? upstreamTimeoutMs(config), clientVersion: VERSION }),
+    connectUpstream(u, {
+      ...{ log, timeoutMs: u.timeout_ms ?? upstreamTimeoutMs(config) },
+      ...{ clientVersion: VERSION, pins },
+    }),
   );
   closers.push(async () => {
     await Promise.all(upstreams.map((u) => u.close()));

@@ -31,6 +31,9 @@ export const AuditKind = z.enum([
   'notification.delivered',
   'notification.failed',
   'slack.refused',
+  'upstream.tool_classified',
+  'upstream.classification_changed',
+  'upstream.classification_accepted',
 ]);
 export type AuditKind = z.infer<typeof AuditKind>;
 

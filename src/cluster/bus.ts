@@ -105,6 +105,16 @@ function schedule(bus: PgBusState) {
 }
 
 /**
+ * Tells every replica that tool lists may have changed (an operator accepted an upstream tool's new
+ * class), from any process on the database: sent when `q`'s transaction commits, and each replica lists
+ * its upstreams again. PostgreSQL only; the embedded database has one process, told directly.
+ */
+export async function announceToolsChanged(q: Knex | Knex.Transaction, origin: string): Promise<void> {
+  const payload: Envelope = { origin, event: { kind: 'tools_list_changed' } };
+  await q.raw('select pg_notify(?, ?)', [EVENTS_CHANNEL, JSON.stringify(payload)]);
+}
+
+/**
  * The change-event bus that `subscriptions/listen` streams read from, shared by every replica through
  * PostgreSQL LISTEN/NOTIFY: an event published on one replica is delivered to the open listen streams of
  * all (this one included, when its own NOTIFY comes back). A dedicated connection listens; if it drops,

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { Target } from '../approval/view.ts';
 import type { UpstreamToolMode } from '../config.ts';
 import { errorText, type Upstream, type UpstreamTool } from '../connectors/mcp/upstream.ts';
+import { exposedName } from '../connectors/mcp/pins.ts';
 import type { Logger } from '../log.ts';
 import { AppError } from '../core/errors.ts';
 import type { AnyToolDef, ReadToolDef, WriteToolDef } from './types.ts';
@@ -59,12 +60,15 @@ const controlSchemas: JsonSchemaProperties = Object.fromEntries(
 
 const titleOf = (t: Tool) => t.title ?? t.annotations?.title ?? t.name;
 
-/** Exposed name of an upstream tool: `<upstream>__<tool>`. */
-export const exposedName = (upstream: string, tool: string) => `${upstream}__${tool}`;
-
-/** Config wins; otherwise only an explicit `readOnlyHint: true` makes a read (annotations are untrusted hints). */
-export function modeOf(tool: Tool, overrides: Readonly<Record<string, UpstreamToolMode>>): UpstreamToolMode {
-  return overrides[tool.name] ?? (tool.annotations?.readOnlyHint === true ? 'read' : 'write');
+/**
+ * Config wins; otherwise the tool's pinned class: what its first listing said (only `readOnlyHint: true`
+ * makes a read), made more gated by later listings at once and less gated only by an operator's accept.
+ */
+export function modeOf(
+  u: UpstreamTool,
+  overrides: Readonly<Record<string, UpstreamToolMode>>,
+): UpstreamToolMode {
+  return overrides[u.tool.name] ?? u.pin.class;
 }
 
 function failed(upstream: Upstream, tool: string, text: string) {
@@ -235,7 +239,7 @@ export function upstreamToolDefs(
 ): AnyToolDef[] {
   const defs: AnyToolDef[] = [];
   for (const u of upstream.tools().values()) {
-    const mode = modeOf(u.tool, overrides);
+    const mode = modeOf(u, overrides);
     if (mode === 'hidden') continue;
     const name = exposedName(upstream.name, u.tool.name);
     const skip = (reason: string) =>

@@ -15,6 +15,7 @@ import type { UpstreamConfig } from '../../config.ts';
 import type { Logger } from '../../log.ts';
 import { AppError } from '../../core/errors.ts';
 import { fetchUnwarned } from '../../core/fetch.ts';
+import { classOf, hintsOf, type Listed, type Pin, type UpstreamPins } from './pins.ts';
 
 export type UpstreamState = 'connecting' | 'up' | 'down' | 'closed';
 
@@ -22,6 +23,8 @@ export type UpstreamState = 'connecting' | 'up' | 'down' | 'closed';
 export interface UpstreamTool {
   tool: Tool;
   input_schema_sha256: string;
+  /** Its pinned class (what decides the gate unless the config maps the tool) and any change held back. */
+  pin: Pin;
   /** Checks a result's structured content against the tool's output schema, when it declares one. */
   output?: OutputCheck;
 }
@@ -36,6 +39,8 @@ export interface UpstreamStatus {
   name: string;
   state: UpstreamState;
   tools: number;
+  /** Tools listed as less gated than their pin, held until an operator accepts the change. */
+  held: number;
   last_error: string | null;
   connected_at: string | null;
 }
@@ -108,6 +113,7 @@ interface Link {
   readonly log: Logger;
   readonly timeoutMs: number;
   readonly clientVersion: string;
+  readonly pins: UpstreamPins;
   state: UpstreamState;
   client: Client | undefined;
   transport: Transport | undefined;
@@ -157,9 +163,9 @@ function outputCheck(tool: Tool): OutputCheck | undefined {
   }
 }
 
-/** Every page of the upstream's tool list. */
-async function listAllTools(c: Client, timeoutMs: number): Promise<Map<string, UpstreamTool>> {
-  const tools = new Map<string, UpstreamTool>();
+/** Every page of the upstream's tool list, before the pins are applied. */
+async function listAllTools(c: Client, timeoutMs: number): Promise<Map<string, Omit<UpstreamTool, 'pin'>>> {
+  const tools = new Map<string, Omit<UpstreamTool, 'pin'>>();
   let cursor: string | undefined;
   do {
     const page = await c.listTools(cursor ? { cursor } : undefined, { timeout: timeoutMs });
@@ -177,10 +183,28 @@ async function listAllTools(c: Client, timeoutMs: number): Promise<Map<string, U
 }
 
 const fingerprint = (tools: Map<string, UpstreamTool>) =>
-  JSON.stringify([...tools.entries()].map(([n, t]) => [n, t.input_schema_sha256, t.tool]));
+  JSON.stringify([...tools.entries()].map(([n, t]) => [n, t.input_schema_sha256, t.tool, t.pin]));
+
+/** The listing with each tool's pin: new tools pinned, changes recorded (a listing is only used pinned). */
+async function pinned(link: Link, listed: Map<string, Omit<UpstreamTool, 'pin'>>) {
+  const trust = link.cfg.trust_annotations;
+  const said = new Map<string, Listed>(
+    [...listed].map(([name, t]) => {
+      const annotations = hintsOf(t.tool.annotations);
+      return [
+        name,
+        { class: classOf(annotations, trust), annotations, input_schema_sha256: t.input_schema_sha256 },
+      ];
+    }),
+  );
+  const pins = await link.pins.classify(link.cfg.name, said);
+  return new Map<string, UpstreamTool>(
+    [...listed].map(([name, t]) => [name, { ...t, pin: pins.get(name) ?? { class: 'write', held: null } }]),
+  );
+}
 
 async function refreshTools(link: Link, c: Client) {
-  const next = await listAllTools(c, link.timeoutMs);
+  const next = await pinned(link, await listAllTools(c, link.timeoutMs));
   const changed = fingerprint(link.tools) !== fingerprint(next);
   link.tools = next;
   if (changed) {
@@ -340,13 +364,14 @@ async function closeLink(link: Link) {
 
 export function connectUpstream(
   cfg: UpstreamConfig,
-  opts: { log: Logger; timeoutMs: number; clientVersion: string },
+  opts: { log: Logger; timeoutMs: number; clientVersion: string; pins: UpstreamPins },
 ): Upstream {
   const link: Link = {
     cfg,
     log: opts.log.child({ upstream: cfg.name }),
     timeoutMs: opts.timeoutMs,
     clientVersion: opts.clientVersion,
+    pins: opts.pins,
     state: 'connecting',
     client: undefined,
     transport: undefined,
@@ -365,6 +390,7 @@ export function connectUpstream(
       name: cfg.name,
       state: link.state,
       tools: link.tools.size,
+      held: [...link.tools.values()].filter((t) => t.pin.held !== null).length,
       last_error: link.lastError,
       connected_at: link.connectedAt,
     }),
