@@ -11,7 +11,7 @@ import {
   requestFacts,
   type ApprovalDeps,
 } from './deps.ts';
-import { updateFromGuard } from './guarded.ts';
+import { lockingRow, updateFromGuard } from './guarded.ts';
 import type { z } from 'zod';
 import {
   requestFromDb,
@@ -22,6 +22,7 @@ import {
 } from './view.ts';
 import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
+import { retryingTransaction } from '../db/retry.ts';
 
 export type RefusalReason =
   'missing' | 'unknown' | 'pending' | 'rejected' | 'expired' | 'consumed' | 'mismatch' | 'wrong_agent';
@@ -101,30 +102,30 @@ export async function beginExecution(
     const row = await beginAtOnce(deps, req, early);
     if (row) return { row, replay: false };
   }
-  const result = await deps.knex
-    .transaction(async (trx) => {
-      const replay = await checkIdempotencyKey(trx, req);
-      if (replay) return { row: replay.row, replay: true };
-      const row = await lockApproval(trx, req);
-      if (new Date(row.expires_at) <= new Date()) {
-        await expireRows(deps, trx, [row]);
-        return { refusal: approvalRequired('expired') };
-      }
-      const mismatch = bindingMismatch(deps, row, req);
-      if (mismatch) throw approvalRequired('mismatch', `${mismatch} differs from what was approved`);
-      return { row: await markExecuting(deps, trx, row, req), replay: false };
-    })
-    .catch((err: unknown) => {
-      // Two calls racing with one new idempotency key: the loser sees the key's primary key taken.
-      if ((err as { code?: string }).code === '23505' && /idempotency_keys/.test(String(err))) {
-        throw new AppError(
-          'IDEMPOTENCY_CONFLICT',
-          'a write with this idempotency_key is in progress',
-          'in_progress',
-        );
-      }
-      throw err;
-    });
+  // Locks in the one order (idempotency key, approval row, then the chain's lock in appendIn); a
+  // deadlock or serialization failure rolls it all back and it runs again.
+  const result = await retryingTransaction(deps.knex, async (trx) => {
+    const replay = await checkIdempotencyKey(trx, req);
+    if (replay) return { row: replay.row, replay: true };
+    const row = await lockApproval(trx, req);
+    if (new Date(row.expires_at) <= new Date()) {
+      await expireRows(deps, trx, [row]);
+      return { refusal: approvalRequired('expired') };
+    }
+    const mismatch = bindingMismatch(deps, row, req);
+    if (mismatch) throw approvalRequired('mismatch', `${mismatch} differs from what was approved`);
+    return { row: await markExecuting(deps, trx, row, req), replay: false };
+  }).catch((err: unknown) => {
+    // Two calls racing with one new idempotency key: the loser sees the key's primary key taken.
+    if ((err as { code?: string }).code === '23505' && /idempotency_keys/.test(String(err))) {
+      throw new AppError(
+        'IDEMPOTENCY_CONFLICT',
+        'a write with this idempotency_key is in progress',
+        'in_progress',
+      );
+    }
+    throw err;
+  });
   if ('refusal' in result) throw result.refusal;
   return result;
 }
@@ -284,10 +285,13 @@ async function beginAtOnce(
     execution_source: req.source,
   };
   const done = await deps.audit.appendWith(
-    updateFromGuard('change', 'approval_requests', row.id, started, {
-      sql: "t.status = 'approved' and t.expires_at > ?::timestamptz",
-      bindings: [now.toISOString()],
-    }),
+    {
+      ...updateFromGuard('change', 'approval_requests', row.id, started, {
+        sql: "t.status = 'approved' and t.expires_at > ?::timestamptz",
+        bindings: [now.toISOString()],
+      }),
+      lockFirst: lockingRow('approval_requests', row.id),
+    },
     startedRow(named, req, approvers),
   );
   return done ? { ...named, ...started, approvers } : undefined;
@@ -311,6 +315,8 @@ export type ExecutionOutcome =
 /**
  * The second transaction: record the connector's answer and append write.succeeded, write.failed or
  * write.unknown. Only an execution still marked executing is finished (reconciliation may race it).
+ * An answer that arrives after reconciliation settled the execution is still recorded (lateOutcome):
+ * false then says the execution was not finished here.
  */
 export async function finishExecution(
   deps: ApprovalDeps,
@@ -321,25 +327,74 @@ export async function finishExecution(
   if (row.approvers) {
     const finished = finishedColumns(outcome);
     const done = await deps.audit.appendWith(
-      updateFromGuard('change', 'approval_requests', row.id, finished, {
-        sql: "t.status = 'executing'",
-        bindings: [],
-      }),
+      {
+        ...updateFromGuard('change', 'approval_requests', row.id, finished, {
+          sql: "t.status = 'executing'",
+          bindings: [],
+        }),
+        lockFirst: lockingRow('approval_requests', row.id),
+      },
       finishedRow(row, outcome, context, row.approvers),
     );
     if (done) return true;
   }
-  return deps.knex.transaction(async (trx) => {
-    const updated = await trx('approval_requests')
-      .where({ id: row.id, status: 'executing' })
+  return retryingTransaction(deps.knex, async (trx) => {
+    if (await finishIn(deps, trx, row, outcome, context)) return true;
+    if (!context.reconciled) await lateOutcome(deps, trx, row, outcome, context);
+    return false;
+  });
+}
+
+/**
+ * Inside `trx`: the execution's outcome and its audit row, if the request is still executing (the
+ * update takes its row lock; appendIn takes the chain's lock after it).
+ */
+export async function finishIn(
+  deps: ApprovalDeps,
+  trx: Knex.Transaction,
+  row: NamedRequestRow,
+  outcome: ExecutionOutcome,
+  context: FinishContext,
+): Promise<boolean> {
+  const updated = await trx('approval_requests')
+    .where({ id: row.id, status: 'executing' })
+    .update({
+      ...finishedColumns(outcome),
+      execution_result: outcome.status === 'succeeded' ? JSON.stringify(outcome.result) : null,
+    });
+  if (updated !== 1) return false;
+  await deps.audit.appendIn(trx, finishedRow(row, outcome, context, await approversOf(trx, row.id)));
+  return true;
+}
+
+/**
+ * The connector's answer, arriving after reconciliation settled the execution (the call had passed its
+ * deadline): never lost. Its write.* row says `late: true` and the status it found. A write that
+ * reconciliation could not settle (`unknown`) and that is now known to have succeeded becomes
+ * `succeeded`; any other status stays as it is, so the request is never re-opened.
+ */
+async function lateOutcome(
+  deps: ApprovalDeps,
+  trx: Knex.Transaction,
+  row: NamedRequestRow,
+  outcome: ExecutionOutcome,
+  context: FinishContext,
+): Promise<void> {
+  const now = (await trx('approval_requests').where({ id: row.id }).forUpdate().first('status')) as
+    { status: string } | undefined;
+  if (!now) return;
+  const resolves = now.status === 'unknown' && outcome.status === 'succeeded';
+  if (resolves) {
+    await trx('approval_requests')
+      .where({ id: row.id, status: 'unknown' })
       .update({
         ...finishedColumns(outcome),
-        execution_result: outcome.status === 'succeeded' ? JSON.stringify(outcome.result) : null,
+        execution_result: JSON.stringify(outcome.result),
       });
-    if (updated !== 1) return false;
-    await deps.audit.appendIn(trx, finishedRow(row, outcome, context, await approversOf(trx, row.id)));
-    return true;
-  });
+  }
+  const late = { late: true, status_before: now.status, status_after: resolves ? 'succeeded' : now.status };
+  const audited = finishedRow(row, outcome, context, await approversOf(trx, row.id));
+  await deps.audit.appendIn(trx, { ...audited, details: { ...audited.details, ...late } });
 }
 
 type FinishContext = { request_id?: string; trace_id?: string; source?: string; reconciled?: boolean };

@@ -8,17 +8,22 @@ import type { GuardedChange } from '../audit/log.ts';
  * spliced into the SQL text.
  */
 
-/** `name as (insert into table … from guard … on conflict …)`: one row, typed by the table. */
+/**
+ * `name as (insert into table … from guard … on conflict …)`: one row, typed by the table. `from`
+ * names another CTE to insert after instead (one that itself acts only from guard, e.g. `change`):
+ * the row is inserted only when that CTE returned a row.
+ */
 export function insertFromGuard(
   name: string,
   table: string,
   row: Record<string, unknown>,
-  opts: { onConflict?: string; returning?: string } = {},
+  opts: { onConflict?: string; returning?: string; from?: string } = {},
 ): GuardedChange {
-  const columns = Object.keys(row).join(', ');
+  const columns = Object.keys(row);
   return {
-    sql: `${name} as (insert into ${table} (${columns})
-      select ${columns} from guard, json_populate_record(null::${table}, ?::json)
+    sql: `${name} as (insert into ${table} (${columns.join(', ')})
+      select ${columns.map((c) => `v.${c}`).join(', ')}
+      from ${opts.from ?? 'guard'}, json_populate_record(null::${table}, ?::json) v
       ${opts.onConflict ? `on conflict ${opts.onConflict}` : ''}
       returning ${opts.returning ?? 'id'})`,
     bindings: [JSON.stringify(row)],
@@ -45,6 +50,15 @@ export function updateFromGuard(
     bindings: [JSON.stringify(set), id, ...where.bindings],
   };
 }
+
+/**
+ * The lock of one row (by id), taken before the chain's advisory lock (GuardedChange.lockFirst): the
+ * same order as a transaction that locks the row `for update` and then appends (docs/design.md).
+ */
+export const lockingRow = (table: string, id: string): NonNullable<GuardedChange['lockFirst']> => ({
+  sql: `select id from ${table} where id = ? for update`,
+  bindings: [id],
+});
 
 /**
  * CTEs in order, as one change; one must be named `change`, and only CTEs that read it may follow it

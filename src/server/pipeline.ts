@@ -14,6 +14,7 @@ import {
   admit,
   asFailure,
   beginCall,
+  crashed,
   internalError,
   record,
   refuseUnknownTool,
@@ -131,7 +132,7 @@ async function runCall(
     const profile = await admit(deps, call, entry.tool);
     return await record(deps, call, await settle(deps, call, entry.tool, profile), held);
   } catch (err) {
-    throw outage(deps, call, err);
+    throw outage(deps, call, await crashed(deps, call, err));
   }
 }
 
