@@ -1,11 +1,13 @@
 import assert from 'node:assert/strict';
-import { after, before, it } from 'node:test';
+import { after, before, describe, it } from 'node:test';
 import { ProtocolError } from '@modelcontextprotocol/client';
 import type { Client } from '@modelcontextprotocol/client';
 import pg from 'pg';
 import { createUser } from '../src/accounts/users.ts';
+import type { Agent } from '../src/core/identity.ts';
+import { createLogger } from '../src/log.ts';
 import { approveAsChair } from './helpers/approvals.ts';
-import { describeOnPostgres } from './helpers/db.ts';
+import { databaseKinds, describeOnPostgres } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, waitFor, type TestServer } from './helpers/server.ts';
 
 // A second session holding a table lock needs a database with sessions: PostgreSQL.
@@ -97,3 +99,76 @@ describeOnPostgres('a local write stalled past reconciliation', () => {
     assert.equal(rows[2]!.details.status_before, 'failed');
   });
 });
+
+for (const kind of databaseKinds()) {
+  describe(`a remote write's answer arriving after reconciliation (${kind})`, () => {
+    let server: TestServer;
+    let agent: Client;
+
+    before(async () => {
+      server = await startTestServer(kind);
+      agent = await connectHttp(server.url, server.demoToken);
+    });
+    after(async () => {
+      await agent?.close();
+      await server?.stop();
+    });
+
+    it('is recorded unknown by a reconciliation that cannot tell, then settled by the late answer', async () => {
+      const { knex, approvals } = server.services;
+      const chair = await createUser(knex, { name: 'ada', roles: ['chair'], password: 'ada password' });
+      const args = { target_type: 'contact', target_id: 'ct_david', content_text: 'Via an upstream.' };
+      const draft = await call(agent, 'isphere_send_message', args);
+      const approvalId = await approveAsChair({ approvals, user: chair }, draft);
+      const requestId = draft.approval.approval_request_id as string;
+      const request = (await knex('approval_requests').where({ id: requestId }).first()) as {
+        content_sha256: string;
+        agent_id: string;
+      };
+      const agentRow = (await knex('agents').where({ id: request.agent_id }).first()) as Agent;
+
+      // An execution that went to an upstream MCP server, whose answer has not come back.
+      const { row } = await approvals.beginExecution({
+        agent: agentRow,
+        tool: 'send_message',
+        approval_id: approvalId,
+        target: { target_type: 'contact', target_id: 'ct_david', display_name: null },
+        content_sha256: request.content_sha256,
+        file_sha256: null,
+        request_id: 'rq-late',
+        trace_id: 'tr-late',
+        source: 'mcp:crm',
+      });
+      // Two call deadlines later, as far as reconciliation can see.
+      await knex('approval_requests')
+        .where({ id: requestId })
+        .update({ execution_started_at: new Date(Date.now() - 3_600_000).toISOString() });
+      const settled = await approvals.reconcile(async () => undefined, createLogger('silent'));
+      assert.equal(settled, 1);
+      const after = (await knex('approval_requests').where({ id: requestId }).first()) as { status: string };
+      assert.equal(after.status, 'unknown', 'an upstream cannot promise "not written"');
+
+      const finished = await approvals.finishExecution(
+        row,
+        { status: 'succeeded', result: { ref: 'crm-42' } },
+        { request_id: 'rq-late', trace_id: 'tr-late', source: 'mcp:crm' },
+      );
+      assert.equal(finished, false, 'reconciliation had settled it');
+      const status = await call(agent, 'isphere_get_approval', { approval_request_id: requestId });
+      assert.equal(status.approval.status, 'succeeded');
+      const rows = (await knex('audit_events')
+        .where({ approval_request_id: requestId })
+        .whereLike('kind', 'write.%')
+        .orderBy('seq')) as { kind: string; details: Record<string, unknown> }[];
+      assert.deepEqual(
+        rows.map((r) => [r.kind, r.details.late ?? null, r.details.status_before ?? null]),
+        [
+          ['write.started', null, null],
+          ['write.unknown', null, null],
+          ['write.succeeded', true, 'unknown'],
+        ],
+      );
+      assert.equal(rows[2]!.details.ref, 'crm-42');
+    });
+  });
+}
