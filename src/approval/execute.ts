@@ -11,7 +11,7 @@ import {
   requestFacts,
   type ApprovalDeps,
 } from './deps.ts';
-import { lockingRow, updateFromGuard } from './guarded.ts';
+import { updateFromGuard } from './guarded.ts';
 import type { z } from 'zod';
 import {
   requestFromDb,
@@ -22,7 +22,7 @@ import {
 } from './view.ts';
 import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
-import { retryingTransaction } from '../db/retry.ts';
+import { retryingTransaction, withRetries } from '../db/retry.ts';
 
 export type RefusalReason =
   'missing' | 'unknown' | 'pending' | 'rejected' | 'expired' | 'consumed' | 'mismatch' | 'wrong_agent';
@@ -104,28 +104,30 @@ export async function beginExecution(
   }
   // Locks in the one order (idempotency key, approval row, then the chain's lock in appendIn); a
   // deadlock or serialization failure rolls it all back and it runs again.
-  const result = await retryingTransaction(deps.knex, async (trx) => {
-    const replay = await checkIdempotencyKey(trx, req);
-    if (replay) return { row: replay.row, replay: true };
-    const row = await lockApproval(trx, req);
-    if (new Date(row.expires_at) <= new Date()) {
-      await expireRows(deps, trx, [row]);
-      return { refusal: approvalRequired('expired') };
-    }
-    const mismatch = bindingMismatch(deps, row, req);
-    if (mismatch) throw approvalRequired('mismatch', `${mismatch} differs from what was approved`);
-    return { row: await markExecuting(deps, trx, row, req), replay: false };
-  }).catch((err: unknown) => {
-    // Two calls racing with one new idempotency key: the loser sees the key's primary key taken.
-    if ((err as { code?: string }).code === '23505' && /idempotency_keys/.test(String(err))) {
-      throw new AppError(
-        'IDEMPOTENCY_CONFLICT',
-        'a write with this idempotency_key is in progress',
-        'in_progress',
-      );
-    }
-    throw err;
-  });
+  const result = await withRetries(deps.knex)
+    .transaction(async (trx) => {
+      const replay = await checkIdempotencyKey(trx, req);
+      if (replay) return { row: replay.row, replay: true };
+      const row = await lockApproval(trx, req);
+      if (new Date(row.expires_at) <= new Date()) {
+        await expireRows(deps, trx, [row]);
+        return { refusal: approvalRequired('expired') };
+      }
+      const mismatch = bindingMismatch(deps, row, req);
+      if (mismatch) throw approvalRequired('mismatch', `${mismatch} differs from what was approved`);
+      return { row: await markExecuting(deps, trx, row, req), replay: false };
+    })
+    .catch((err: unknown) => {
+      // Two calls racing with one new idempotency key: the loser sees the key's primary key taken.
+      if ((err as { code?: string }).code === '23505' && /idempotency_keys/.test(String(err))) {
+        throw new AppError(
+          'IDEMPOTENCY_CONFLICT',
+          'a write with this idempotency_key is in progress',
+          'in_progress',
+        );
+      }
+      throw err;
+    });
   if ('refusal' in result) throw result.refusal;
   return result;
 }
@@ -285,13 +287,10 @@ async function beginAtOnce(
     execution_source: req.source,
   };
   const done = await deps.audit.appendWith(
-    {
-      ...updateFromGuard('change', 'approval_requests', row.id, started, {
-        sql: "t.status = 'approved' and t.expires_at > ?::timestamptz",
-        bindings: [now.toISOString()],
-      }),
-      lockFirst: lockingRow('approval_requests', row.id),
-    },
+    updateFromGuard('change', 'approval_requests', row.id, started, {
+      sql: "t.status = 'approved' and t.expires_at > ?::timestamptz",
+      bindings: [now.toISOString()],
+    }),
     startedRow(named, req, approvers),
   );
   return done ? { ...named, ...started, approvers } : undefined;
@@ -327,13 +326,10 @@ export async function finishExecution(
   if (row.approvers) {
     const finished = finishedColumns(outcome);
     const done = await deps.audit.appendWith(
-      {
-        ...updateFromGuard('change', 'approval_requests', row.id, finished, {
-          sql: "t.status = 'executing'",
-          bindings: [],
-        }),
-        lockFirst: lockingRow('approval_requests', row.id),
-      },
+      updateFromGuard('change', 'approval_requests', row.id, finished, {
+        sql: "t.status = 'executing'",
+        bindings: [],
+      }),
       finishedRow(row, outcome, context, row.approvers),
     );
     if (done) return true;

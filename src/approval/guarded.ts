@@ -32,7 +32,8 @@ export function insertFromGuard(
 
 /**
  * `name as (update table set … where id = ? and <where> and exists (guard))`: the set values as one
- * typed JSON row; `where` is SQL over the table's columns with its own bindings.
+ * typed JSON row; `where` is SQL over the table's columns with its own bindings. The row is locked
+ * before the chain's lock (lockFirst), the order every path keeps.
  */
 export function updateFromGuard(
   name: string,
@@ -48,6 +49,7 @@ export function updateFromGuard(
       where t.id = ? and ${where.sql} and exists (select 1 from guard)
       returning t.id)`,
     bindings: [JSON.stringify(set), id, ...where.bindings],
+    lockFirst: lockingRow(table, id),
   };
 }
 
@@ -65,7 +67,12 @@ export const lockingRow = (table: string, id: string): NonNullable<GuardedChange
  * (the outbox's `queued`).
  */
 export function chain(...parts: GuardedChange[]): GuardedChange {
-  return { sql: parts.map((p) => p.sql).join(',\n'), bindings: parts.flatMap((p) => p.bindings) };
+  const lockFirst = parts.find((p) => p.lockFirst)?.lockFirst;
+  return {
+    sql: parts.map((p) => p.sql).join(',\n'),
+    bindings: parts.flatMap((p) => p.bindings),
+    ...(lockFirst ? { lockFirst } : {}),
+  };
 }
 
 /** One notice to queue: `recipient` null stands for every active chair with an e-mail address. */

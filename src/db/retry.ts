@@ -35,3 +35,8 @@ export async function retryingTransaction<T>(
     }
   }
 }
+
+/** `knex` as far as transactions go, each run with retryingTransaction. */
+export const withRetries = (knex: Knex) => ({
+  transaction: <T>(work: (trx: Knex.Transaction) => Promise<T>) => retryingTransaction(knex, work),
+});
