@@ -410,13 +410,9 @@ async function maintainOnce(deps: PeriodicDeps, log: Logger): Promise<void> {
     const expired = await deps.approvals.expireDue();
     if (expired > 0) log.info({ expired }, 'approval requests expired');
     await deps.approvals.reconcile(
-      // Rows executed before the source was recorded went to the local store, the only connector then.
+      // Remote sources only: the local store is read inside the reconciling transaction (fenced).
       (source, key) =>
-        source === null || source === 'local'
-          ? deps.local.findWrite(key)
-          : source === 'bridge' && deps.bridge
-            ? deps.bridge.findWrite(key)
-            : Promise.resolve(undefined),
+        source === 'bridge' && deps.bridge ? deps.bridge.findWrite(key) : Promise.resolve(undefined),
       log,
     );
     await deps.approvals.purgeIdempotencyKeys();

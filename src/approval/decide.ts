@@ -11,7 +11,7 @@ import {
   viewOf,
   type ApprovalDeps,
 } from './deps.ts';
-import { chain, insertFromGuard, updateFromGuard, withQueued } from './guarded.ts';
+import { chain, insertFromGuard, lockingRow, updateFromGuard, withQueued } from './guarded.ts';
 import { changeAndQueue, deliveriesFor } from './notify.ts';
 import {
   namedRequestFromDb,
@@ -22,6 +22,7 @@ import {
 } from './view.ts';
 import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
+import { retryingTransaction } from '../db/retry.ts';
 
 export type DecisionRefusal =
   | 'not_found'
@@ -84,7 +85,9 @@ export async function decide(deps: ApprovalDeps, opts: Decision): Promise<Approv
     }
   }
 
-  const outcome = await deps.knex.transaction<Outcome>(async (trx) => {
+  // Row lock first, the chain's lock (appendIn) last; a deadlock or serialization failure rolls the
+  // whole decision back, audit row included, and it is taken again from the start.
+  const outcome = await retryingTransaction<Outcome>(deps.knex, async (trx) => {
     const row = await loadRow(trx, { id: opts.id }, true);
     if (!row) throw refused('not_found', `no approval request ${opts.id}`);
     const early = await refusalOrRepeat(deps, trx, row, opts);
@@ -194,7 +197,9 @@ async function reject({ deps, trx, row, user, now, note }: Recording): Promise<O
  * approval needed, and the approval.approved row together. Anything else — or anyone else deciding
  * or appending meanwhile — leaves it to the locking transaction, which says what is true. Relies on
  * every change to a request or its decisions appending an audit row in its transaction (see
- * AuditLog.appendWith): what was read here is still true when the statement commits.
+ * AuditLog.appendWith): what was read here is still true when the statement commits. The statement
+ * locks the request row before the chain's lock, as the transaction does; and the decision row is
+ * inserted only with the change that its audit row records, never alone.
  */
 async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | null) {
   const query = deps
@@ -220,14 +225,14 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
   if (row.status !== 'pending' || new Date(row.expires_at) <= now) return;
 
   const approvers = [...approversColumn(raw), opts.user.name];
-  const decided = insertFromGuard('decided', 'approval_decisions', {
+  const decision = {
     id: randomUUID(),
     approval_request_id: row.id,
     user_name: opts.user.name,
     decision: 'approve',
     note,
     created_at: now.toISOString(),
-  });
+  };
   const final = approvers.length >= row.required_approvers;
   const change = final
     ? {
@@ -238,16 +243,25 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
         expires_at: new Date(now.getTime() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
       }
     : undefined;
+  // The last approval: the status change first, the decision only with it. (A request another chair
+  // approved meanwhile changes nothing here, so no decision row is left without its audit row.)
   const step = change
-    ? updateFromGuard('change', 'approval_requests', row.id, change, {
-        sql: "t.status = 'pending' and exists (select 1 from decided)",
+    ? chain(
+        updateFromGuard('change', 'approval_requests', row.id, change, {
+          sql: "t.status = 'pending'",
+          bindings: [],
+        }),
+        insertFromGuard('decided', 'approval_decisions', decision, { from: 'change' }),
+      )
+    : chain(insertFromGuard('decided', 'approval_decisions', decision), {
+        sql: 'change as (select id from decided)',
         bindings: [],
-      })
-    : { sql: 'change as (select id from decided)', bindings: [] };
+      });
   const notices = change
     ? deliveriesFor(deps, 'decided', { ...row, ...change }, { approvers, decided_by: opts.user.name })
     : [];
-  const done = await deps.audit.appendWith(withQueued(chain(decided, step), notices), {
+  const statement = { ...withQueued(step, notices), lockFirst: lockingRow('approval_requests', row.id) };
+  const done = await deps.audit.appendWith(statement, {
     ...decisionFacts(row, opts.user, {
       final,
       approvals: approvers.length,

@@ -22,6 +22,7 @@ import {
 } from './view.ts';
 import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
+import { retryingTransaction, withRetries } from '../db/retry.ts';
 
 export type RefusalReason =
   'missing' | 'unknown' | 'pending' | 'rejected' | 'expired' | 'consumed' | 'mismatch' | 'wrong_agent';
@@ -101,7 +102,9 @@ export async function beginExecution(
     const row = await beginAtOnce(deps, req, early);
     if (row) return { row, replay: false };
   }
-  const result = await deps.knex
+  // Locks in the one order (idempotency key, approval row, then the chain's lock in appendIn); a
+  // deadlock or serialization failure rolls it all back and it runs again.
+  const result = await withRetries(deps.knex)
     .transaction(async (trx) => {
       const replay = await checkIdempotencyKey(trx, req);
       if (replay) return { row: replay.row, replay: true };
@@ -311,6 +314,8 @@ export type ExecutionOutcome =
 /**
  * The second transaction: record the connector's answer and append write.succeeded, write.failed or
  * write.unknown. Only an execution still marked executing is finished (reconciliation may race it).
+ * An answer that arrives after reconciliation settled the execution is still recorded (lateOutcome):
+ * false then says the execution was not finished here.
  */
 export async function finishExecution(
   deps: ApprovalDeps,
@@ -329,17 +334,63 @@ export async function finishExecution(
     );
     if (done) return true;
   }
-  return deps.knex.transaction(async (trx) => {
-    const updated = await trx('approval_requests')
-      .where({ id: row.id, status: 'executing' })
+  return retryingTransaction(deps.knex, async (trx) => {
+    if (await finishIn(deps, trx, row, outcome, context)) return true;
+    if (!context.reconciled) await lateOutcome(deps, trx, row, outcome, context);
+    return false;
+  });
+}
+
+/**
+ * Inside `trx`: the execution's outcome and its audit row, if the request is still executing (the
+ * update takes its row lock; appendIn takes the chain's lock after it).
+ */
+export async function finishIn(
+  deps: ApprovalDeps,
+  trx: Knex.Transaction,
+  row: NamedRequestRow,
+  outcome: ExecutionOutcome,
+  context: FinishContext,
+): Promise<boolean> {
+  const updated = await trx('approval_requests')
+    .where({ id: row.id, status: 'executing' })
+    .update({
+      ...finishedColumns(outcome),
+      execution_result: outcome.status === 'succeeded' ? JSON.stringify(outcome.result) : null,
+    });
+  if (updated !== 1) return false;
+  await deps.audit.appendIn(trx, finishedRow(row, outcome, context, await approversOf(trx, row.id)));
+  return true;
+}
+
+/**
+ * The connector's answer, arriving after reconciliation settled the execution (the call had passed its
+ * deadline): never lost. Its write.* row says `late: true` and the status it found. A write that
+ * reconciliation could not settle (`unknown`) and that is now known to have succeeded becomes
+ * `succeeded`; any other status stays as it is, so the request is never re-opened.
+ */
+async function lateOutcome(
+  deps: ApprovalDeps,
+  trx: Knex.Transaction,
+  row: NamedRequestRow,
+  outcome: ExecutionOutcome,
+  context: FinishContext,
+): Promise<void> {
+  const now = (await trx('approval_requests').where({ id: row.id }).forUpdate().first('status')) as
+    { status: string } | undefined;
+  if (!now) return;
+  const resolves = now.status === 'unknown' && outcome.status === 'succeeded';
+  if (resolves) {
+    await trx('approval_requests')
+      .where({ id: row.id, status: 'unknown' })
       .update({
         ...finishedColumns(outcome),
-        execution_result: outcome.status === 'succeeded' ? JSON.stringify(outcome.result) : null,
+        execution_result: JSON.stringify(outcome.result),
       });
-    if (updated !== 1) return false;
-    await deps.audit.appendIn(trx, finishedRow(row, outcome, context, await approversOf(trx, row.id)));
-    return true;
-  });
+  }
+  const late = { late: true, status_before: now.status, status_after: resolves ? 'succeeded' : now.status };
+  const audited = finishedRow(row, outcome, context, await approversOf(trx, row.id));
+  await deps.audit.appendIn(trx, { ...audited, details: { ...audited.details, ...late } });
 }
 
 type FinishContext = { request_id?: string; trace_id?: string; source?: string; reconciled?: boolean };

@@ -8,17 +8,22 @@ import type { GuardedChange } from '../audit/log.ts';
  * spliced into the SQL text.
  */
 
-/** `name as (insert into table … from guard … on conflict …)`: one row, typed by the table. */
+/**
+ * `name as (insert into table … from guard … on conflict …)`: one row, typed by the table. `from`
+ * names another CTE to insert after instead (one that itself acts only from guard, e.g. `change`):
+ * the row is inserted only when that CTE returned a row.
+ */
 export function insertFromGuard(
   name: string,
   table: string,
   row: Record<string, unknown>,
-  opts: { onConflict?: string; returning?: string } = {},
+  opts: { onConflict?: string; returning?: string; from?: string } = {},
 ): GuardedChange {
-  const columns = Object.keys(row).join(', ');
+  const columns = Object.keys(row);
   return {
-    sql: `${name} as (insert into ${table} (${columns})
-      select ${columns} from guard, json_populate_record(null::${table}, ?::json)
+    sql: `${name} as (insert into ${table} (${columns.join(', ')})
+      select ${columns.map((c) => `v.${c}`).join(', ')}
+      from ${opts.from ?? 'guard'}, json_populate_record(null::${table}, ?::json) v
       ${opts.onConflict ? `on conflict ${opts.onConflict}` : ''}
       returning ${opts.returning ?? 'id'})`,
     bindings: [JSON.stringify(row)],
@@ -27,7 +32,8 @@ export function insertFromGuard(
 
 /**
  * `name as (update table set … where id = ? and <where> and exists (guard))`: the set values as one
- * typed JSON row; `where` is SQL over the table's columns with its own bindings.
+ * typed JSON row; `where` is SQL over the table's columns with its own bindings. The row is locked
+ * before the chain's lock (lockFirst), the order every path keeps.
  */
 export function updateFromGuard(
   name: string,
@@ -43,15 +49,30 @@ export function updateFromGuard(
       where t.id = ? and ${where.sql} and exists (select 1 from guard)
       returning t.id)`,
     bindings: [JSON.stringify(set), id, ...where.bindings],
+    lockFirst: lockingRow(table, id),
   };
 }
+
+/**
+ * The lock of one row (by id), taken before the chain's advisory lock (GuardedChange.lockFirst): the
+ * same order as a transaction that locks the row `for update` and then appends (docs/design.md).
+ */
+export const lockingRow = (table: string, id: string): NonNullable<GuardedChange['lockFirst']> => ({
+  sql: `select id from ${table} where id = ? for update`,
+  bindings: [id],
+});
 
 /**
  * CTEs in order, as one change; one must be named `change`, and only CTEs that read it may follow it
  * (the outbox's `queued`).
  */
 export function chain(...parts: GuardedChange[]): GuardedChange {
-  return { sql: parts.map((p) => p.sql).join(',\n'), bindings: parts.flatMap((p) => p.bindings) };
+  const lockFirst = parts.find((p) => p.lockFirst)?.lockFirst;
+  return {
+    sql: parts.map((p) => p.sql).join(',\n'),
+    bindings: parts.flatMap((p) => p.bindings),
+    ...(lockFirst ? { lockFirst } : {}),
+  };
 }
 
 /** One notice to queue: `recipient` null stands for every active chair with an e-mail address. */

@@ -14,6 +14,7 @@ import {
 import { requestFromDb, toView, type ApprovalStatus, type ApprovalView, type Target } from './view.ts';
 import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
+import { retryingTransaction } from '../db/retry.ts';
 import { insertFromGuard, withQueued } from './guarded.ts';
 import { changeAndQueue, deliveriesFor } from './notify.ts';
 
@@ -151,7 +152,7 @@ async function requestInTransaction(
   if (found && new Date(found.expires_at) > new Date())
     return { view: await viewOf(deps, deps.knex, found), created: false };
   try {
-    await deps.knex.transaction(async (trx) => {
+    await retryingTransaction(deps.knex, async (trx) => {
       // Past its expiry but not yet swept: expire it so a fresh request can take its place. It is
       // this agent's own request, so its name is the draft's.
       if (found) await expireRows(deps, trx, [{ ...found, agent_name: draft.agent.name }]);

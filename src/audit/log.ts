@@ -1,6 +1,7 @@
 import { hash, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { dialectOf, isConnectionError, keptConnection } from '../db/knex.ts';
+import { isRetryable, retryingTransaction } from '../db/retry.ts';
 import {
   auditInput,
   type AuditInput,
@@ -52,6 +53,13 @@ interface Pending {
 export interface GuardedChange {
   sql: string;
   bindings: readonly Knex.RawBinding[];
+  /**
+   * Row locks to take before the chain's advisory lock: the body of one CTE named `locked` (e.g.
+   * `select … for update`). Every path takes a row's lock first and the chain's lock last
+   * (docs/design.md, "Lock order"), so a change to a row that a transaction path also locks names
+   * that row here.
+   */
+  lockFirst?: { sql: string; bindings: readonly Knex.RawBinding[] };
 }
 
 /** What appendWith did: the rows appended and what `change` returned, or nothing at all. */
@@ -204,7 +212,9 @@ async function appendAfter(
           ]);
     return rowCount === rows.length;
   } catch (err) {
-    if ((err as { code?: string }).code === '23505') return false;
+    // 23505: another writer took the seq. 40P01/40001: aborted, nothing inserted. Either way the
+    // transaction path (which retries) appends the rows.
+    if ((err as { code?: string }).code === '23505' || isRetryable(err)) return false;
     throw err;
   }
 }
@@ -230,6 +240,7 @@ async function changeAfter(
     // Named after its text, so each connection parses and plans each kind of change once: the texts
     // are few (one per call site, whose columns are fixed), the values are bound.
     const result = (await statements.run(`countersign_guarded_${hash('sha256', sql).slice(0, 16)}`, sql, [
+      ...(change.lockFirst?.bindings ?? []),
       AUDIT_LOCK_KEY,
       head.seq,
       head.hash,
@@ -246,16 +257,27 @@ async function changeAfter(
     if (out.appended !== rows.length) return { headHeld: true, changed: [] };
     return { headHeld: true, changed };
   } catch (err) {
-    // Another writer took the next seq, or a unique key of `change` is taken (a race the caller's
-    // transaction path settles): the statement changed nothing.
-    if ((err as { code?: string }).code === '23505') return { headHeld: false, changed: [] };
+    // Another writer took the next seq, or a unique key of `change` is taken, or PostgreSQL aborted
+    // the statement as a deadlock or serialization failure (a race the caller's transaction path
+    // settles, retrying): the statement changed nothing.
+    if ((err as { code?: string }).code === '23505' || isRetryable(err)) {
+      return { headHeld: false, changed: [] };
+    }
     throw err;
   }
 }
 
-/** The statement of a guarded change: the lock and the guard, the change, its rows, and what happened. */
+/**
+ * The statement of a guarded change: its row locks, then the chain's lock and the guard, the change,
+ * its rows, and what happened. The advisory lock reads `locked`, so it is taken after the row locks.
+ */
 const guardedText = (change: GuardedChange) =>
-  `with lock as materialized (select pg_advisory_xact_lock(?)),
+  `with ${
+    change.lockFirst
+      ? `locked as materialized (${change.lockFirst.sql}),
+       lock as materialized (select pg_advisory_xact_lock(?) from (select count(*) from locked) l),`
+      : 'lock as materialized (select pg_advisory_xact_lock(?)),'
+  }
        guard as materialized (
          select 1 from lock
          where exists (select 1 from audit_events where seq = ? and hash = ?)
@@ -365,7 +387,7 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
       announce(batch, rows);
       if (await appended) return rows;
     }
-    return knex.transaction((trx) => appendRows(trx, inputs));
+    return retryingTransaction(knex, (trx) => appendRows(trx, inputs));
   }
 
   async function flush(): Promise<void> {

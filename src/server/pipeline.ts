@@ -14,6 +14,7 @@ import {
   admit,
   asFailure,
   beginCall,
+  crashed,
   internalError,
   record,
   refuseUnknownTool,
@@ -118,8 +119,8 @@ async function runCall(
   const held: AnswerHold | undefined = hold && {
     until: (committed) =>
       hold.until(
-        committed.catch((err: unknown) => {
-          throw heldFailure(deps, call, err);
+        committed.catch(async (err: unknown) => {
+          throw await heldFailure(deps, call, err);
         }),
       ),
   };
@@ -131,7 +132,7 @@ async function runCall(
     const profile = await admit(deps, call, entry.tool);
     return await record(deps, call, await settle(deps, call, entry.tool, profile), held);
   } catch (err) {
-    throw outage(deps, call, err);
+    throw outage(deps, call, await crashed(deps, call, err));
   }
 }
 
@@ -144,12 +145,12 @@ function outage(deps: StepDeps, call: Call, err: unknown): unknown {
 
 /**
  * A held commit's failure as the protocol error the transport answers with: an outage as -32003, and
- * anything else (a bug) as -32603 with the trace id, logged — the transport answers it without the SDK.
+ * anything else (a database error, a bug) as -32603 with the trace id, logged and audited (crashed) —
+ * the transport answers it without the SDK.
  */
-function heldFailure(deps: StepDeps, call: Call, err: unknown): ProtocolError {
-  const failure = outage(deps, call, err);
+async function heldFailure(deps: StepDeps, call: Call, err: unknown): Promise<ProtocolError> {
+  const failure = outage(deps, call, await crashed(deps, call, err));
   if (failure instanceof ProtocolError) return failure;
-  deps.log.error({ err, trace_id: call.trace_id, tool: call.name }, 'audit append failed');
   const { rpc, message, data } = internalError(call.trace_id);
   return new ProtocolError(rpc, message, { ...data, trace_id: call.trace_id });
 }

@@ -135,6 +135,23 @@ async function protocolError(
   return new ProtocolError(e.rpc, e.message, { ...e.data, trace_id: call.trace_id });
 }
 
+/**
+ * An error that escaped the steps (a database error while auditing or admitting, a bug): -32603 with
+ * data.code INTERNAL and the trace id, logged and audited — never the error's own text. Protocol errors
+ * and an unavailable audit log pass through as they are (outage answers the latter).
+ */
+export async function crashed(deps: StepDeps, call: Call, err: unknown): Promise<unknown> {
+  if (err instanceof ProtocolError || isAuditUnavailable(err)) return err;
+  deps.log.error({ err, trace_id: call.trace_id, tool: call.name, agent: call.agent.name }, 'call failed');
+  try {
+    return await protocolError(deps, call, { audit: 'INTERNAL_ERROR', ...internalError(call.trace_id) });
+  } catch (again) {
+    if (isAuditUnavailable(again)) return again;
+    const { rpc, message, data } = internalError(call.trace_id);
+    return new ProtocolError(rpc, message, { ...data, trace_id: call.trace_id });
+  }
+}
+
 /** A name that is neither a tool nor an upstream's: -32602, audited. */
 export async function refuseUnknownTool(deps: StepDeps, call: Call): Promise<never> {
   throw await protocolError(deps, call, {

@@ -87,9 +87,27 @@ function messageRow(w: LocalWrite, id: string, now: string) {
 }
 
 /**
- * A text message into an existing conversation in one statement: inserted unless the write key is
- * already there (the unique write_key settles a race). Undefined when the target has no conversation
- * yet, or the key names a write already made: the transaction below handles both.
+ * The fence every local write passes (the key is the approval_id): the approval must still be
+ * `executing`, and its row stays locked (shared) until the write commits. Reconciliation locks the
+ * same row before it looks for the write (src/approval/maintenance.ts), so a write it cannot see
+ * cannot land after it either: a stalled insert that outlives the call's deadline keeps the row
+ * locked (and reconciliation waits), or finds the approval settled and writes nothing.
+ */
+const FENCE = `select 1 from approval_requests where approval_id = ?::uuid and status = 'executing' for share`;
+
+/** The refusal of a write whose approval is no longer executing (reconciliation settled it). */
+const fenced = () =>
+  new AppError(
+    'CONNECTOR_FAILED',
+    'the approval is no longer executing: nothing was written',
+    'write_fenced',
+  );
+
+/**
+ * A text message into an existing conversation in one statement, behind the fence: inserted unless
+ * the write key is already there (the unique write_key settles a race). Undefined when the target has
+ * no conversation yet, the key names a write already made, or the fence holds: the transaction below
+ * handles each.
  */
 async function sendTextAtOnce(knex: Knex, w: LocalWrite): Promise<string | undefined> {
   const row = messageRow(w, `ms_${randomUUID()}`, new Date().toISOString());
@@ -102,18 +120,22 @@ async function sendTextAtOnce(knex: Knex, w: LocalWrite): Promise<string | undef
           binding: w.target.target_id,
         };
   const result = (await knex.raw(
-    `with conv as (${conversation.sql}),
+    `with fence as materialized (${FENCE}),
+     conv as (${conversation.sql}),
      ins as (insert into messages (conversation_id, ${columns.join(', ')})
        select conv.id, ${columns.map((c) => `r.${c}`).join(', ')}
-       from conv, json_populate_record(null::messages, ?::json) r
+       from fence, conv, json_populate_record(null::messages, ?::json) r
        on conflict (write_key) do nothing returning id)
      select id from ins`,
-    [conversation.binding, JSON.stringify(row)],
+    [w.key, conversation.binding, JSON.stringify(row)],
   )) as { rows: { id: string }[] };
   return result.rows[0]?.id;
 }
 
-/** Inserts the outgoing message unless one with this write key exists; returns its id either way. */
+/**
+ * Inserts the outgoing message unless one with this write key exists; returns its id either way. Only
+ * while the approval the key names is executing (FENCE); otherwise CONNECTOR_FAILED `write_fenced`.
+ */
 export async function sendLocal(
   knex: Knex,
   w: LocalWrite,
@@ -123,6 +145,7 @@ export async function sendLocal(
     if (id) return { ref: id, file_ref: null };
   }
   return knex.transaction(async (trx) => {
+    if (((await trx.raw(FENCE, [w.key])) as { rows: unknown[] }).rows.length === 0) throw fenced();
     const prior = (await trx('messages').where({ write_key: w.key }).first()) as Row | undefined;
     if (prior) {
       const f = (await trx('files').where({ message_id: prior.id }).first()) as Row | undefined;
@@ -150,6 +173,7 @@ export async function sendLocal(
   });
 }
 
+/** The write keyed `key`, if it was made; certain only under the approval's row lock (FENCE). */
 export async function findLocalWrite(knex: Knex, key: string) {
   const row = (await knex('messages').where({ write_key: key }).first()) as Row | undefined;
   return row ? { found: true as const, ref: String(row.id) } : { found: false as const };
