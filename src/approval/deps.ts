@@ -58,6 +58,19 @@ export const APPROVERS_OF_R = `coalesce((select json_agg(d.user_name order by d.
   from approval_decisions d where d.approval_request_id = r.id and d.decision = 'approve'), '[]'::json)
   as approvers`;
 
+/**
+ * SQL true when one of the approvals of the request `alias.id` was given by a user now disabled (or no
+ * longer known): such an approval no longer executes (`approver_disabled`). An expression, so that the
+ * read and the statement that start an execution check it in themselves, with no statement of its own.
+ */
+export const approverDisabledOf = (alias: string) => `exists (select 1 from approval_decisions d
+  left join users u on u.name = d.user_name
+  where d.approval_request_id = ${alias}.id and d.decision = 'approve'
+    and (u.id is null or u.disabled_at is not null))`;
+
+/** A select-list item for a query over `approval_requests as r`: whether an approver is disabled. */
+export const APPROVER_DISABLED_OF_R = `${approverDisabledOf('r')} as approver_disabled`;
+
 /** The approvers column of a row read with APPROVERS_OF_R (json comes back parsed or as text). */
 export function approversColumn(raw: Record<string, unknown>): string[] {
   const v = typeof raw.approvers === 'string' ? (JSON.parse(raw.approvers) as unknown) : raw.approvers;

@@ -2,7 +2,10 @@ import type { Knex } from 'knex';
 import type { Agent } from '../core/identity.ts';
 import { AppError } from '../core/errors.ts';
 import {
+  AGENT_NAME_OF_R,
+  APPROVER_DISABLED_OF_R,
   APPROVERS_OF_R,
+  approverDisabledOf,
   approversColumn,
   approversOf,
   expireRows,
@@ -14,6 +17,7 @@ import {
 import { updateFromGuard } from './guarded.ts';
 import type { z } from 'zod';
 import {
+  namedRequestFromDb,
   requestFromDb,
   type NamedRequestRow,
   type Preflight as PreflightView,
@@ -24,7 +28,15 @@ import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
 
 export type RefusalReason =
-  'missing' | 'unknown' | 'pending' | 'rejected' | 'expired' | 'consumed' | 'mismatch' | 'wrong_agent';
+  | 'missing'
+  | 'unknown'
+  | 'pending'
+  | 'rejected'
+  | 'expired'
+  | 'consumed'
+  | 'mismatch'
+  | 'wrong_agent'
+  | 'approver_disabled';
 
 const MESSAGES: Record<RefusalReason, string> = {
   missing: 'a real write needs an approval_id: run it with dry_run first and have it approved',
@@ -33,8 +45,9 @@ const MESSAGES: Record<RefusalReason, string> = {
   rejected: 'this request was rejected',
   expired: 'this approval has expired: draft the write again',
   consumed: 'this approval has already been used',
-  mismatch: 'this approval was issued for another tool, target or content',
+  mismatch: 'this approval was issued for another tool, source, target or content',
   wrong_agent: 'this approval was issued to another agent',
+  approver_disabled: 'a user who approved this request has been disabled since: draft the write again',
 };
 
 export const approvalRequired = (reason: RefusalReason, detail?: string) =>
@@ -50,6 +63,7 @@ export interface ExecutionRequest {
   idempotency_key?: string;
   request_id: string;
   trace_id: string;
+  /** The connector this call resolved to: bound by the approval like the target. */
   source: string;
 }
 
@@ -138,9 +152,7 @@ async function lockApproval(
   req: ExecutionRequest,
   lock = true,
 ): Promise<NamedRequestRow> {
-  const row = isUuid(req.approval_id)
-    ? await loadRow(trx, { approval_id: req.approval_id }, lock)
-    : undefined;
+  const row = isUuid(req.approval_id) ? await loadApproval(trx, req.approval_id, lock) : undefined;
   if (!row) {
     const asRequest = isUuid(req.approval_id)
       ? await loadRow(trx, { id: req.approval_id, agent_id: req.agent.id })
@@ -154,7 +166,23 @@ async function lockApproval(
   if (row.status === 'rejected') throw approvalRequired('rejected');
   if (row.status === 'expired') throw approvalRequired('expired');
   if (EXECUTED.has(row.status)) throw approvalRequired('consumed');
-  return row;
+  const { approver_disabled, ...request } = row;
+  if (approver_disabled) throw approvalRequired('approver_disabled');
+  return request;
+}
+
+/**
+ * The request an approval_id names, with its agent's name and whether one of its approvers is now
+ * disabled, in one statement; `lock` locks the request alone (the rest are sub-selects).
+ */
+async function loadApproval(trx: Knex | Knex.Transaction, approval_id: string, lock: boolean) {
+  const query = trx('approval_requests as r')
+    .select('r.*', trx.raw(AGENT_NAME_OF_R), trx.raw(APPROVER_DISABLED_OF_R))
+    .where('r.approval_id', approval_id)
+    .first();
+  if (lock) query.forUpdate();
+  const raw = (await query) as Record<string, unknown> | undefined;
+  return raw ? { ...namedRequestFromDb(raw), approver_disabled: raw.approver_disabled === true } : undefined;
 }
 
 /** What a dry run given an approval_id learns: would a real run with these arguments be accepted? */
@@ -194,10 +222,16 @@ export async function preflightExecution(deps: ApprovalDeps, req: ExecutionReque
   }
 }
 
-/** Which binding of the approval this call breaks, if any: tool, target, content or policy version. */
+/**
+ * Which binding of the approval this call breaks, if any: tool, where the write goes (the source, the
+ * target, the target's display name as the chair saw it), content or policy version. A request drafted
+ * before its source was recorded (null) matches no source.
+ */
 function bindingMismatch(deps: ApprovalDeps, row: RequestRow, req: ExecutionRequest) {
   if (row.tool !== req.tool) return 'tool';
+  if (row.source !== req.source) return 'source';
   if (row.target_type !== req.target.target_type || row.target_id !== req.target.target_id) return 'target';
+  if (row.target_display !== req.target.display_name) return "target's display name";
   if (row.content_sha256 !== req.content_sha256) return 'content';
   if (row.policy_version !== policyVersion(deps.config)) return 'policy';
   return undefined;
@@ -238,7 +272,10 @@ async function markExecuting(
 /** A request as execution knows it; `approvers` when they were read with it (they no longer change). */
 export type ExecutingRow = NamedRequestRow & { approvers?: string[] };
 
-/** An approval's request as the one-statement start reads it: its row and its approvers. */
+/**
+ * An approval's request as the one-statement start reads it: its row, its approvers, and whether one of
+ * them is now disabled.
+ */
 export type ApprovedRow = Record<string, unknown> | undefined;
 
 /**
@@ -251,7 +288,7 @@ export async function readApproval(deps: ApprovalDeps, approval_id: string): Pro
   if (!isUuid(approval_id)) return undefined;
   const query = deps
     .knex('approval_requests as r')
-    .select('r.*', deps.knex.raw(APPROVERS_OF_R))
+    .select('r.*', deps.knex.raw(APPROVERS_OF_R), deps.knex.raw(APPROVER_DISABLED_OF_R))
     .where('r.approval_id', approval_id)
     .first();
   return (await named(deps.knex, 'countersign_approval_to_execute', query)) as ApprovedRow;
@@ -274,7 +311,7 @@ async function beginAtOnce(
   const row = requestFromDb(raw);
   const now = new Date();
   if (row.agent_id !== req.agent.id || row.status !== 'approved' || new Date(row.expires_at) <= now) return;
-  if (bindingMismatch(deps, row, req)) return undefined;
+  if (raw.approver_disabled === true || bindingMismatch(deps, row, req)) return undefined;
   // The calling agent's own request: its name is the one the call carries.
   const named = { ...row, agent_name: req.agent.name };
   const approvers = approversColumn(raw);
@@ -285,7 +322,8 @@ async function beginAtOnce(
   };
   const done = await deps.audit.appendWith(
     updateFromGuard('change', 'approval_requests', row.id, started, {
-      sql: "t.status = 'approved' and t.expires_at > ?::timestamptz",
+      // An approver disabled since the read above is caught here, in the same statement.
+      sql: `t.status = 'approved' and t.expires_at > ?::timestamptz and not ${approverDisabledOf('t')}`,
       bindings: [now.toISOString()],
     }),
     startedRow(named, req, approvers),

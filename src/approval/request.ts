@@ -21,6 +21,8 @@ export interface DraftWrite {
   agent: Agent;
   /** Unprefixed tool name, e.g. send_message. */
   tool: string;
+  /** The connector the write resolved to (local, bridge, mcp:<name>): bound by the approval. */
+  source: string;
   target: Target;
   content_sha256: string;
   file_sha256: string | null;
@@ -53,6 +55,7 @@ function newRequest(deps: ApprovalDeps, draft: DraftWrite) {
     id: randomUUID(),
     agent_id: draft.agent.id,
     tool: draft.tool,
+    source: draft.source,
     target_type: draft.target.target_type,
     target_id: draft.target.target_id,
     target_display: draft.target.display_name,
@@ -73,6 +76,7 @@ const requestedRow = (draft: DraftWrite, id: string) => ({
   trace_id: draft.trace_id,
   agent_id: draft.agent.id,
   tool: draft.tool,
+  source: draft.source,
   target_type: draft.target.target_type,
   target_ref: draft.target.target_id,
   approval_request_id: id,
