@@ -9,6 +9,7 @@ import type { Agent } from '../src/core/identity.ts';
 import { isAppError } from '../src/core/errors.ts';
 import { bodyOf } from '../src/notify/email.ts';
 import { requestBlocks } from '../src/notify/slack-blocks.ts';
+import { webhookBody } from '../src/notify/webhook.ts';
 import { approveAsChair } from './helpers/approvals.ts';
 import { detailsOf } from './helpers/audit-rows.ts';
 import { runCli } from './helpers/cli.ts';
@@ -170,6 +171,11 @@ describe('notices name the source', () => {
   it('in the e-mail, on a line of its own', () => {
     assert.match(bodyOf(notice), /^Source: +bridge$/m);
     assert.match(bodyOf({ ...notice, source: null }), /^Source: +\(not recorded\)$/m);
+  });
+
+  it("in the webhook's JSON, beside the target", () => {
+    const body = JSON.parse(webhookBody(notice)) as Record<string, unknown>;
+    assert.equal(body.source, 'bridge');
   });
 
   it("in Slack's request message, as a field beside the target", () => {
