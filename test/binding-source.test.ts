@@ -81,6 +81,7 @@ for (const kind of databaseKinds()) {
         approval_id: approvalId,
       });
       assert.deepEqual(refusal(res), [false, 'APPROVAL_REQUIRED', 'mismatch']);
+      assert.equal(res.error.details.differs, 'source');
       assert.equal(bridge.sent.length, sentBefore, 'nothing went through the bridge');
       const row = await server.services.knex('audit_events').where({ seq: res.audit.audit_seq }).first();
       assert.equal(row.kind, 'tool.call');
@@ -157,6 +158,7 @@ for (const kind of databaseKinds()) {
           approval_id: approvalId,
         });
         assert.deepEqual(refusal(res), [false, 'APPROVAL_REQUIRED', 'mismatch']);
+        assert.equal(res.error.details.differs, 'target_display');
         assert.equal(await sentLocally(approvalId), 0, 'nothing sent');
         assert.equal((await statusOf(approvalId)).status, 'approved');
       } finally {
@@ -165,6 +167,29 @@ for (const kind of databaseKinds()) {
           .where({ id: 'ct_elodie' })
           .update({ display_name: 'Élodie Durand' });
       }
+    });
+
+    it('never executes a request drafted before its source was recorded', async () => {
+      const args = {
+        target_type: 'contact',
+        target_id: 'ct_david',
+        content_text: 'drafted before the upgrade',
+      };
+      const approvalId = await approve(await call(agent, 'isphere_send_message', args));
+      // As the migration leaves a request drafted by the version before it.
+      await server.services
+        .knex('approval_requests')
+        .where({ approval_id: approvalId })
+        .update({ source: null });
+      const res = await call(agent, 'isphere_send_message', {
+        ...args,
+        dry_run: false,
+        approval_id: approvalId,
+      });
+      assert.deepEqual(refusal(res), [false, 'APPROVAL_REQUIRED', 'mismatch']);
+      assert.equal(res.error.details.differs, 'source');
+      assert.equal(await sentLocally(approvalId), 0);
+      assert.equal((await statusOf(approvalId)).source, null);
     });
 
     it('shows the source on the review page and in approvals show', async () => {

@@ -125,7 +125,7 @@ export async function beginExecution(
         return { refusal: approvalRequired('expired') };
       }
       const mismatch = bindingMismatch(deps, row, req);
-      if (mismatch) throw approvalRequired('mismatch', `${mismatch} differs from what was approved`);
+      if (mismatch) throw mismatchError(mismatch);
       return { row: await markExecuting(deps, trx, row, req), replay: false };
     })
     .catch((err: unknown) => {
@@ -214,7 +214,7 @@ export async function preflightExecution(deps: ApprovalDeps, req: ExecutionReque
     const row = await lockApproval(deps.knex, req, false);
     if (new Date(row.expires_at) <= new Date()) return no(approvalRequired('expired'));
     const mismatch = bindingMismatch(deps, row, req);
-    if (mismatch) return no(approvalRequired('mismatch', `${mismatch} differs from what was approved`));
+    if (mismatch) return no(mismatchError(mismatch));
     return { would_execute: true, code: null, reason: null, message: null };
   } catch (err) {
     if (err instanceof AppError) return no(err);
@@ -222,16 +222,36 @@ export async function preflightExecution(deps: ApprovalDeps, req: ExecutionReque
   }
 }
 
+/** The bindings of an approval a call can break, each as the refusal's message names it. */
+const BINDINGS = {
+  tool: 'tool',
+  source: 'source',
+  target: 'target',
+  target_display: "target's display name",
+  content: 'content',
+  policy: 'policy',
+} as const;
+type Binding = keyof typeof BINDINGS;
+
+/** `mismatch`, naming the binding that differs in words and in `details.differs`. */
+const mismatchError = (differs: Binding) =>
+  new AppError(
+    'APPROVAL_REQUIRED',
+    `${MESSAGES.mismatch} (${BINDINGS[differs]} differs from what was approved)`,
+    'mismatch',
+    { details: { differs } },
+  );
+
 /**
  * Which binding of the approval this call breaks, if any: tool, where the write goes (the source, the
  * target, the target's display name as the chair saw it), content or policy version. A request drafted
  * before its source was recorded (null) matches no source.
  */
-function bindingMismatch(deps: ApprovalDeps, row: RequestRow, req: ExecutionRequest) {
+function bindingMismatch(deps: ApprovalDeps, row: RequestRow, req: ExecutionRequest): Binding | undefined {
   if (row.tool !== req.tool) return 'tool';
   if (row.source !== req.source) return 'source';
   if (row.target_type !== req.target.target_type || row.target_id !== req.target.target_id) return 'target';
-  if (row.target_display !== req.target.display_name) return "target's display name";
+  if (row.target_display !== req.target.display_name) return 'target_display';
   if (row.content_sha256 !== req.content_sha256) return 'content';
   if (row.policy_version !== policyVersion(deps.config)) return 'policy';
   return undefined;
