@@ -72,6 +72,15 @@ for (const kind of databaseKinds()) {
       assert.equal(draft.ok, true, JSON.stringify(draft.error));
       assert.equal(draft.audit.source, 'local');
       const approvalId = await approve(draft);
+      const decided = await server.services.knex('audit_events').where({
+        approval_request_id: draft.approval.approval_request_id,
+        kind: 'approval.approved',
+      });
+      assert.deepEqual(
+        decided.map((r: Envelope) => r.source),
+        ['local'],
+        'the decision records where the approved write goes',
+      );
 
       const sentBefore = bridge.sent.length;
       const res = await call(agent, 'isphere_send_message', {

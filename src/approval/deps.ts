@@ -93,6 +93,7 @@ export function requestFacts(row: NamedRequestRow, details: Record<string, unkno
   return {
     agent_id: row.agent_id,
     tool: row.tool,
+    source: row.source,
     target_type: row.target_type,
     target_ref: row.target_id,
     approval_request_id: row.id,
