@@ -93,6 +93,37 @@ for (const kind of databaseKinds()) {
       assert.equal(await sentFor(approvalId), 0);
     });
 
+    it('gives a redraft a fresh request in place of the one the disabled chair approved; that one executes', async () => {
+      const { args, approvalId } = await approvedBy('chair-gone', 'approved by a chair who has gone');
+      const voided = (await call(agent, 'isphere_get_approval', { approval_id: approvalId })).approval;
+      await disable('chair-gone');
+
+      const redraft = await call(agent, 'isphere_send_message', args);
+      assert.equal(redraft.ok, true, JSON.stringify(redraft.error));
+      assert.notEqual(redraft.approval.approval_request_id, voided.approval_request_id);
+      assert.equal(redraft.approval.status, 'pending');
+      assert.equal(await statusOf(approvalId), 'expired');
+      const [expired] = await server.services
+        .knex('audit_events')
+        .where({ approval_request_id: voided.approval_request_id, kind: 'approval.expired' });
+      assert.ok(expired);
+      assert.deepEqual(
+        [detailsOf(expired).from, detailsOf(expired).reason],
+        ['approved', 'approver_disabled'],
+      );
+
+      const chair = await createUser(server.services.knex, {
+        name: 'chair-new',
+        roles: ['chair'],
+        password: 'new pw 1',
+      });
+      const fresh = await approveAsChair({ approvals: server.services.approvals, user: chair }, redraft);
+      const sent = await call(agent, 'isphere_send_message', { ...args, dry_run: false, approval_id: fresh });
+      assert.equal(sent.send_status, 'sent', JSON.stringify(sent.error));
+      assert.equal(await sentFor(fresh), 1);
+      assert.equal(await sentFor(approvalId), 0);
+    });
+
     it('refuses a start whose early read of the approval came before the chair was disabled', async () => {
       const { args, approvalId } = await approvedBy('chair-midway', 'read early, disabled before the start');
       const approvals = server.services.approvals;

@@ -104,11 +104,15 @@ export function requestFacts(row: NamedRequestRow, details: Record<string, unkno
   };
 }
 
-/** Marks open requests expired inside `trx`, each with its approval.expired row. */
+/**
+ * Marks open requests expired inside `trx`, each with its approval.expired row; `why` adds to the
+ * rows' details when they end early (an approver disabled), not at their time.
+ */
 export async function expireRows(
   deps: ApprovalDeps,
   trx: Knex.Transaction,
   rows: NamedRequestRow[],
+  why: Record<string, unknown> = {},
 ): Promise<void> {
   if (rows.length === 0) return;
   const expire = trx('approval_requests')
@@ -122,7 +126,10 @@ export async function expireRows(
   await changeAndQueue(trx, expire, notices);
   await deps.audit.appendIn(
     trx,
-    ...rows.map((r) => ({ kind: 'approval.expired' as const, ...requestFacts(r, { from: r.status }) })),
+    ...rows.map((r) => ({
+      kind: 'approval.expired' as const,
+      ...requestFacts(r, { from: r.status, ...why }),
+    })),
   );
 }
 
