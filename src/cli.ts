@@ -177,6 +177,7 @@ function printApproval(a: AdminResults['approvals.show']['approval'], prefix: st
   out(`status      ${a.status}${a.approval_id ? `  (approval_id ${a.approval_id})` : ''}`);
   out(`tool        ${agentToolName(a.tool, prefix)}   agent ${a.agent_name}`);
   out(`target      ${a.target.target_type} ${a.target.target_id} (${a.target.display_name ?? '?'})`);
+  out(`source      ${a.source ?? '(not recorded)'}`);
   out(`approvers   ${a.approvers.join(', ') || '-'} (${a.approvers.length}/${a.required_approvers})`);
   out(`created     ${a.created_at}   expires ${a.expires_at}`);
   if (a.note) out(`note        ${a.note}`);

@@ -58,6 +58,19 @@ export const APPROVERS_OF_R = `coalesce((select json_agg(d.user_name order by d.
   from approval_decisions d where d.approval_request_id = r.id and d.decision = 'approve'), '[]'::json)
   as approvers`;
 
+/**
+ * SQL true when one of the approvals of the request `alias.id` was given by a user now disabled (or no
+ * longer known): such an approval no longer executes (`approver_disabled`). An expression, so that the
+ * read and the statement that start an execution check it in themselves, with no statement of its own.
+ */
+export const approverDisabledOf = (alias: string) => `exists (select 1 from approval_decisions d
+  left join users u on u.name = d.user_name
+  where d.approval_request_id = ${alias}.id and d.decision = 'approve'
+    and (u.id is null or u.disabled_at is not null))`;
+
+/** A select-list item for a query over `approval_requests as r`: whether an approver is disabled. */
+export const APPROVER_DISABLED_OF_R = `${approverDisabledOf('r')} as approver_disabled`;
+
 /** The approvers column of a row read with APPROVERS_OF_R (json comes back parsed or as text). */
 export function approversColumn(raw: Record<string, unknown>): string[] {
   const v = typeof raw.approvers === 'string' ? (JSON.parse(raw.approvers) as unknown) : raw.approvers;
@@ -80,6 +93,7 @@ export function requestFacts(row: NamedRequestRow, details: Record<string, unkno
   return {
     agent_id: row.agent_id,
     tool: row.tool,
+    source: row.source,
     target_type: row.target_type,
     target_ref: row.target_id,
     approval_request_id: row.id,
@@ -90,11 +104,15 @@ export function requestFacts(row: NamedRequestRow, details: Record<string, unkno
   };
 }
 
-/** Marks open requests expired inside `trx`, each with its approval.expired row. */
+/**
+ * Marks open requests expired inside `trx`, each with its approval.expired row; `why` adds to the
+ * rows' details when they end early (an approver disabled), not at their time.
+ */
 export async function expireRows(
   deps: ApprovalDeps,
   trx: Knex.Transaction,
   rows: NamedRequestRow[],
+  why: Record<string, unknown> = {},
 ): Promise<void> {
   if (rows.length === 0) return;
   const expire = trx('approval_requests')
@@ -108,7 +126,10 @@ export async function expireRows(
   await changeAndQueue(trx, expire, notices);
   await deps.audit.appendIn(
     trx,
-    ...rows.map((r) => ({ kind: 'approval.expired' as const, ...requestFacts(r, { from: r.status }) })),
+    ...rows.map((r) => ({
+      kind: 'approval.expired' as const,
+      ...requestFacts(r, { from: r.status, ...why }),
+    })),
   );
 }
 

@@ -2,7 +2,10 @@ import type { Knex } from 'knex';
 import type { Agent } from '../core/identity.ts';
 import { AppError } from '../core/errors.ts';
 import {
+  AGENT_NAME_OF_R,
+  APPROVER_DISABLED_OF_R,
   APPROVERS_OF_R,
+  approverDisabledOf,
   approversColumn,
   approversOf,
   expireRows,
@@ -14,6 +17,7 @@ import {
 import { updateFromGuard } from './guarded.ts';
 import type { z } from 'zod';
 import {
+  namedRequestFromDb,
   requestFromDb,
   type NamedRequestRow,
   type Preflight as PreflightView,
@@ -25,7 +29,15 @@ import { named } from '../db/knex.ts';
 import { retryingTransaction, withRetries } from '../db/retry.ts';
 
 export type RefusalReason =
-  'missing' | 'unknown' | 'pending' | 'rejected' | 'expired' | 'consumed' | 'mismatch' | 'wrong_agent';
+  | 'missing'
+  | 'unknown'
+  | 'pending'
+  | 'rejected'
+  | 'expired'
+  | 'consumed'
+  | 'mismatch'
+  | 'wrong_agent'
+  | 'approver_disabled';
 
 const MESSAGES: Record<RefusalReason, string> = {
   missing: 'a real write needs an approval_id: run it with dry_run first and have it approved',
@@ -34,8 +46,9 @@ const MESSAGES: Record<RefusalReason, string> = {
   rejected: 'this request was rejected',
   expired: 'this approval has expired: draft the write again',
   consumed: 'this approval has already been used',
-  mismatch: 'this approval was issued for another tool, target or content',
+  mismatch: 'this approval was issued for another tool, source, target or content',
   wrong_agent: 'this approval was issued to another agent',
+  approver_disabled: 'a user who approved this request has been disabled since: draft the write again',
 };
 
 export const approvalRequired = (reason: RefusalReason, detail?: string) =>
@@ -51,6 +64,7 @@ export interface ExecutionRequest {
   idempotency_key?: string;
   request_id: string;
   trace_id: string;
+  /** The connector this call resolved to: bound by the approval like the target. */
   source: string;
 }
 
@@ -114,7 +128,7 @@ export async function beginExecution(
         return { refusal: approvalRequired('expired') };
       }
       const mismatch = bindingMismatch(deps, row, req);
-      if (mismatch) throw approvalRequired('mismatch', `${mismatch} differs from what was approved`);
+      if (mismatch) throw mismatchError(mismatch);
       return { row: await markExecuting(deps, trx, row, req), replay: false };
     })
     .catch((err: unknown) => {
@@ -141,9 +155,7 @@ async function lockApproval(
   req: ExecutionRequest,
   lock = true,
 ): Promise<NamedRequestRow> {
-  const row = isUuid(req.approval_id)
-    ? await loadRow(trx, { approval_id: req.approval_id }, lock)
-    : undefined;
+  const row = isUuid(req.approval_id) ? await loadApproval(trx, req.approval_id, lock) : undefined;
   if (!row) {
     const asRequest = isUuid(req.approval_id)
       ? await loadRow(trx, { id: req.approval_id, agent_id: req.agent.id })
@@ -157,7 +169,23 @@ async function lockApproval(
   if (row.status === 'rejected') throw approvalRequired('rejected');
   if (row.status === 'expired') throw approvalRequired('expired');
   if (EXECUTED.has(row.status)) throw approvalRequired('consumed');
-  return row;
+  const { approver_disabled, ...request } = row;
+  if (approver_disabled) throw approvalRequired('approver_disabled');
+  return request;
+}
+
+/**
+ * The request an approval_id names, with its agent's name and whether one of its approvers is now
+ * disabled, in one statement; `lock` locks the request alone (the rest are sub-selects).
+ */
+async function loadApproval(trx: Knex | Knex.Transaction, approval_id: string, lock: boolean) {
+  const query = trx('approval_requests as r')
+    .select('r.*', trx.raw(AGENT_NAME_OF_R), trx.raw(APPROVER_DISABLED_OF_R))
+    .where('r.approval_id', approval_id)
+    .first();
+  if (lock) query.forUpdate();
+  const raw = (await query) as Record<string, unknown> | undefined;
+  return raw ? { ...namedRequestFromDb(raw), approver_disabled: raw.approver_disabled === true } : undefined;
 }
 
 /** What a dry run given an approval_id learns: would a real run with these arguments be accepted? */
@@ -189,7 +217,7 @@ export async function preflightExecution(deps: ApprovalDeps, req: ExecutionReque
     const row = await lockApproval(deps.knex, req, false);
     if (new Date(row.expires_at) <= new Date()) return no(approvalRequired('expired'));
     const mismatch = bindingMismatch(deps, row, req);
-    if (mismatch) return no(approvalRequired('mismatch', `${mismatch} differs from what was approved`));
+    if (mismatch) return no(mismatchError(mismatch));
     return { would_execute: true, code: null, reason: null, message: null };
   } catch (err) {
     if (err instanceof AppError) return no(err);
@@ -197,10 +225,36 @@ export async function preflightExecution(deps: ApprovalDeps, req: ExecutionReque
   }
 }
 
-/** Which binding of the approval this call breaks, if any: tool, target, content or policy version. */
-function bindingMismatch(deps: ApprovalDeps, row: RequestRow, req: ExecutionRequest) {
+/** The bindings of an approval a call can break, each as the refusal's message names it. */
+const BINDINGS = {
+  tool: 'tool',
+  source: 'source',
+  target: 'target',
+  target_display: "target's display name",
+  content: 'content',
+  policy: 'policy',
+} as const;
+type Binding = keyof typeof BINDINGS;
+
+/** `mismatch`, naming the binding that differs in words and in `details.differs`. */
+const mismatchError = (differs: Binding) =>
+  new AppError(
+    'APPROVAL_REQUIRED',
+    `${MESSAGES.mismatch} (${BINDINGS[differs]} differs from what was approved)`,
+    'mismatch',
+    { details: { differs } },
+  );
+
+/**
+ * Which binding of the approval this call breaks, if any: tool, where the write goes (the source, the
+ * target, the target's display name as the chair saw it), content or policy version. A request drafted
+ * before its source was recorded (null) matches no source.
+ */
+function bindingMismatch(deps: ApprovalDeps, row: RequestRow, req: ExecutionRequest): Binding | undefined {
   if (row.tool !== req.tool) return 'tool';
+  if (row.source !== req.source) return 'source';
   if (row.target_type !== req.target.target_type || row.target_id !== req.target.target_id) return 'target';
+  if (row.target_display !== req.target.display_name) return 'target_display';
   if (row.content_sha256 !== req.content_sha256) return 'content';
   if (row.policy_version !== policyVersion(deps.config)) return 'policy';
   return undefined;
@@ -241,7 +295,10 @@ async function markExecuting(
 /** A request as execution knows it; `approvers` when they were read with it (they no longer change). */
 export type ExecutingRow = NamedRequestRow & { approvers?: string[] };
 
-/** An approval's request as the one-statement start reads it: its row and its approvers. */
+/**
+ * An approval's request as the one-statement start reads it: its row, its approvers, and whether one of
+ * them is now disabled.
+ */
 export type ApprovedRow = Record<string, unknown> | undefined;
 
 /**
@@ -254,7 +311,7 @@ export async function readApproval(deps: ApprovalDeps, approval_id: string): Pro
   if (!isUuid(approval_id)) return undefined;
   const query = deps
     .knex('approval_requests as r')
-    .select('r.*', deps.knex.raw(APPROVERS_OF_R))
+    .select('r.*', deps.knex.raw(APPROVERS_OF_R), deps.knex.raw(APPROVER_DISABLED_OF_R))
     .where('r.approval_id', approval_id)
     .first();
   return (await named(deps.knex, 'countersign_approval_to_execute', query)) as ApprovedRow;
@@ -277,7 +334,7 @@ async function beginAtOnce(
   const row = requestFromDb(raw);
   const now = new Date();
   if (row.agent_id !== req.agent.id || row.status !== 'approved' || new Date(row.expires_at) <= now) return;
-  if (bindingMismatch(deps, row, req)) return undefined;
+  if (raw.approver_disabled === true || bindingMismatch(deps, row, req)) return undefined;
   // The calling agent's own request: its name is the one the call carries.
   const named = { ...row, agent_name: req.agent.name };
   const approvers = approversColumn(raw);
@@ -288,7 +345,8 @@ async function beginAtOnce(
   };
   const done = await deps.audit.appendWith(
     updateFromGuard('change', 'approval_requests', row.id, started, {
-      sql: "t.status = 'approved' and t.expires_at > ?::timestamptz",
+      // An approver disabled since the read above is caught here, in the same statement.
+      sql: `t.status = 'approved' and t.expires_at > ?::timestamptz and not ${approverDisabledOf('t')}`,
       bindings: [now.toISOString()],
     }),
     startedRow(named, req, approvers),

@@ -16,13 +16,22 @@ export interface WriteControls {
   idempotency_key?: string;
 }
 
-/** SHA-256 of the RFC 8785 canonical JSON of the exact write: tool, target and content. */
-export function contentSha256(
-  tool: string,
-  target: { target_type: string; target_id: string },
-  content: object,
-) {
-  const write = { tool, target_type: target.target_type, target_id: target.target_id, ...content };
+/**
+ * SHA-256 of the RFC 8785 canonical JSON of the exact write: tool, where it goes (the connector's source,
+ * the target's type, id and display name as the chair sees it) and content. Where the write goes is in
+ * the hash, not beside it: the same text drafted through another source or to a renamed target is
+ * another request (the open-request index is on the hash), an idempotency_key spent on one is refused
+ * for the other, and the hash a Slack button carries stands for all the chair saw.
+ */
+export function contentSha256(tool: string, source: string, target: Target, content: object) {
+  const write = {
+    ...content,
+    tool,
+    source,
+    target_type: target.target_type,
+    target_id: target.target_id,
+    target_display: target.display_name,
+  };
   return createHash('sha256').update(canonicalize(write)!).digest('hex');
 }
 
@@ -117,7 +126,7 @@ export async function runWrite(
   // Awaited below, unless the tool's resolution fails first: then it is read for nothing, and dropped.
   early?.catch(() => undefined);
   const prepared = await preparing;
-  const content_sha256 = contentSha256(toolName, prepared.target, prepared.content);
+  const content_sha256 = contentSha256(toolName, prepared.source, prepared.target, prepared.content);
   const write: Write = {
     tool: toolName,
     prepared,
@@ -139,6 +148,7 @@ async function draft(write: Write, args: WriteControls, ctx: GateContext): Promi
   const { view, created } = await ctx.approvals.request({
     agent: ctx.agent,
     tool: write.tool,
+    source: write.prepared.source,
     target: write.prepared.target,
     content_sha256: write.content_sha256,
     file_sha256: write.prepared.file_sha256,

@@ -23,6 +23,8 @@ export interface Notice {
   /** The tool as stored on the request (built-ins unprefixed, as the webhook always sent it). */
   tool: string;
   target: { target_type: string; target_id: string; display_name: string | null };
+  /** Where the write goes: the connector the dry run resolved to (null on requests from before it was kept). */
+  source: string | null;
   content_sha256: string;
   file_sha256: string | null;
   /** The content's first EXCERPT_CHARS characters (a message's text, else the reviewed fields as JSON). */
@@ -45,6 +47,7 @@ export type NoticeFacts = Pick<
   | 'id'
   | 'agent_id'
   | 'tool'
+  | 'source'
   | 'target_type'
   | 'target_id'
   | 'target_display'
@@ -93,6 +96,7 @@ function noticeOf(
     agent_id: row.agent_id,
     tool: row.tool,
     target: { target_type: row.target_type, target_id: row.target_id, display_name: row.target_display },
+    source: row.source,
     content_sha256: row.content_sha256,
     file_sha256: row.file_sha256,
     ...excerptOf(review),

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Agent } from '../core/identity.ts';
 import { refuseOtherContent } from './execute.ts';
 import {
+  APPROVER_DISABLED_OF_R,
   APPROVERS_OF_R,
   approversColumn,
   expireRows,
@@ -22,6 +23,8 @@ export interface DraftWrite {
   agent: Agent;
   /** Unprefixed tool name, e.g. send_message. */
   tool: string;
+  /** The connector the write resolved to (local, bridge, mcp:<name>): bound by the approval. */
+  source: string;
   target: Target;
   content_sha256: string;
   file_sha256: string | null;
@@ -54,6 +57,7 @@ function newRequest(deps: ApprovalDeps, draft: DraftWrite) {
     id: randomUUID(),
     agent_id: draft.agent.id,
     tool: draft.tool,
+    source: draft.source,
     target_type: draft.target.target_type,
     target_id: draft.target.target_id,
     target_display: draft.target.display_name,
@@ -74,6 +78,7 @@ const requestedRow = (draft: DraftWrite, id: string) => ({
   trace_id: draft.trace_id,
   agent_id: draft.agent.id,
   tool: draft.tool,
+  source: draft.source,
   target_type: draft.target.target_type,
   target_ref: draft.target.target_id,
   approval_request_id: id,
@@ -139,23 +144,27 @@ async function requestInTransaction(
   draft: DraftWrite,
   created: NewRequest,
 ): Promise<{ view: ApprovalView; created: boolean }> {
-  const open = { agent_id: draft.agent.id, content_sha256: draft.content_sha256 };
   const existing = async () => {
     const row = (await deps
-      .knex('approval_requests')
-      .where(open)
-      .whereIn('status', ['pending', 'approved'])
+      .knex('approval_requests as r')
+      .select('r.*', deps.knex.raw(APPROVER_DISABLED_OF_R))
+      .where({ 'r.agent_id': draft.agent.id, 'r.content_sha256': draft.content_sha256 })
+      .whereIn('r.status', ['pending', 'approved'])
       .first()) as Record<string, unknown> | undefined;
-    return row ? requestFromDb(row) : undefined;
+    return row ? { request: requestFromDb(row), voided: row.approver_disabled === true } : undefined;
   };
   const found = await existing();
-  if (found && new Date(found.expires_at) > new Date())
-    return { view: await viewOf(deps, deps.knex, found), created: false };
+  if (found && !found.voided && new Date(found.request.expires_at) > new Date())
+    return { view: await viewOf(deps, deps.knex, found.request), created: false };
   try {
     await retryingTransaction(deps.knex, async (trx) => {
-      // Past its expiry but not yet swept: expire it so a fresh request can take its place. It is
-      // this agent's own request, so its name is the draft's.
-      if (found) await expireRows(deps, trx, [{ ...found, agent_name: draft.agent.name }]);
+      // Past its expiry but not yet swept, or approved by a user disabled since (it can never execute):
+      // expire it so a fresh request can take its place. It is this agent's own request, so its name
+      // is the draft's.
+      if (found) {
+        const why = found.voided ? { reason: 'approver_disabled' } : {};
+        await expireRows(deps, trx, [{ ...found.request, agent_name: draft.agent.name }], why);
+      }
       const insert = trx('approval_requests').insert({ ...created, review: JSON.stringify(draft.review) });
       await changeAndQueue(trx, insert, noticesOf(deps, draft, created));
       await deps.audit.appendIn(trx, requestedRow(draft, created.id));
@@ -163,7 +172,7 @@ async function requestInTransaction(
   } catch (err) {
     // Lost a race with the same agent drafting the same content: answer with the winner's request.
     const winner = await existing();
-    if (winner) return { view: await viewOf(deps, deps.knex, winner), created: false };
+    if (winner) return { view: await viewOf(deps, deps.knex, winner.request), created: false };
     throw err;
   }
   return { view: announce(deps, draft, created), created: true };

@@ -46,6 +46,12 @@ export const ApprovalView = z.object({
     .describe(
       'The tool as agents call it: a built-in under the configured prefix (e.g. isphere_send_message), an upstream tool as <upstream>__<tool>.',
     ),
+  source: z
+    .string()
+    .nullable()
+    .describe(
+      'Where the write goes: the connector it resolved to at the dry run (local, bridge, mcp:<name>); the approval is bound to it. Null on requests drafted before it was recorded.',
+    ),
   target: Target,
   content_sha256: z.string(),
   file_sha256: z.string().nullable(),
@@ -124,6 +130,8 @@ export const RequestRow = z.object({
   id: z.string(),
   agent_id: z.string(),
   tool: z.string(),
+  /** The connector the dry run resolved to; null on requests drafted before it was recorded. */
+  source: z.string().nullable(),
   target_type: TargetType,
   target_id: z.string(),
   target_display: z.string().nullable(),
@@ -168,6 +176,7 @@ export function toView(row: RequestRow, approvers: string[], reviewUrl: string |
     status: row.status,
     approval_id: row.approval_id,
     tool: row.tool,
+    source: row.source,
     target: { target_type: row.target_type, target_id: row.target_id, display_name: row.target_display },
     content_sha256: row.content_sha256,
     file_sha256: row.file_sha256,

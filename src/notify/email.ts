@@ -46,6 +46,7 @@ export function bodyOf(n: Notice): string {
     '',
     `Tool:    ${n.tool}`,
     `Target:  ${targetOf(n)}`,
+    `Source:  ${n.source ?? '(not recorded)'}`,
     `Agent:   ${n.agent ?? n.agent_id}`,
     ...content,
     `Content SHA-256: ${n.content_sha256}`,

@@ -68,6 +68,7 @@ export function requestBlocks(n: Notice): Block[] {
       fields: [
         { type: 'mrkdwn', text: `*Target*\n${esc(cut(targetOf(n), 1900))}` },
         { type: 'mrkdwn', text: `*Agent*\n${esc(cut(n.agent ?? n.agent_id, 200))}` },
+        { type: 'mrkdwn', text: `*Source*\n${esc(cut(n.source ?? '(not recorded)', 200))}` },
       ],
     },
     ...content,

@@ -46,6 +46,7 @@ export function webhookBody(n: Notice): string {
     tool: n.tool,
     agent: n.agent ?? null,
     target: n.target,
+    source: n.source,
     status: n.status,
     content_sha256: n.content_sha256,
     expires_at: n.expires_at,
