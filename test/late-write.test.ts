@@ -121,9 +121,12 @@ for (const kind of databaseKinds()) {
       const draft = await call(agent, 'isphere_send_message', args);
       const approvalId = await approveAsChair({ approvals, user: chair }, draft);
       const requestId = draft.approval.approval_request_id as string;
+      // As if drafted through an upstream MCP server: the approval binds that source.
+      await knex('approval_requests').where({ id: requestId }).update({ source: 'mcp:crm' });
       const request = (await knex('approval_requests').where({ id: requestId }).first()) as {
         content_sha256: string;
         agent_id: string;
+        target_display: string | null;
       };
       const agentRow = (await knex('agents').where({ id: request.agent_id }).first()) as Agent;
 
@@ -132,7 +135,7 @@ for (const kind of databaseKinds()) {
         agent: agentRow,
         tool: 'send_message',
         approval_id: approvalId,
-        target: { target_type: 'contact', target_id: 'ct_david', display_name: null },
+        target: { target_type: 'contact', target_id: 'ct_david', display_name: request.target_display },
         content_sha256: request.content_sha256,
         file_sha256: null,
         request_id: 'rq-late',
