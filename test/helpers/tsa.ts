@@ -53,9 +53,48 @@ export async function startTestTsa(dir: string): Promise<TestTsa> {
   );
   fs.writeFileSync(f('serial'), '01\n');
   const subj = (cn: string) => ['-subj', `/CN=${cn}`];
-  await run('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', f('ca.key'), '-out', f('ca.crt'), '-days', '2', ...subj('countersign test CA')]);
-  await run('openssl', ['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', f('tsa.key'), '-out', f('tsa.csr'), ...subj('countersign test TSA')]);
-  await run('openssl', ['x509', '-req', '-in', f('tsa.csr'), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial', '-out', f('tsa.crt'), '-days', '2', '-extfile', f('tsa.ext')]);
+  await run('openssl', [
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    f('ca.key'),
+    '-out',
+    f('ca.crt'),
+    '-days',
+    '2',
+    ...subj('countersign test CA'),
+  ]);
+  await run('openssl', [
+    'req',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    f('tsa.key'),
+    '-out',
+    f('tsa.csr'),
+    ...subj('countersign test TSA'),
+  ]);
+  await run('openssl', [
+    'x509',
+    '-req',
+    '-in',
+    f('tsa.csr'),
+    '-CA',
+    f('ca.crt'),
+    '-CAkey',
+    f('ca.key'),
+    '-CAcreateserial',
+    '-out',
+    f('tsa.crt'),
+    '-days',
+    '2',
+    '-extfile',
+    f('tsa.ext'),
+  ]);
 
   let count = 0;
   const server = http.createServer((req, res) => {
@@ -66,13 +105,17 @@ export async function startTestTsa(dir: string): Promise<TestTsa> {
       const query = f(`q${n}.tsq`);
       const reply = f(`r${n}.tsr`);
       fs.writeFileSync(query, Buffer.concat(chunks));
-      execFile('openssl', ['ts', '-reply', '-config', f('tsa.cnf'), '-queryfile', query, '-out', reply], (err) => {
-        if (err) {
-          res.writeHead(500).end();
-          return;
-        }
-        res.writeHead(200, { 'Content-Type': 'application/timestamp-reply' }).end(fs.readFileSync(reply));
-      });
+      execFile(
+        'openssl',
+        ['ts', '-reply', '-config', f('tsa.cnf'), '-queryfile', query, '-out', reply],
+        (err) => {
+          if (err) {
+            res.writeHead(500).end();
+            return;
+          }
+          res.writeHead(200, { 'Content-Type': 'application/timestamp-reply' }).end(fs.readFileSync(reply));
+        },
+      );
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
