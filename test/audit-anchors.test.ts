@@ -10,8 +10,12 @@ import type { Manifest } from '../src/audit/export.ts';
 import { chainHash } from '../src/audit/chain.ts';
 import { verifyExport } from '../src/audit/verify-export.ts';
 import { runCli } from './helpers/cli.ts';
-import { databaseKinds } from './helpers/db.ts';
-import { startTestServer, type TestServer } from './helpers/server.ts';
+import { createTestDatabase, databaseKinds } from './helpers/db.ts';
+import { startTestServer, testEnv, type TestServer } from './helpers/server.ts';
+import { loadConfig } from '../src/config.ts';
+import { createLogger } from '../src/log.ts';
+import { startHttpServer } from '../src/app/serve-http.ts';
+import { isAppError } from '../src/core/errors.ts';
 import { appendRows, deleteNewest, rewriteRow } from './helpers/tamper.ts';
 import { startTestTsa, type TestTsa } from './helpers/tsa.ts';
 
@@ -34,6 +38,53 @@ describe('anchors off the box', () => {
   after(async () => {
     await tsa?.close();
     fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  it('refuses to start with anchors it cannot use, naming the setting', async () => {
+    const db = await createTestDatabase('pglite');
+    try {
+      const missing = path.join(root, 'no-such-witness');
+      for (const [env, key] of [
+        [{ COUNTERSIGN_WITNESS_DIR: missing }, 'audit.anchors.witness_dir'],
+        [
+          { COUNTERSIGN_TSA_URL: tsa.url, COUNTERSIGN_TSA_CERT: path.join(root, 'no-such.pem') },
+          'audit.anchors.tsa_cert_path',
+        ],
+      ] as const) {
+        const config = loadConfig(testEnv(db, env), db.dataDir);
+        await assert.rejects(startHttpServer(config, createLogger('silent')), (err: unknown) => {
+          assert.ok(isAppError(err, 'CONFIG_INVALID'));
+          assert.ok((err as Error).message.startsWith(key));
+          return true;
+        });
+      }
+      assert.throws(
+        () => loadConfig(testEnv(db, { COUNTERSIGN_TSA_URL: 'ftp://127.0.0.1/tsa' }), db.dataDir),
+        /tsa_url/,
+      );
+    } finally {
+      await db.drop();
+    }
+  });
+
+  it('signs the checkpoint but leaves it unanchored when the authority is unreachable or its reply is not signed under the certificate', async () => {
+    const other = await startTestTsa(path.join(root, 'other-at-signing'));
+    await other.close();
+    const settings: Record<string, string>[] = [
+      { COUNTERSIGN_TSA_URL: 'http://127.0.0.1:9/tsa' },
+      { COUNTERSIGN_TSA_URL: tsa.url, COUNTERSIGN_TSA_CERT: other.caCert },
+    ];
+    for (const env of settings) {
+      const server = await startTestServer('pglite', env);
+      try {
+        await appendRows(server.services.audit, 3);
+        const checkpoint = await createCheckpoint(server.services.checkpoints);
+        assert.ok(checkpoint);
+        assert.equal((await server.services.knex('audit_anchors')).length, 0);
+      } finally {
+        await server.stop();
+      }
+    }
   });
 
   for (const kind of databaseKinds()) {
