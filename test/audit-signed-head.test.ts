@@ -131,6 +131,10 @@ for (const kind of databaseKinds()) {
       );
       await appendRows(server.services.audit, 1);
       await assert.rejects(createCheckpoint(replica), tampered('head_mismatch'));
+
+      // A file that holds no head does not disarm the check.
+      fs.writeFileSync(path.join(fresh, SIGNED_HEAD_FILE), '{"seq":');
+      await assert.rejects(createCheckpoint(replica), tampered('signed_head_invalid'));
     });
   });
 }

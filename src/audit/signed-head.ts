@@ -28,7 +28,7 @@ const SignedHead = z.object({
 type SignedHead = z.infer<typeof SignedHead>;
 
 /** Why a chain contradicts a signed head. */
-export type TamperReason = 'rows_deleted' | 'head_mismatch' | 'chain_broken';
+export type TamperReason = 'rows_deleted' | 'head_mismatch' | 'chain_broken' | 'signed_head_invalid';
 
 export interface TamperState {
   reason: TamperReason;
@@ -57,7 +57,8 @@ function writeAtomically(file: string, text: string): void {
   fs.renameSync(aside, file);
 }
 
-function readSignedHead(file: string): SignedHead | undefined {
+/** The head in the file; null when the file is there but holds no head. */
+function readSignedHead(file: string): SignedHead | undefined | null {
   let text: string;
   try {
     text = fs.readFileSync(file, 'utf8');
@@ -65,15 +66,11 @@ function readSignedHead(file: string): SignedHead | undefined {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw err;
   }
-  const parsed = SignedHead.safeParse(JSON.parse(text));
-  // A file that is not a head is not silently ignored: it would let anyone disarm the check by editing it.
-  if (!parsed.success)
-    throw new AppError(
-      'TAMPERED',
-      `${file} is not a signed head: move it aside to sign again`,
-      'signed_head_invalid',
-    );
-  return parsed.data;
+  try {
+    return SignedHead.parse(JSON.parse(text));
+  } catch {
+    return null;
+  }
 }
 
 /** Verifies that the rows after a signed head extend it up to `head`; refuses at the first that does not. */
@@ -140,7 +137,11 @@ export function createSignedHeadGuard(opts: {
     tampered: () => state,
 
     async check(trx, head) {
-      const known = [readSignedHead(file), witnessHead()]
+      const own = readSignedHead(file);
+      // A file that is not a head is not ignored: editing it must not disarm the check.
+      if (own === null)
+        refuse('signed_head_invalid', 0, `${file} holds no signed head: move it aside to sign again`);
+      const known = [own, witnessHead()]
         .filter((h): h is SignedHead => h !== undefined && h.origin === opts.origin)
         .sort((a, b) => a.seq - b.seq);
       for (const signed of known) {
