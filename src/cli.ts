@@ -496,6 +496,12 @@ function addAuditCommands(audit: Command): void {
     .option('--manifest <file>', 'its manifest (default FILE.manifest.json)')
     .option('--pubkey <file>', 'the public key (PEM) that must have signed it')
     .option('--db', 'verify the live table instead of an export')
+    .option(
+      '--tsa-cert <file>',
+      "check the time-stamp anchors against this TSA certificate or its CA's (PEM)",
+    )
+    .option('--witness <dir>', 'check the chain against the heads of this witness directory')
+    .option('--anchors <file>', "the export's anchors (default FILE.anchors.jsonl)")
     .description('verify an export offline, or the live table; exit 0 only when everything is valid')
     .action(verifyAudit);
 }
@@ -524,10 +530,23 @@ async function exportAudit(opts: ExportOptions): Promise<void> {
 /** `audit verify`: an export offline against its manifest, or with --db the live table. */
 async function verifyAudit(
   file: string | undefined,
-  opts: { manifest?: string; pubkey?: string; db?: boolean },
+  opts: {
+    manifest?: string;
+    pubkey?: string;
+    db?: boolean;
+    tsaCert?: string;
+    witness?: string;
+    anchors?: string;
+  },
 ): Promise<void> {
+  const tsaCertPem = opts.tsaCert === undefined ? undefined : readInput(opts.tsaCert);
+  const witnessDir = opts.witness === undefined ? undefined : path.resolve(opts.witness);
   if (opts.db) {
-    const result = await runData(config(), { command: 'audit.verify_db' });
+    const result = await runData(config(), {
+      command: 'audit.verify_db',
+      ...(tsaCertPem ? { tsa_cert: tsaCertPem } : {}),
+      ...(witnessDir ? { witness_dir: witnessDir } : {}),
+    });
     out(result.summary);
     if (!result.ok) process.exitCode = 1;
     return;
@@ -552,6 +571,27 @@ async function verifyAudit(
   const report = await verifyExport(file, manifest, pubkey);
   out(describeReport(report));
   if (!report.ok) process.exitCode = 1;
+  if (tsaCertPem === undefined && witnessDir === undefined) return;
+  const [{ verifyExportAnchors }, { describeAnchors }] = await Promise.all([
+    import('./audit/anchors/verify-anchors.ts'),
+    import('./audit/anchors/check.ts'),
+  ]);
+  const anchors = await verifyExportAnchors(file, manifest, {
+    tsaCertPem,
+    witnessDir,
+    anchorsFile: opts.anchors,
+  });
+  out(describeAnchors(anchors));
+  if (!anchors.ok) process.exitCode = 1;
+}
+
+/** A file the operator named, read whole; one that cannot be read is NOT_FOUND, naming it. */
+function readInput(file: string): string {
+  try {
+    return fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new AppError('NOT_FOUND', `cannot read ${file}: ${(e as Error).message}`, undefined, { cause: e });
+  }
 }
 
 function addUserCommands(user: Command): void {

@@ -260,6 +260,19 @@ export const ConfigSchema = z
         signing_key_path: z.string().min(1).optional(),
         /** How often a checkpoint is signed (besides every export). */
         checkpoint_interval_s: z.number().int().positive().default(3600),
+        /** Where each checkpoint is also sent, off the box (docs/audit.md#anchors-and-the-signed-head). */
+        anchors: z
+          .strictObject({
+            /** An RFC 3161 time-stamping authority (http or https) that stamps every checkpoint. */
+            tsa_url: z.url({ protocol: /^https?$/ }).optional(),
+            /** Its certificate, or its CA's (PEM): replies are checked against it when they arrive. */
+            tsa_cert_path: z.string().min(1).optional(),
+            /** How long the authority may take to answer. */
+            tsa_timeout_ms: z.number().int().positive().default(10_000),
+            /** An append-only directory (another mount) that receives every checkpoint and token. */
+            witness_dir: z.string().min(1).optional(),
+          })
+          .prefault({}),
       })
       .prefault({}),
     web: z
@@ -425,6 +438,10 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_PROFILES_DIR: { path: ['policy', 'profiles_dir'], kind: 'string' },
   COUNTERSIGN_AUDIT_SIGNING_KEY: { path: ['audit', 'signing_key_path'], kind: 'string' },
   COUNTERSIGN_CHECKPOINT_INTERVAL_S: { path: ['audit', 'checkpoint_interval_s'], kind: 'int' },
+  COUNTERSIGN_TSA_URL: { path: ['audit', 'anchors', 'tsa_url'], kind: 'string' },
+  COUNTERSIGN_TSA_CERT: { path: ['audit', 'anchors', 'tsa_cert_path'], kind: 'string' },
+  COUNTERSIGN_TSA_TIMEOUT_MS: { path: ['audit', 'anchors', 'tsa_timeout_ms'], kind: 'int' },
+  COUNTERSIGN_WITNESS_DIR: { path: ['audit', 'anchors', 'witness_dir'], kind: 'string' },
   COUNTERSIGN_SESSION_IDLE_S: { path: ['web', 'session_idle_s'], kind: 'int' },
   COUNTERSIGN_SESSION_ABSOLUTE_S: { path: ['web', 'session_absolute_s'], kind: 'int' },
   COUNTERSIGN_LOGIN_FAILURES_PER_USER: { path: ['web', 'login_failures_per_user'], kind: 'int' },
@@ -645,7 +662,15 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
     tracing: Object.freeze(parsed.tracing),
     oauth:
       parsed.oauth && Object.freeze({ ...parsed.oauth, agents: Object.freeze({ ...parsed.oauth.agents }) }),
-    audit: Object.freeze(parsed.audit),
+    audit: Object.freeze({
+      ...parsed.audit,
+      anchors: Object.freeze({
+        ...parsed.audit.anchors,
+        tsa_cert_path:
+          parsed.audit.anchors.tsa_cert_path && path.resolve(cwd, parsed.audit.anchors.tsa_cert_path),
+        witness_dir: parsed.audit.anchors.witness_dir && path.resolve(cwd, parsed.audit.anchors.witness_dir),
+      }),
+    }),
     connectors: Object.freeze(parsed.connectors),
     bridge:
       parsed.bridge && Object.freeze({ ...parsed.bridge, headers: Object.freeze(parsed.bridge.headers) }),

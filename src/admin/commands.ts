@@ -10,6 +10,8 @@ import { ApprovalStatus } from '../approval/view.ts';
 import { isDecisionRefusal } from '../approval/decide.ts';
 import { checkpointDeps, verifyDatabase } from '../audit/context.ts';
 import { ExportFilter } from '../audit/export.ts';
+import { describeAnchors } from '../audit/anchors/check.ts';
+import { verifyDatabaseAnchors } from '../audit/anchors/verify-anchors.ts';
 import { exportToFile } from '../audit/export-file.ts';
 import type { AuditInput } from '../audit/chain.ts';
 import { createAuditLog } from '../audit/log.ts';
@@ -91,7 +93,13 @@ export const AdminCommand = z.discriminatedUnion('command', [
     path: z.string().min(1),
     actor: z.string().min(1),
   }),
-  z.strictObject({ command: z.literal('audit.verify_db') }),
+  z.strictObject({
+    command: z.literal('audit.verify_db'),
+    /** Check the stored time-stamp tokens against this certificate (PEM text). */
+    tsa_cert: z.string().min(1).optional(),
+    /** Check the chain against the heads of this witness directory (an absolute path). */
+    witness_dir: z.string().min(1).optional(),
+  }),
   z.strictObject({
     command: z.literal('approvals.show'),
     as: z.string().min(1),
@@ -331,9 +339,14 @@ const HANDLERS = {
     }),
   'agent.rotate': rotateCommand,
   'audit.export': exportCommand,
-  'audit.verify_db': async (deps) => {
+  'audit.verify_db': async (deps, cmd) => {
     const { ok, summary } = await verifyDatabase(deps.knex);
-    return { ok, summary };
+    if (cmd.tsa_cert === undefined && cmd.witness_dir === undefined) return { ok, summary };
+    const anchors = await verifyDatabaseAnchors(deps.knex, {
+      tsaCertPem: cmd.tsa_cert,
+      witnessDir: cmd.witness_dir,
+    });
+    return { ok: ok && anchors.ok, summary: `${summary}\n${describeAnchors(anchors)}` };
   },
   'user.add': async (deps, cmd) => {
     const { command: _c, actor, ...opts } = cmd;

@@ -38,6 +38,7 @@ export const COPIED_TABLES = [
   { table: 'upstream_tool_pins', why: "upstream tools' pinned classes: a move never trusts a listing anew" },
   { table: 'audit_events', why: 'the hash chain, in seq order, every column as stored' },
   { table: 'audit_checkpoints', why: 'signed checkpoints, each with its public key' },
+  { table: 'audit_anchors', why: 'the time-stamp tokens of checkpoints (off-box anchors)' },
   { table: 'audit_exports', why: 'the record of exports and their manifests' },
 ] as const;
 

@@ -3,7 +3,9 @@ import type { Services } from './services.ts';
 import { VERSION } from '../server/version.ts';
 
 /** Liveness and counters: is the database reachable, how many calls, errors, overruns, pending approvals. */
-export async function healthOf(s: Pick<Services, 'knex' | 'db' | 'metrics' | 'startedAt' | 'upstreams'>) {
+export async function healthOf(
+  s: Pick<Services, 'knex' | 'db' | 'metrics' | 'startedAt' | 'upstreams' | 'checkpoints'>,
+) {
   let database: { reachable: boolean; dialect: string; error?: string } = {
     reachable: true,
     dialect: s.db.dialect,
@@ -21,14 +23,17 @@ export async function healthOf(s: Pick<Services, 'knex' | 'db' | 'metrics' | 'st
     database = { reachable: false, dialect: s.db.dialect, error: (err as Error).message.slice(0, 200) };
   }
   const upstreams = s.upstreams.map((u) => u.status());
+  // Set once this process refused to sign a chain that contradicts the head it signed before.
+  const tampered = s.checkpoints.guard?.tampered();
   return {
-    status: database.reachable && upstreams.every((u) => u.state === 'up') ? 'ok' : 'degraded',
+    status: database.reachable && upstreams.every((u) => u.state === 'up') && !tampered ? 'ok' : 'degraded',
     version: VERSION,
     uptime_s: Math.round((Date.now() - s.startedAt.getTime()) / 1000),
     database,
     ...s.metrics.counters,
     pending_approvals: pending,
     audit_head_seq: head,
+    audit_chain: tampered ? { state: 'tampered' as const, ...tampered } : { state: 'ok' as const },
     upstreams,
   };
 }

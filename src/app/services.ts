@@ -320,7 +320,7 @@ function openConnectors(db: Database, blobs: BlobStore, config: Config, log: Log
 
 /** A cluster is one server (SPEC §11): one signing key, one leader for periodic work, one event bus. */
 async function joinCluster(db: Database, audit: AuditLog, config: Config, log: Logger, closers: Closers) {
-  const checkpoints = await checkpointDeps(db.knex, audit, config);
+  const checkpoints = await checkpointDeps(db.knex, audit, config, log);
   await assertClusterSigningKey(db.knex, checkpoints.signer.public_key);
   const url = config.database_url;
   const bus = url ? await createPgBus(db.knex, url, log) : createLocalBus(log);

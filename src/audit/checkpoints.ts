@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { ChainHeadFromDb } from './chain.ts';
+import { ChainHeadFromDb, GENESIS_HASH, type ChainHead } from './chain.ts';
 import { AUDIT_LOCK_KEY, type AuditLog } from './log.ts';
 import { verifySignature, type Signer } from './signing.ts';
 import { ChainVerifier } from './verify.ts';
@@ -43,24 +43,59 @@ export async function listCheckpoints(knex: Knex): Promise<Checkpoint[]> {
   return Checkpoint.array().parse(await knex('audit_checkpoints').orderBy('id'));
 }
 
+/**
+ * What stands between the chain and a signature besides the database: the last head signed, kept outside
+ * it (src/audit/signed-head.ts). Declared here, where it is called, so that the modules that implement it
+ * can build on checkpoints without a cycle.
+ */
+export interface SigningGuard {
+  /** Under the chain's lock, before signing `head`: throws TAMPERED when the chain contradicts a signed head. */
+  check(trx: Knex.Transaction, head: ChainHead): Promise<void>;
+  /** Inside the signing transaction: the checkpoint is now the last head signed. */
+  signed(checkpoint: Checkpoint): void;
+  /** Appends the audit row of a refusal not yet recorded, once appends succeed. */
+  record(audit: AuditLog): Promise<void>;
+  /** Why this process refused to sign, once it has: /healthz reports it. */
+  tampered(): { reason: string; seq: number; detail: string; since: string } | undefined;
+}
+
+/** Sends a committed checkpoint off the box (an RFC 3161 time-stamp: src/audit/anchors). Never throws. */
+export type Anchorer = (checkpoint: Checkpoint) => Promise<void>;
+
 export interface CheckpointDeps {
   knex: Knex;
   audit: AuditLog;
   signer: Signer;
   origin: string;
+  guard?: SigningGuard;
+  anchor?: Anchorer;
 }
 
 /**
  * Signs the current head. Under the chain's advisory lock, the rows since the previous checkpoint are
  * verified to extend it; a chain that does not is never signed (TAMPERED, reason chain_broken). Returns the previous
- * checkpoint when nothing was appended since.
+ * checkpoint when nothing was appended since. With a guard, the chain must also extend the last head signed
+ * outside the database (TAMPERED otherwise, recorded as audit.tampered once appends succeed); a new
+ * checkpoint is then anchored off the box, outside the chain's lock.
  */
 export async function createCheckpoint(deps: CheckpointDeps): Promise<Checkpoint | undefined> {
+  await deps.guard?.record(deps.audit);
+  let created = false;
+  const checkpoint = await signHead(deps, () => (created = true)).catch(async (err: unknown) => {
+    await deps.guard?.record(deps.audit);
+    throw err;
+  });
+  if (created && checkpoint) await deps.anchor?.(checkpoint);
+  return checkpoint;
+}
+
+async function signHead(deps: CheckpointDeps, created: () => void): Promise<Checkpoint | undefined> {
   return deps.knex.transaction(async (trx) => {
     await trx.raw('select pg_advisory_xact_lock(?)', [AUDIT_LOCK_KEY]);
     const head = ChainHeadFromDb.optional().parse(
       await trx('audit_events').select('seq', 'hash').orderBy('seq', 'desc').first(),
     );
+    await deps.guard?.check(trx, head ?? { seq: 0, hash: GENESIS_HASH });
     if (!head) return undefined;
     const prev = await latestCheckpoint(trx);
     if (prev && prev.seq === head.seq) return prev;
@@ -92,6 +127,8 @@ export async function createCheckpoint(deps: CheckpointDeps): Promise<Checkpoint
       signature: deps.signer.sign(checkpointPayload(statement)),
     };
     await trx('audit_checkpoints').insert(checkpoint);
+    deps.guard?.signed(checkpoint);
+    created();
     await deps.audit.appendIn(trx, {
       kind: 'checkpoint',
       result: 'ok',

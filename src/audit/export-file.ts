@@ -5,6 +5,7 @@ import { AppError } from '../core/errors.ts';
 import type { CheckpointDeps } from './checkpoints.ts';
 import { exportAudit, ExportFilter, type Manifest } from './export.ts';
 import { isUuid } from '../core/ids.ts';
+import { writeAnchorsFile } from './anchors/index.ts';
 
 /** Which rows to export; the agent by name (or id), as people know it, never an internal id alone. */
 export type ExportFileFilter = Omit<ExportFilter, 'agent_id'> & { agent?: string };
@@ -23,6 +24,8 @@ export interface ExportFileResult {
   path: string;
   manifest_path: string;
   manifest: Manifest;
+  /** `${path}.anchors.jsonl`: the time-stamp tokens of the checkpoints in its range, when there are any. */
+  anchors_path?: string;
 }
 
 /**
@@ -71,6 +74,7 @@ async function open(file: string): Promise<fs.promises.FileHandle> {
 export async function exportToFile(deps: CheckpointDeps, req: ExportFileRequest): Promise<ExportFileResult> {
   const filter = await exportFilter(deps.knex, req.filter);
   const manifestPath = `${req.path}.manifest.json`;
+  const anchorsPath = `${req.path}.anchors.jsonl`;
   const out = (await open(req.path)).createWriteStream();
   // A write error (a full disk) fails this export at once: unhandled it would take down the process
   // (the server, when it writes for the command line), and the export could wait for a drain forever.
@@ -91,11 +95,19 @@ export async function exportToFile(deps: CheckpointDeps, req: ExportFileRequest)
       out.end((err?: Error | null) => (err ? reject(err) : resolve())),
     );
     fs.writeFileSync(manifestPath, `${JSON.stringify(manifest, null, 2)}\n`, { mode: 0o600 });
-    return { path: req.path, manifest_path: manifestPath, manifest };
+    const range = [manifest.first_seq ?? manifest.checkpoint.seq, manifest.checkpoint.seq] as const;
+    const anchors = await writeAnchorsFile(deps.knex, anchorsPath, ...range);
+    return {
+      path: req.path,
+      manifest_path: manifestPath,
+      manifest,
+      ...(anchors ? { anchors_path: anchors } : {}),
+    };
   } catch (err) {
     out.destroy();
     fs.rmSync(req.path, { force: true });
     fs.rmSync(manifestPath, { force: true });
+    fs.rmSync(anchorsPath, { force: true });
     throw err;
   }
 }

@@ -26,6 +26,7 @@ export const AuditKind = z.enum([
   'user.login_failed',
   'export.created',
   'checkpoint',
+  'audit.tampered',
   'server.started',
   'server.stopped',
   'notification.delivered',

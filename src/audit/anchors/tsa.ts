@@ -1,0 +1,165 @@
+import { createHash, randomBytes, webcrypto } from 'node:crypto';
+import * as asn1js from 'asn1js';
+import * as pkijs from 'pkijs';
+import { AppError } from '../../core/errors.ts';
+import { fetchUnwarned } from '../../core/fetch.ts';
+
+/**
+ * RFC 3161 time-stamps of checkpoints. What is stamped is the SHA-256 of the checkpoint's signed statement
+ * (the RFC 8785 canonical JSON of `{origin, seq, head_hash, ts}`, the bytes its Ed25519 signature covers),
+ * so a token binds the authority's time to that one head of that one log.
+ */
+
+const SHA256_OID = '2.16.840.1.101.3.4.2.1';
+/** A reply larger than this is not a time-stamp reply. */
+const MAX_REPLY_BYTES = 256 * 1024;
+
+/** pkijs's engine on Node's WebCrypto, passed to each call (pkijs keeps a global one otherwise). */
+// The DOM `Crypto` type pkijs names is not in this project's libs; Node's webcrypto is that object.
+const engine = () => new pkijs.CryptoEngine({ name: 'node', crypto: webcrypto as never });
+
+const sha256 = (data: Uint8Array) => createHash('sha256').update(data).digest();
+const bytesEqual = (a: ArrayBuffer | Uint8Array, b: Uint8Array) => Buffer.from(new Uint8Array(a)).equals(b);
+const arrayBuffer = (b: Uint8Array): ArrayBuffer => new Uint8Array(b).buffer;
+
+/** The certificates in a PEM text (a TSA's certificate, or the CA that issued it). */
+export function parseCertificates(pem: string): pkijs.Certificate[] {
+  const blocks = [...pem.matchAll(/-----BEGIN CERTIFICATE-----([\s\S]*?)-----END CERTIFICATE-----/g)];
+  if (blocks.length === 0)
+    throw new AppError('INVALID_ARGUMENT', 'no certificate in the PEM text', 'no_certificate');
+  return blocks.map((m) => pkijs.Certificate.fromBER(Buffer.from(m[1]!.replace(/\s+/g, ''), 'base64')));
+}
+
+/** A TimeStampReq (DER) for `digest` (SHA-256), with a nonce, asking for the TSA's certificate. */
+export function timeStampQuery(digest: Uint8Array, nonce: Uint8Array): Buffer {
+  const req = new pkijs.TimeStampReq({
+    version: 1,
+    messageImprint: new pkijs.MessageImprint({
+      hashAlgorithm: new pkijs.AlgorithmIdentifier({ algorithmId: SHA256_OID }),
+      hashedMessage: new asn1js.OctetString({ valueHex: digest }),
+    }),
+    nonce: new asn1js.Integer({ valueHex: nonce }),
+    certReq: true,
+  });
+  return Buffer.from(req.toSchema().toBER());
+}
+
+/** A positive nonce whose DER form is exactly these bytes (first byte 0x01–0x7f). */
+function newNonce(): Buffer {
+  const nonce = randomBytes(16);
+  nonce[0] = (nonce[0]! % 0x7f) + 1;
+  return nonce;
+}
+
+export type TokenProblem =
+  'malformed' | 'imprint_mismatch' | 'nonce_mismatch' | 'bad_signature' | 'untrusted';
+
+export type TokenCheck =
+  { ok: true; genTime: Date } | { ok: false; problem: TokenProblem; detail: string; genTime?: Date };
+
+function tokenParts(token: Uint8Array): { signed: pkijs.SignedData; tst: pkijs.TSTInfo } {
+  const info = pkijs.ContentInfo.fromBER(arrayBuffer(token));
+  if (info.contentType !== pkijs.ContentInfo.SIGNED_DATA) throw new Error('not a CMS SignedData');
+  const signed = new pkijs.SignedData({ schema: info.content });
+  const content = signed.encapContentInfo.eContent;
+  if (!content) throw new Error('no TSTInfo in the token');
+  return { signed, tst: pkijs.TSTInfo.fromBER(content.getValue()) };
+}
+
+/** Whether `cert` is one of `trusted`, or was signed by one of them (a CA). */
+async function trustedSigner(cert: pkijs.Certificate, trusted: pkijs.Certificate[]): Promise<boolean> {
+  const der = Buffer.from(cert.toSchema().toBER());
+  for (const t of trusted) {
+    if (Buffer.from(t.toSchema().toBER()).equals(der)) return true;
+    if (await cert.verify(t, engine()).catch(() => false)) return true;
+  }
+  return false;
+}
+
+/**
+ * Checks a time-stamp token (DER) over `statement`: the imprint is SHA-256 of it, the nonce (when given)
+ * is ours, the CMS signature holds, and the signer is one of `trusted` or issued by one of them. Without
+ * `trusted` the signature is checked but not who made it.
+ */
+export async function checkToken(
+  token: Uint8Array,
+  statement: Uint8Array,
+  opts: { trusted?: pkijs.Certificate[]; nonce?: Uint8Array } = {},
+): Promise<TokenCheck> {
+  let parts;
+  try {
+    parts = tokenParts(token);
+  } catch (err) {
+    return { ok: false, problem: 'malformed', detail: (err as Error).message };
+  }
+  const { signed, tst } = parts;
+  const genTime = tst.genTime;
+  const imprint = tst.messageImprint;
+  if (
+    imprint.hashAlgorithm.algorithmId !== SHA256_OID ||
+    !bytesEqual(imprint.hashedMessage.valueBlock.valueHexView, sha256(statement))
+  )
+    return { ok: false, problem: 'imprint_mismatch', detail: 'the token stamps other data', genTime };
+  if (opts.nonce && !(tst.nonce && bytesEqual(tst.nonce.valueBlock.valueHexView, opts.nonce)))
+    return { ok: false, problem: 'nonce_mismatch', detail: 'the reply does not carry our nonce', genTime };
+  let result;
+  try {
+    result = await signed.verify({ signer: 0, data: arrayBuffer(statement), extendedMode: true }, engine());
+  } catch (err) {
+    return { ok: false, problem: 'bad_signature', detail: (err as Error).message, genTime };
+  }
+  if (!result.signatureVerified || !result.signerCertificate)
+    return { ok: false, problem: 'bad_signature', detail: 'the token signature does not verify', genTime };
+  if (opts.trusted && !(await trustedSigner(result.signerCertificate, opts.trusted)))
+    return {
+      ok: false,
+      problem: 'untrusted',
+      detail: 'signed by a certificate not given as trusted',
+      genTime,
+    };
+  return { ok: true, genTime };
+}
+
+/**
+ * Asks the authority at `url` to stamp `statement` and checks its reply (granted, our imprint, our nonce,
+ * a valid signature, by `trusted` when given). Returns the token, DER in base64. Refusals are
+ * SOURCE_UNAVAILABLE: the authority, not the log, is at fault.
+ */
+export async function requestTimeStamp(
+  url: string,
+  statement: Uint8Array,
+  opts: { trusted?: pkijs.Certificate[]; timeoutMs: number },
+): Promise<{ token: string; genTime: Date }> {
+  const nonce = newNonce();
+  const fail = (reason: string, message: string, cause?: unknown) =>
+    new AppError('SOURCE_UNAVAILABLE', `time-stamping authority ${url}: ${message}`, reason, { cause });
+  let reply: Buffer;
+  try {
+    const res = await fetchUnwarned(url, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/timestamp-query', Accept: 'application/timestamp-reply' },
+      body: timeStampQuery(sha256(statement), nonce),
+      signal: AbortSignal.timeout(opts.timeoutMs),
+    });
+    if (!res.ok) throw fail('tsa_http_status', `answered HTTP ${res.status}`);
+    reply = Buffer.from(await res.arrayBuffer());
+  } catch (err) {
+    if (err instanceof AppError) throw err;
+    throw fail('tsa_unreachable', (err as Error).message, err);
+  }
+  if (reply.length > MAX_REPLY_BYTES) throw fail('tsa_reply_invalid', 'the reply is too large');
+  let resp: pkijs.TimeStampResp;
+  try {
+    resp = pkijs.TimeStampResp.fromBER(arrayBuffer(reply));
+  } catch (err) {
+    throw fail('tsa_reply_invalid', `not a time-stamp reply (${(err as Error).message})`, err);
+  }
+  // 0 granted, 1 granted with modifications; anything else is a refusal.
+  if (resp.status.status !== 0 && resp.status.status !== 1)
+    throw fail('tsa_refused', `refused the request (status ${resp.status.status})`);
+  if (!resp.timeStampToken) throw fail('tsa_reply_invalid', 'granted without a token');
+  const token = Buffer.from(resp.timeStampToken.toSchema().toBER());
+  const check = await checkToken(token, statement, { trusted: opts.trusted, nonce });
+  if (!check.ok) throw fail('tsa_reply_invalid', `${check.problem}: ${check.detail}`);
+  return { token: token.toString('base64'), genTime: check.genTime };
+}

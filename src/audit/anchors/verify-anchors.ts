@@ -1,0 +1,99 @@
+import fs from 'node:fs';
+import type { Knex } from 'knex';
+import { AppError } from '../../core/errors.ts';
+import type { Manifest } from '../export.ts';
+import { readExport } from '../read-export.ts';
+import { checkAnchors, type AnchorReport } from './check.ts';
+import { readAnchorsFile, storedAnchors, type Anchor } from './index.ts';
+import { parseCertificates } from './tsa.ts';
+import { readWitness } from './witness.ts';
+
+/** What to check a chain against: a TSA's certificate (PEM text), a witness directory, or both. */
+export interface AnchorOptions {
+  tsaCertPem?: string;
+  witnessDir?: string;
+}
+
+function witnessOf(dir: string | undefined) {
+  if (dir === undefined) return undefined;
+  try {
+    return readWitness(dir);
+  } catch (err) {
+    throw new AppError(
+      'NOT_FOUND',
+      `cannot read the witness directory ${dir}: ${(err as Error).message}`,
+      'witness_dir',
+      {
+        cause: err,
+      },
+    );
+  }
+}
+
+const certsOf = (pem: string | undefined) => (pem === undefined ? undefined : parseCertificates(pem));
+
+/**
+ * Checks an export against the anchors it carries (`anchorsFile`, default FILE.anchors.jsonl when present)
+ * and those of a witness directory. The export's own checkpoint gives its origin, its end and when it was
+ * signed.
+ */
+export async function verifyExportAnchors(
+  file: string,
+  manifest: Manifest,
+  opts: AnchorOptions & { anchorsFile?: string },
+): Promise<AnchorReport> {
+  const anchorsFile = opts.anchorsFile ?? `${file}.anchors.jsonl`;
+  const carried = fs.existsSync(anchorsFile) ? readAnchorsFile(anchorsFile) : { anchors: [], bad: [] };
+  const report = await checkAnchors({
+    origin: manifest.checkpoint.origin,
+    tsaCerts: certsOf(opts.tsaCertPem),
+    witness: witnessOf(opts.witnessDir),
+    anchors: carried.anchors,
+    end: { seq: manifest.checkpoint.seq, live: false, signedAt: manifest.checkpoint.ts },
+    async hashesAt(seqs) {
+      const wanted = new Set(seqs);
+      const found = new Map<number, string>();
+      if (wanted.size === 0) return found;
+      for await (const items of readExport(file, manifest.format))
+        for (const item of items)
+          if ('facts' in item && wanted.has(item.facts.seq)) found.set(item.facts.seq, item.facts.hash);
+      return found;
+    },
+  });
+  for (const line of carried.bad)
+    report.findings.push({
+      source: anchorsFile,
+      seq: null,
+      problem: 'unreadable',
+      detail: `line ${line} is not an anchor`,
+    });
+  report.ok = report.findings.length === 0;
+  return report;
+}
+
+/** Checks the live table against the stored time-stamp tokens and a witness directory. */
+export async function verifyDatabaseAnchors(knex: Knex, opts: AnchorOptions): Promise<AnchorReport> {
+  const origin = (await knex('server_secrets').where({ name: 'audit_origin' }).first('value')) as
+    { value: string } | undefined;
+  const end = (await knex('audit_events').max({ m: 'seq' }).first()) as { m: unknown } | undefined;
+  const endSeq = Number(end?.m ?? 0);
+  const anchors: Anchor[] = [];
+  if (opts.tsaCertPem) for await (const a of storedAnchors(knex, 1, Number.MAX_SAFE_INTEGER)) anchors.push(a);
+  return checkAnchors({
+    origin: origin?.value ?? '',
+    tsaCerts: certsOf(opts.tsaCertPem),
+    witness: witnessOf(opts.witnessDir),
+    anchors,
+    end: { seq: endSeq, live: true },
+    async hashesAt(seqs) {
+      const found = new Map<number, string>();
+      for (let i = 0; i < seqs.length; i += 1000) {
+        const rows = (await knex('audit_events')
+          .whereIn('seq', seqs.slice(i, i + 1000))
+          .select('seq', 'hash')) as { seq: number | string; hash: string }[];
+        for (const r of rows) found.set(Number(r.seq), r.hash);
+      }
+      return found;
+    },
+  });
+}

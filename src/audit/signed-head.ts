@@ -1,0 +1,189 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Knex } from 'knex';
+import { z } from 'zod';
+import { AppError } from '../core/errors.ts';
+import type { Logger } from '../log.ts';
+import { latestWitnessed, writeWitness } from './anchors/witness.ts';
+import { ChainHeadFromDb, type ChainHead } from './chain.ts';
+import type { Checkpoint, SigningGuard } from './checkpoints.ts';
+import type { AuditLog } from './log.ts';
+import { ChainVerifier } from './verify.ts';
+
+/**
+ * The last head this process signed, kept outside the database: `<data dir>/audit-signed-head.json`, and
+ * the newest checkpoint of the witness directory when one is configured. Before anything is signed the
+ * chain must still hold that hash at that seq and link from it to the head being signed; a chain that
+ * does not was rewritten or cut behind the server's back, and is never signed (SPEC §7).
+ */
+
+export const SIGNED_HEAD_FILE = 'audit-signed-head.json';
+
+const SignedHead = z.object({
+  origin: z.string(),
+  seq: z.number().int().positive(),
+  head_hash: z.string(),
+  ts: z.string(),
+});
+type SignedHead = z.infer<typeof SignedHead>;
+
+/** Why a chain contradicts a signed head. */
+export type TamperReason = 'rows_deleted' | 'head_mismatch' | 'chain_broken' | 'signed_head_invalid';
+
+export interface TamperState {
+  reason: TamperReason;
+  /** The seq of the signed head the chain contradicts (or of the first row that breaks the link). */
+  seq: number;
+  detail: string;
+  /** When this process first found it. */
+  since: string;
+}
+
+export interface SignedHeadGuard extends SigningGuard {
+  tampered(): TamperState | undefined;
+}
+
+/** Written aside and renamed into place: a reader never sees half a file. */
+function writeAtomically(file: string, text: string): void {
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const aside = `${file}.${process.pid}.tmp`;
+  const fd = fs.openSync(aside, 'w', 0o600);
+  try {
+    fs.writeSync(fd, text);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  fs.renameSync(aside, file);
+}
+
+/** The head in the file; null when the file is there but holds no head. */
+function readSignedHead(file: string): SignedHead | undefined | null {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  try {
+    return SignedHead.parse(JSON.parse(text));
+  } catch {
+    return null;
+  }
+}
+
+/** Verifies that the rows after a signed head extend it up to `head`; refuses at the first that does not. */
+async function linkFrom(
+  trx: Knex.Transaction,
+  from: SignedHead,
+  head: ChainHead,
+  refuse: (reason: TamperReason, seq: number, detail: string) => never,
+): Promise<void> {
+  const verifier = new ChainVerifier({ seq: from.seq, hash: from.head_hash });
+  for (let after = from.seq; after < head.seq;) {
+    const page: unknown[] = await trx('audit_events')
+      .where('seq', '>', after)
+      .andWhere('seq', '<=', head.seq)
+      .orderBy('seq')
+      .limit(5000);
+    for (const raw of page)
+      if (!verifier.pushStored(raw)) {
+        const bad = verifier.report.first_bad!;
+        refuse(
+          'chain_broken',
+          bad.seq,
+          `row ${bad.seq} does not extend the head signed at seq ${from.seq} (${bad.fault})`,
+        );
+      }
+    if (page.length === 0) break;
+    after = verifier.report.head_seq;
+  }
+}
+
+export function createSignedHeadGuard(opts: {
+  dataDir: string;
+  origin: string;
+  witnessDir?: string;
+  log?: Logger;
+}): SignedHeadGuard {
+  const file = path.join(opts.dataDir, SIGNED_HEAD_FILE);
+  let state: TamperState | undefined;
+  /** A refusal whose audit row is not yet written. */
+  let unrecorded: TamperState | undefined;
+  const recorded = new Set<string>();
+  /** The witness directory's newest head, read once (it can be large), then kept as this process signs. */
+  let witnessed: SignedHead | undefined | null = null;
+
+  const witnessHead = () => {
+    if (!opts.witnessDir) return undefined;
+    if (witnessed === null) witnessed = latestWitnessed(opts.witnessDir, opts.origin);
+    return witnessed;
+  };
+
+  function refuse(reason: TamperReason, seq: number, detail: string): never {
+    const found: TamperState = { reason, seq, detail, since: new Date().toISOString() };
+    const key = `${reason}:${seq}`;
+    if (!recorded.has(key)) {
+      recorded.add(key);
+      unrecorded = found;
+      opts.log?.error({ reason, seq, detail }, 'audit chain contradicts the last signed head: not signing');
+    }
+    state ??= found;
+    throw new AppError('TAMPERED', `not signing: ${detail}`, reason, { details: { seq } });
+  }
+
+  return {
+    tampered: () => state,
+
+    async check(trx, head) {
+      const own = readSignedHead(file);
+      // A file that is not a head is not ignored: editing it must not disarm the check.
+      if (own === null)
+        refuse('signed_head_invalid', 0, `${file} holds no signed head: move it aside to sign again`);
+      const known = [own, witnessHead()]
+        .filter((h): h is SignedHead => h !== undefined && h.origin === opts.origin)
+        .sort((a, b) => a.seq - b.seq);
+      for (const signed of known) {
+        if (signed.seq > head.seq)
+          refuse(
+            'rows_deleted',
+            signed.seq,
+            `the log ends at seq ${head.seq}, before the head signed at seq ${signed.seq}`,
+          );
+        const row = ChainHeadFromDb.optional().parse(
+          await trx('audit_events').where('seq', signed.seq).select('seq', 'hash').first(),
+        );
+        if (row?.hash !== signed.head_hash)
+          refuse('head_mismatch', signed.seq, `row ${signed.seq} is not the head signed at that seq`);
+      }
+      // A process that has signed before (or a witness that has) only checks the rows since.
+      if (known[0]) await linkFrom(trx, known[0], head, refuse);
+    },
+
+    signed(cp: Checkpoint) {
+      const head: SignedHead = { origin: cp.origin, seq: cp.seq, head_hash: cp.head_hash, ts: cp.ts };
+      writeAtomically(file, `${JSON.stringify(head, null, 2)}\n`);
+      if (opts.witnessDir) {
+        writeWitness(opts.witnessDir, { checkpoint: cp });
+        witnessed = head;
+      }
+    },
+
+    async record(audit: AuditLog) {
+      const found = unrecorded;
+      if (!found) return;
+      try {
+        await audit.append({
+          kind: 'audit.tampered',
+          result: 'error',
+          error_code: 'TAMPERED',
+          details: { reason: found.reason, seq: found.seq, detail: found.detail, found_at: found.since },
+        });
+        if (unrecorded === found) unrecorded = undefined;
+      } catch (err) {
+        opts.log?.warn({ err }, 'the audit row of a refused signature could not be written yet');
+      }
+    },
+  };
+}
