@@ -103,7 +103,7 @@ for (const kind of databaseKinds()) {
         '') as string;
 
     before(async () => {
-      slack = await startSlackStandIn({ token: BOT_TOKEN });
+      slack = await startSlackStandIn({ token: BOT_TOKEN, emails: {} });
       smtp = await startSmtp();
       server = await startTestServer(kind, {
         COUNTERSIGN_SLACK_BOT_TOKEN: BOT_TOKEN,
