@@ -50,6 +50,7 @@ for (const kind of databaseKinds()) {
       outbound = server.services.config.files.outbound_dir;
       fs.mkdirSync(outbound, { recursive: true });
       await createUser(server.services.knex, { name: 'ada', roles: ['chair'], password: 'ada password' });
+      await createUser(server.services.knex, { name: 'cy', roles: ['compliance'], password: 'cy password' });
       await importData(server.services.knex, server.services.blobs, {
         contacts: [
           { id: 'ct_fake', display_name: '\u0410lice Martin' },
@@ -108,7 +109,7 @@ for (const kind of databaseKinds()) {
       assert.ok(html.includes('שלום, see you at 10:00\ttomorrow.'));
     });
 
-    it('accepts message text with hidden characters, flagged, and lists it in the queue with markers', async () => {
+    it('accepts message text with hidden characters, and flags it', async () => {
       const res = await send({ content_text: `zero\u200Bwidth`, target_id: 'ct_wang' });
       assert.equal(res.ok, true);
       const html = await reviewPage(res);
@@ -173,6 +174,22 @@ for (const kind of databaseKinds()) {
         await reviewPage(await send({ target_id: 'ct_david', content_text: 'the Q3 figures' })),
       );
       assert.doesNotMatch(plain, /looks like|mixes scripts/);
+    });
+
+    it('shows an unknown tool name an agent called with markers on the audit pages', async () => {
+      const name = `isphere_report_${RLO}fdp.exe`;
+      await agent.callTool({ name, arguments: {} }).catch(() => undefined);
+      const row = (await server.services.knex('audit_events').where({ tool: name }).first()) as {
+        seq: number;
+      };
+      assert.ok(row, 'the call is audited under the name it used');
+      const compliance = new WebClient(server.url);
+      await compliance.login('cy', 'cy password');
+      for (const page of [`/audit/rows/${row.seq}`, '/audit']) {
+        const { html } = await compliance.get(page);
+        assert.ok(!html.includes(RLO), `${page} never holds the override`);
+        assert.ok(textOf(html).includes('isphere_report_⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧fdp.exe'), page);
+      }
     });
 
     it('approvals show prints markers, the count and the look-alike, never the characters', async () => {
