@@ -48,7 +48,16 @@ function when(value: unknown): nunjucks.runtime.SafeString | string {
   );
 }
 
-const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+/** Escaped as the templates' autoescape escapes (nunjucks' own map), so pages read the same either way. */
+const ESCAPES: Record<string, string> = {
+  '&': '&amp;',
+  '"': '&quot;',
+  "'": '&#39;',
+  '<': '&lt;',
+  '>': '&gt;',
+  '\\': '&#92;',
+};
+const escapeHtml = (s: string) => s.replace(/[&"'<>\\]/g, (c) => ESCAPES[c]!);
 
 /**
  * Agent-supplied text as a chair must see it: every invisible or reordering character replaced by a
