@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import fs from 'node:fs';
+import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -78,6 +79,8 @@ for (const kind of databaseKinds()) {
     let slack: SlackStandIn;
     let smtp: Awaited<ReturnType<typeof startSmtp>>;
     let agent: Client;
+    let hook: http.Server;
+    const hooked: string[] = [];
 
     const draft = async (args: Record<string, unknown>, tool = 'isphere_send_message') => {
       const res = await call(agent, tool, { target_type: 'contact', target_id: 'ct_david', ...args });
@@ -104,6 +107,15 @@ for (const kind of databaseKinds()) {
 
     before(async () => {
       slack = await startSlackStandIn({ token: BOT_TOKEN, emails: {} });
+      hook = http.createServer((req, res) => {
+        let body = '';
+        req.on('data', (c: Buffer) => (body += c.toString()));
+        req.on('end', () => {
+          hooked.push(body);
+          res.end('ok');
+        });
+      });
+      await new Promise<void>((r) => hook.listen(0, '127.0.0.1', () => r()));
       smtp = await startSmtp();
       server = await startTestServer(kind, {
         COUNTERSIGN_SLACK_BOT_TOKEN: BOT_TOKEN,
@@ -115,6 +127,9 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_SMTP_PORT: String(smtp.port),
         COUNTERSIGN_EMAIL_FROM: 'countersign <countersign@example.org>',
         COUNTERSIGN_EMAIL_TO: 'chairs@example.org',
+        COUNTERSIGN_WEBHOOK_URL: `http://127.0.0.1:${(hook.address() as AddressInfo).port}/hook`,
+        COUNTERSIGN_WEBHOOK_SECRET: 'a-webhook-secret-of-some-length',
+        COUNTERSIGN_WEBHOOK_INCLUDE_CONTENT: 'true',
         COUNTERSIGN_NOTIFY_POLL_MS: '100',
         COUNTERSIGN_NOTIFY_BACKOFF_MS: '50',
         COUNTERSIGN_NOTIFY_BACKOFF_MAX_MS: '200',
@@ -130,6 +145,7 @@ for (const kind of databaseKinds()) {
       await server?.stop();
       await slack?.close();
       await smtp?.close();
+      hook?.close();
     });
 
     it('offers Approve in Slack for content shown whole, with its markers and the warning', async () => {
@@ -148,6 +164,10 @@ for (const kind of databaseKinds()) {
       assert.ok(mail.includes('WARNING: the target looks like Alice Martin (ct_alice)'), mail);
       assert.ok(mail.includes('⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧00.000,05'), mail);
       assert.ok(!mail.includes(RLO));
+      const notice = await waitFor('the webhook notice', async () => hooked.find((b) => b.includes(id)));
+      const parsed = JSON.parse(notice) as { text: string };
+      assert.ok(parsed.text.includes('EUR ⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧00.000,05'), 'the line people read');
+      assert.ok(!parsed.text.includes(RLO));
     });
 
     it('offers no Approve in Slack for content longer than it shows, says why, and the mail says so', async () => {
