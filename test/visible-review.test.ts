@@ -4,7 +4,8 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
 import { createUser } from '../src/accounts/users.ts';
-import { importData } from '../src/connectors/local/import.ts';
+import { fillNameSkeletons, importData } from '../src/connectors/local/import.ts';
+import { skeletonOf } from '../src/core/visible.ts';
 import { detailsOf } from './helpers/audit-rows.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { runCli } from './helpers/cli.ts';
@@ -195,6 +196,19 @@ for (const kind of databaseKinds()) {
         assert.ok(!html.includes(RLO), `${page} never holds the override`);
         assert.ok(textOf(html).includes('isphere_report_⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧fdp.exe'), page);
       }
+    });
+
+    it('fills in the skeletons of names stored before they had one, so their look-alikes are found', async () => {
+      const knex = server.services.knex;
+      await knex('contacts').whereIn('id', ['ct_fake', 'ct_alice']).update({ name_skeleton: null });
+      await fillNameSkeletons(knex);
+      const rows = (await knex('contacts').whereIn('id', ['ct_fake', 'ct_alice'])) as {
+        display_name: string;
+        name_skeleton: string;
+      }[];
+      for (const r of rows) assert.equal(r.name_skeleton, skeletonOf(r.display_name));
+      const fake = textOf(await reviewPage(await send({ target_id: 'ct_fake', content_text: 'filled in' })));
+      assert.match(fake, /looks like: Alice Martin \(ct_alice\)/);
     });
 
     it('approvals show prints markers, the count and the look-alike, never the characters', async () => {
