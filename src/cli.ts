@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { countHiddenIn, marked } from './core/visible.ts';
 import os from 'node:os';
 import path from 'node:path';
 import { Command, CommanderError, Option } from 'commander';
@@ -172,16 +173,33 @@ function readNamedFile(file: string): string {
   }
 }
 
+/** A request as a chair reads it: agent-supplied text with every invisible character as a marker. */
 function printApproval(a: AdminResults['approvals.show']['approval'], prefix: string): void {
+  const { target_flags: flags, ...shown } = (a.review ?? {}) as Record<string, unknown>;
+  const hidden = countHiddenIn([a.target.target_id, a.target.display_name, shown]);
   out(`request     ${a.approval_request_id}`);
   out(`status      ${a.status}${a.approval_id ? `  (approval_id ${a.approval_id})` : ''}`);
   out(`tool        ${agentToolName(a.tool, prefix)}   agent ${a.agent_name}`);
-  out(`target      ${a.target.target_type} ${a.target.target_id} (${a.target.display_name ?? '?'})`);
+  if (hidden > 0) {
+    out(
+      `WARNING     ${hidden} invisible or reordering character(s), each shown as a marker such as ⟦U+202E …⟧`,
+    );
+  }
+  out(
+    `target      ${marked(`${a.target.target_type} ${a.target.target_id} (${a.target.display_name ?? '?'})`)}`,
+  );
+  for (const l of lookalikes(flags)) out(`looks like  ${marked(`${l.display_name} (${l.target_id})`)}`);
   out(`source      ${a.source ?? '(not recorded)'}`);
   out(`approvers   ${a.approvers.join(', ') || '-'} (${a.approvers.length}/${a.required_approvers})`);
   out(`created     ${a.created_at}   expires ${a.expires_at}`);
-  if (a.note) out(`note        ${a.note}`);
-  if (a.review) out(`content     ${JSON.stringify(a.review, null, 2)}`);
+  if (a.note) out(`note        ${marked(a.note)}`);
+  if (a.review) out(`content     ${marked(JSON.stringify(shown, null, 2))}`);
+}
+
+/** The directory entries a request's target looks like (review.target_flags.looks_like). */
+function lookalikes(flags: unknown): { target_id: string; display_name: string }[] {
+  const list = (flags as { looks_like?: unknown } | undefined)?.looks_like;
+  return Array.isArray(list) ? (list as { target_id: string; display_name: string }[]) : [];
 }
 
 function summary(imported: ImportSummary): string {

@@ -241,6 +241,11 @@ export const ConfigSchema = z
           .int()
           .min(24 * 3600, 'at least 86400 (24 h): an agent may retry a write for a day')
           .default(7 * 24 * 3600),
+        /**
+         * Refuse message text (and captions) holding invisible or reordering characters at the dry run,
+         * as target names and file names always are; by default such text is accepted and flagged.
+         */
+        refuse_invisible_characters: z.boolean().default(false),
       })
       .prefault({}),
     limits: z
@@ -428,6 +433,10 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_OUTBOUND_DIR: { path: ['files', 'outbound_dir'], kind: 'string' },
   COUNTERSIGN_MAX_FILE_BYTES: { path: ['files', 'max_file_bytes'], kind: 'int' },
   COUNTERSIGN_PENDING_TTL_S: { path: ['approval', 'pending_ttl_s'], kind: 'int' },
+  COUNTERSIGN_REFUSE_INVISIBLE_CHARACTERS: {
+    path: ['approval', 'refuse_invisible_characters'],
+    kind: 'bool',
+  },
   COUNTERSIGN_EXECUTE_TTL_S: { path: ['approval', 'execute_ttl_s'], kind: 'int' },
   COUNTERSIGN_REQUIRED_APPROVERS: { path: ['approval', 'required_approvers'], kind: 'map' },
   COUNTERSIGN_MAINTENANCE_INTERVAL_S: { path: ['approval', 'maintenance_interval_s'], kind: 'int' },

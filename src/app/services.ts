@@ -10,6 +10,7 @@ import { createConnectorSet } from '../connectors/index.ts';
 import { createBridgeConnector } from '../connectors/bridge/client.ts';
 import { createBlobStore, type BlobStore } from '../connectors/local/blobs.ts';
 import { createLocalConnector } from '../connectors/local/store.ts';
+import { fillNameSkeletons } from '../connectors/local/import.ts';
 import { connectUpstream, type Upstream } from '../connectors/mcp/upstream.ts';
 import { createUpstreamPins, type UpstreamPins } from '../connectors/mcp/pins.ts';
 import { openDatabase, type Database } from '../db/knex.ts';
@@ -123,7 +124,7 @@ export async function openServices(
     if (notifications) closers.push(() => notifications.close());
     const lifecycle = createLifecycle({ config, log, audit, db, signer: cluster.checkpoints.signer });
     const limiter = createRateLimiter(db.knex);
-    const { local, bridge, connectors } = openConnectors(db, blobs, config, log, tracer);
+    const { local, bridge, connectors } = await openConnectors(db, blobs, config, log, tracer);
     const cursors = createCursorCodec(
       await sharedValue(db.knex, 'cursor_hmac', () => randomBytes(32).toString('base64url')),
     );
@@ -309,8 +310,12 @@ function openApprovals(tracer: Tracer | undefined, deps: Parameters<typeof creat
   });
 }
 
-/** The built-in store, the HTTP bridge when configured, and the set the contract tools pick from. */
-function openConnectors(db: Database, blobs: BlobStore, config: Config, log: Logger, tracer?: Tracer) {
+/**
+ * The built-in store (its names' look-alike skeletons filled in where missing), the HTTP bridge when
+ * configured, and the set the contract tools pick from.
+ */
+async function openConnectors(db: Database, blobs: BlobStore, config: Config, log: Logger, tracer?: Tracer) {
+  await fillNameSkeletons(db.knex);
   const local = createLocalConnector(db.knex, blobs);
   const bridge = config.bridge ? createBridgeConnector(config.bridge, log) : undefined;
   const set = { local, ...(bridge ? { bridge } : {}) };

@@ -1,6 +1,7 @@
 import canonicalize from 'canonicalize';
 import type { Knex } from 'knex';
 import type { Config, NotificationEvent } from '../config.ts';
+import { countHiddenIn, marked } from '../core/visible.ts';
 import { queuedAfterChange, type Delivery } from './guarded.ts';
 import type { RequestRow } from './view.ts';
 
@@ -27,9 +28,17 @@ export interface Notice {
   source: string | null;
   content_sha256: string;
   file_sha256: string | null;
-  /** The content's first EXCERPT_CHARS characters (a message's text, else the reviewed fields as JSON). */
+  /**
+   * The content's first EXCERPT_CHARS characters (a message's text, else the reviewed fields as JSON),
+   * with every invisible or reordering character as a marker naming it (src/core/visible.ts).
+   */
   excerpt: string;
   excerpt_truncated: boolean;
+  /** How many invisible or reordering characters the request holds (target, content); 0 when none. */
+  hidden_count?: number;
+  /** Other directory entries the target's name looks like, and the scripts it mixes (review.target_flags). */
+  looks_like?: { target_id: string; display_name: string }[];
+  mixed_scripts?: string[];
   /** The whole message text: only in webhook notices, and only with web.webhook_include_content. */
   content_text?: string;
   file: { name: string; size_bytes: number | null } | null;
@@ -76,11 +85,42 @@ export function channelsOf(config: Config): { webhook: string | null; email: boo
   };
 }
 
-/** The content's first EXCERPT_CHARS characters (code points, so no character is cut in half). */
+/** What of a review is content: all of it but the flags about its target. */
+const contentOf = (review: Record<string, unknown>) => {
+  const { target_flags: _flags, ...content } = review;
+  return content;
+};
+
+/**
+ * The content's first EXCERPT_CHARS characters (code points, so no character is cut in half), with its
+ * invisible characters as markers; a marker counts for its own length, since that is what is shown.
+ */
 function excerptOf(review: Record<string, unknown>): { excerpt: string; excerpt_truncated: boolean } {
-  const text = typeof review.content_text === 'string' ? review.content_text : (canonicalize(review) ?? '');
-  const chars = Array.from(text);
+  const text =
+    typeof review.content_text === 'string' ? review.content_text : (canonicalize(contentOf(review)) ?? '');
+  const chars = Array.from(marked(text));
   return { excerpt: chars.slice(0, EXCERPT_CHARS).join(''), excerpt_truncated: chars.length > EXCERPT_CHARS };
+}
+
+/**
+ * Whether a notice shows everything a chair approves: the whole content, markers included, and no
+ * file (whose bytes no message shows). Only then may a channel offer an Approve button (Slack).
+ */
+export const showsEverything = (n: Pick<Notice, 'excerpt_truncated' | 'file'>): boolean =>
+  !n.excerpt_truncated && n.file === null;
+
+/** The same question asked of a stored request's review, for a click on an Approve button. */
+export const reviewShowsEverything = (review: Record<string, unknown>): boolean =>
+  typeof review.file_name !== 'string' && !excerptOf(review).excerpt_truncated;
+
+/** The target's flags as a notice carries them (absent when there are none). */
+function flagsOf(review: Record<string, unknown>) {
+  const flags = review.target_flags as
+    { looks_like?: { target_id: string; display_name: string }[]; scripts?: string[] } | undefined;
+  return {
+    ...(flags?.looks_like?.length ? { looks_like: flags.looks_like } : {}),
+    ...(flags?.scripts?.length ? { mixed_scripts: flags.scripts } : {}),
+  };
 }
 
 function noticeOf(
@@ -100,6 +140,8 @@ function noticeOf(
     content_sha256: row.content_sha256,
     file_sha256: row.file_sha256,
     ...excerptOf(review),
+    hidden_count: countHiddenIn([row.target_id, row.target_display, contentOf(review)]),
+    ...flagsOf(review),
     file:
       typeof review.file_name === 'string'
         ? {

@@ -80,6 +80,8 @@ export interface ResolvedTarget {
   target_type: TargetType;
   target_id: string;
   display_name: string | null;
+  /** Other directory entries whose names look the same (same TR39 skeleton), where the connector knows. */
+  lookalikes?: { target_id: string; display_name: string }[];
 }
 
 /** A file to send, already stored by sha256 in countersign's blob store. */

@@ -1,15 +1,40 @@
 import nodemailer from 'nodemailer';
-import type { Notice } from '../approval/notify.ts';
+import { showsEverything, type Notice } from '../approval/notify.ts';
+import { marked } from '../core/visible.ts';
 import type { EmailConfig } from '../config.ts';
 
 /** Header values come from requests (a contact's display name): no line breaks may reach a header. */
 const oneLine = (s: string) => s.replace(/[\r\n\t]+/g, ' ').slice(0, 200);
 
 const targetOf = (n: Notice) =>
-  `${n.target.display_name ?? n.target.target_id} (${n.target.target_type} ${n.target.target_id})`;
+  marked(`${n.target.display_name ?? n.target.target_id} (${n.target.target_type} ${n.target.target_id})`);
+
+/** The warnings a mail about a new request opens with: hidden characters, a look-alike target. */
+function warningsOf(n: Notice): string[] {
+  const hidden = n.hidden_count ?? 0;
+  return [
+    ...(hidden > 0
+      ? [
+          `WARNING: ${hidden} invisible or reordering character${hidden === 1 ? '' : 's'} in this request, each shown below as a marker such as ⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧.`,
+        ]
+      : []),
+    ...(n.looks_like ?? []).map((l) =>
+      marked(`WARNING: the target looks like ${l.display_name} (${l.target_id}) in the directory.`),
+    ),
+    ...(n.mixed_scripts?.length
+      ? [`WARNING: the target's name mixes scripts: ${n.mixed_scripts.join(', ')}.`]
+      : []),
+  ];
+}
+
+/** Why this mail is not enough to decide on: what it leaves out. */
+const notEverything = (n: Notice) =>
+  n.file
+    ? "This mail does not show the file's bytes: read the file on the review page before deciding."
+    : 'This mail shows only the first part of the content: read all of it on the review page before deciding.';
 
 export function subjectOf(n: Notice): string {
-  const what = `${n.tool} to ${n.target.display_name ?? n.target.target_id}`;
+  const what = `${n.tool} to ${marked(n.target.display_name ?? n.target.target_id)}`;
   const agent = n.agent ?? n.agent_id;
   switch (n.event) {
     case 'requested':
@@ -33,7 +58,7 @@ export function bodyOf(n: Notice): string {
     expired: 'This request expired: it can no longer be approved or executed.',
   }[n.event];
   const content = n.file
-    ? [`File:    ${n.file.name} (${String(n.file.size_bytes)} bytes)`]
+    ? [marked(`File:    ${n.file.name} (${String(n.file.size_bytes)} bytes)`)]
     : [
         `Content${n.excerpt_truncated ? ' (first part)' : ''}:`,
         ...n.excerpt.split('\n').map((l) => `  ${l}`),
@@ -41,8 +66,11 @@ export function bodyOf(n: Notice): string {
   const review = n.review_url
     ? `Review and decide: ${n.review_url}`
     : `Decide with the CLI (no web form is served): countersign approvals approve|reject ${n.approval_request_id} --as <chair>`;
+  const requested = n.event === 'requested';
   return [
     head,
+    ...(requested ? warningsOf(n) : []),
+    ...(requested && !showsEverything(n) ? [notEverything(n)] : []),
     '',
     `Tool:    ${n.tool}`,
     `Target:  ${targetOf(n)}`,
@@ -51,7 +79,7 @@ export function bodyOf(n: Notice): string {
     ...content,
     `Content SHA-256: ${n.content_sha256}`,
     ...(n.file_sha256 ? [`File SHA-256:    ${n.file_sha256}`] : []),
-    ...(n.note ? [`Note:    ${n.note}`] : []),
+    ...(n.note ? [`Note:    ${marked(n.note)}`] : []),
     `Request: ${n.approval_request_id} (expires ${n.expires_at})`,
     '',
     review,

@@ -1,4 +1,5 @@
-import type { Notice } from '../approval/notify.ts';
+import { showsEverything, type Notice } from '../approval/notify.ts';
+import { marked } from '../core/visible.ts';
 
 /**
  * What the Slack message of a request shows (Block Kit), and how its buttons name the request. Text
@@ -32,7 +33,32 @@ export function parseDecisionValue(value: string | undefined): { id: string; sha
 }
 
 const targetOf = (n: Notice) =>
-  `${n.target.display_name ?? n.target.target_id} (${n.target.target_type} ${n.target.target_id})`;
+  marked(`${n.target.display_name ?? n.target.target_id} (${n.target.target_type} ${n.target.target_id})`);
+
+/** What the chair is warned of: invisible characters (shown as markers) and a look-alike target. */
+function warningsOf(n: Notice): string[] {
+  const hidden = n.hidden_count ?? 0;
+  return [
+    ...(hidden > 0
+      ? [
+          `Warning: ${hidden} invisible or reordering character${hidden === 1 ? '' : 's'}, each shown as a marker such as ⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧.`,
+        ]
+      : []),
+    ...(n.looks_like ?? []).map((l) => marked(`The target looks like: ${l.display_name} (${l.target_id})`)),
+    ...(n.mixed_scripts?.length ? [`The target's name mixes scripts: ${n.mixed_scripts.join(', ')}.`] : []),
+  ];
+}
+
+/** Why a message offers no Approve button: what it cannot show, and where to see it. */
+function whyNoApprove(n: Notice): string {
+  const what = n.file
+    ? "A file's bytes cannot be shown in Slack"
+    : `The content is longer than Slack can show (it shows the first ${Array.from(n.excerpt).length} characters)`;
+  const where = n.review_url
+    ? 'read all of it on the review page and decide there'
+    : `decide with the CLI after reading it: countersign approvals show ${n.approval_request_id}`;
+  return `${what}, so this message offers no Approve: ${where}. Reject works here.`;
+}
 
 /** The notification line (what a phone shows): mrkdwn, escaped. */
 export const fallbackText = (n: Notice) =>
@@ -41,11 +67,28 @@ export const fallbackText = (n: Notice) =>
 /** The message of a new request: what is to be written, where, by which agent, its hash and the buttons. */
 export function requestBlocks(n: Notice): Block[] {
   const value = decisionValue(n.approval_request_id, n.content_sha256);
+  // Approve only where the message shows everything that is approved (docs/notifications.md).
+  const complete = showsEverything(n);
+  const approve = {
+    type: 'button',
+    action_id: 'approve',
+    style: 'primary',
+    text: plain('Approve'),
+    value,
+    confirm: {
+      title: plain('Approve this write?'),
+      text: plain(`It is sent exactly as shown (SHA-256 ${n.content_sha256.slice(0, 16)}…).`),
+      confirm: plain('Approve'),
+      deny: plain('Cancel'),
+    },
+  };
+  const reject = { type: 'button', action_id: 'reject', style: 'danger', text: plain('Reject'), value };
+  const warnings = warningsOf(n);
   const content: Block[] = n.file
     ? [
         {
           type: 'section',
-          text: plain(cut(`File: ${n.file.name} (${String(n.file.size_bytes ?? '?')} bytes)`, 2900)),
+          text: plain(cut(marked(`File: ${n.file.name} (${String(n.file.size_bytes ?? '?')} bytes)`), 2900)),
         },
       ]
     : [
@@ -71,6 +114,9 @@ export function requestBlocks(n: Notice): Block[] {
         { type: 'mrkdwn', text: `*Source*\n${esc(cut(n.source ?? '(not recorded)', 200))}` },
       ],
     },
+    ...(warnings.length > 0
+      ? [{ type: 'section', block_id: 'countersign_warnings', text: plain(cut(warnings.join('\n'), 2900)) }]
+      : []),
     ...content,
     {
       type: 'context',
@@ -80,25 +126,13 @@ export function requestBlocks(n: Notice): Block[] {
       ],
     },
     { type: 'context', elements: [{ type: 'mrkdwn', text: links.join(' · ') }] },
+    ...(complete
+      ? []
+      : [{ type: 'section', block_id: 'countersign_no_approve', text: plain(whyNoApprove(n)) }]),
     {
       type: 'actions',
       block_id: ACTIONS_BLOCK,
-      elements: [
-        {
-          type: 'button',
-          action_id: 'approve',
-          style: 'primary',
-          text: plain('Approve'),
-          value,
-          confirm: {
-            title: plain('Approve this write?'),
-            text: plain(`It is sent exactly as shown (SHA-256 ${n.content_sha256.slice(0, 16)}…).`),
-            confirm: plain('Approve'),
-            deny: plain('Cancel'),
-          },
-        },
-        { type: 'button', action_id: 'reject', style: 'danger', text: plain('Reject'), value },
-      ],
+      elements: [...(complete ? [approve] : []), reject],
     },
   ];
 }
@@ -126,7 +160,10 @@ export function outcomeText(o: Outcome): string {
 
 /** The posted message with its buttons taken away and the outcome (and a rejection's note) added. */
 export function withOutcome(posted: readonly Block[], o: Outcome): Block[] {
-  const kept = posted.filter((b) => b.type !== 'actions' && b.block_id !== 'countersign_outcome');
+  const kept = posted.filter(
+    (b) =>
+      b.type !== 'actions' && b.block_id !== 'countersign_outcome' && b.block_id !== 'countersign_no_approve',
+  );
   const elements = [plain(outcomeText(o)), ...(o.note ? [plain(cut(`Note: ${o.note}`, 2000))] : [])];
   return [...kept, { type: 'context', block_id: 'countersign_outcome', elements }];
 }

@@ -1,5 +1,6 @@
 import { createHmac } from 'node:crypto';
 import type { Notice } from '../approval/notify.ts';
+import { marked } from '../core/visible.ts';
 
 /** Where the webhook goes and how it is signed (config web.webhook_url and web.webhook_secret). */
 export interface WebhookTarget {
@@ -8,25 +9,25 @@ export interface WebhookTarget {
   timeoutMs: number;
 }
 
-const targetOf = (n: Notice) => n.target.display_name ?? n.target.target_id;
+const targetOf = (n: Notice) => marked(n.target.display_name ?? n.target.target_id);
 
 /** The notice's line for people; a Slack incoming webhook shows only this. */
 function textOf(n: Notice): string {
-  const what = `${n.tool} to ${targetOf(n)} (${n.target.target_type} ${n.target.target_id})`;
+  const what = `${n.tool} to ${targetOf(n)} (${n.target.target_type} ${marked(n.target.target_id)})`;
   const review = n.review_url
     ? `Review: ${n.review_url}`
     : `Decide with the CLI (no web form is served): countersign approvals approve|reject ${n.approval_request_id} --as <chair>`;
   switch (n.event) {
     case 'requested': {
       const lines = [`New approval request: ${what} from agent ${n.agent ?? n.agent_id}.`, review];
-      if (n.content_text !== undefined) lines.push(`> ${n.content_text}`);
+      if (n.content_text !== undefined) lines.push(`> ${marked(n.content_text)}`);
       if (n.file) lines.push(`File: ${n.file.name} (${String(n.file.size_bytes)} bytes)`);
       return lines.join('\n');
     }
     case 'decided':
       return [
         `Approval request ${n.approval_request_id} (${what}) was ${n.status} by ${n.decided_by ?? 'a chair'}.`,
-        ...(n.note ? [`Note: ${n.note}`] : []),
+        ...(n.note ? [`Note: ${marked(n.note)}`] : []),
       ].join('\n');
     case 'expired':
       return `Approval request ${n.approval_request_id} (${what}) expired without being used.`;

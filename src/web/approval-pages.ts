@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import type { Response, Router } from 'express';
 import { isDecisionRefusal } from '../approval/decide.ts';
 import { HTTP_STATUS } from '../core/errors.ts';
+import { countHiddenIn } from '../core/visible.ts';
 import type { Approvals } from '../approval/index.ts';
 import { ApprovalStatus, storedToolName, withAgentToolName } from '../approval/view.ts';
 import type { Config } from '../config.ts';
@@ -102,6 +103,7 @@ function showRequest(kit: PageKit, deps: ApprovalPageDeps) {
       preview = await fs.promises.readFile(deps.blobs.pathOf(sha), 'utf8').catch(() => null);
     }
     const session = res.locals.session as WebSession;
+    const { target_flags: flags, ...shown } = review;
     kit.render(res, status, 'detail.njk', {
       request: withAgentToolName(request, deps.config.tools.prefix),
       review,
@@ -110,6 +112,9 @@ function showRequest(kit: PageKit, deps: ApprovalPageDeps) {
         execute: duration(deps.config.approval.execute_ttl_s),
       },
       preview,
+      flags,
+      // Every agent-supplied string the page shows, counted before any of it (the markers are below).
+      hidden: countHiddenIn([request.target.target_id, request.target.display_name, shown, preview]),
       canDecide: session.user.roles.includes('chair') && request.status === 'pending',
       ...extra,
     });

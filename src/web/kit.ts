@@ -2,6 +2,7 @@ import path from 'node:path';
 import type { NextFunction, Request, Response } from 'express';
 import nunjucks from 'nunjucks';
 import { ROOT } from '../core/paths.ts';
+import { marked, pieces } from '../core/visible.ts';
 import { tokensMatch, type WebSession } from './sessions.ts';
 
 const VIEWS = path.join(ROOT, 'src/web/views');
@@ -47,6 +48,39 @@ function when(value: unknown): nunjucks.runtime.SafeString | string {
   );
 }
 
+/** Escaped as the templates' autoescape escapes (nunjucks' own map), so pages read the same either way. */
+const ESCAPES: Record<string, string> = {
+  '&': '&amp;',
+  '"': '&quot;',
+  "'": '&#39;',
+  '<': '&lt;',
+  '>': '&gt;',
+  '\\': '&#92;',
+};
+const escapeHtml = (s: string) => s.replace(/[&"'<>\\]/g, (c) => ESCAPES[c]!);
+
+/**
+ * Agent-supplied text as a chair must see it: every invisible or reordering character replaced by a
+ * marker naming it, and each line in its own isolated run (`<bdi>`), so no line can reorder another.
+ */
+function visible(value: unknown): nunjucks.runtime.SafeString | string {
+  if (value === null || value === undefined) return '';
+  const lines = String(value)
+    .split('\n')
+    .map((line) => {
+      const html = pieces(line)
+        .map((p) =>
+          'text' in p
+            ? escapeHtml(p.text)
+            : `<span class="hidden-char" dir="ltr">${escapeHtml(p.marker)}</span>`,
+        )
+        .join('');
+      return `<bdi class="line">${html}</bdi>`;
+    });
+  // Safe to mark up unescaped: every piece of the text was escaped above.
+  return new nunjucks.runtime.SafeString(lines.join('\n'));
+}
+
 /** "24 h", "3 days", "90 min": a configured duration as people read it. */
 export function duration(seconds: number): string {
   if (seconds % 86_400 === 0 && seconds >= 2 * 86_400) return `${seconds / 86_400} days`;
@@ -60,6 +94,9 @@ export function createPageKit(): PageKit {
   env.addFilter('utc', utc);
   env.addFilter('when', when);
   env.addFilter('duration', duration);
+  env.addFilter('visible', visible);
+  // For attributes (a title): the markers as text, escaped by the template like any other value.
+  env.addFilter('visible_text', (v: unknown) => (v === null || v === undefined ? '' : marked(String(v))));
   env.addFilter('dash', (v: unknown) => (v === null || v === undefined ? '—' : String(v)));
 
   const render: PageKit['render'] = (res, status, view, ctx = {}) =>

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { reviewShowsEverything } from '../approval/notify.ts';
 import { z } from 'zod';
 import { DECISION_CODE, isDecisionRefusal, type DecisionRefusal } from '../approval/decide.ts';
 import type { Approvals } from '../approval/index.ts';
@@ -25,6 +26,7 @@ export type SlackRefusal =
   | 'unmapped_user'
   | 'lookup_failed'
   | 'content_mismatch'
+  | 'not_shown_in_full'
   | DecisionRefusal;
 
 const REFUSAL_CODE = {
@@ -35,6 +37,7 @@ const REFUSAL_CODE = {
   unmapped_user: 'PERMISSION_DENIED',
   lookup_failed: 'SOURCE_UNAVAILABLE',
   content_mismatch: 'CONFLICT',
+  not_shown_in_full: 'CONFLICT',
   ...DECISION_CODE,
 } as const satisfies Record<SlackRefusal, string>;
 
@@ -115,6 +118,13 @@ export async function admit(
   if (request.content_sha256 !== target.sha256) {
     await auditRefusal(ctx, 'content_mismatch', facts);
     return { refusal: 'This message showed other content than the request holds: nothing was decided.' };
+  }
+  // A message that cannot show all of a request offers no Approve; a click on one posted before is refused.
+  if (action === 'approve' && !reviewShowsEverything(request.review)) {
+    await auditRefusal(ctx, 'not_shown_in_full', facts);
+    return {
+      refusal: 'Slack cannot show all of this request: read it on the review page and decide there.',
+    };
   }
   return mapped;
 }

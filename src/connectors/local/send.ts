@@ -13,18 +13,44 @@ const TABLE: Record<TargetType, string> = {
   conversation: 'conversations',
 };
 
+/**
+ * Up to five other contacts and groups whose names have the same TR39 skeleton as the row's (look
+ * alike), as a JSON array: selected with the target itself, so finding them costs no statement.
+ */
+const LOOKALIKES = `(select coalesce(json_agg(l), '[]') from (
+    select id as target_id, display_name from contacts where name_skeleton = t.name_skeleton and id <> t.id
+    union all
+    select id as target_id, display_name from groups where name_skeleton = t.name_skeleton and id <> t.id
+    order by 1 limit 5) l) as lookalikes`;
+
+/** The target's row, with its look-alikes where the directory has names to compare (not conversations). */
+const targetQuery = (knex: Knex, type: TargetType) => {
+  const q = knex(`${TABLE[type]} as t`).select('t.*');
+  return type === 'conversation' ? q : q.select(knex.raw(LOOKALIKES));
+};
+
+/** The look-alikes column as read: parsed JSON (pg) or its text (PGlite). */
+function lookalikesOf(row: Row): ResolvedTarget['lookalikes'] {
+  const raw = typeof row.lookalikes === 'string' ? (JSON.parse(row.lookalikes) as unknown) : row.lookalikes;
+  if (!Array.isArray(raw) || raw.length === 0) return undefined;
+  return (raw as Row[]).map((l) => ({
+    target_id: String(l.target_id),
+    display_name: String(l.display_name),
+  }));
+}
+
 /** By id first; else by exact (normalised) name, or account for contacts. */
 export async function resolveLocalTarget(knex: Knex, type: TargetType, ref: string): Promise<ResolvedTarget> {
   const table = TABLE[type];
   let rows = (await named(
     knex,
     `countersign_target_${table}`,
-    knex(table).where({ id: ref }).limit(1),
+    targetQuery(knex, type).where('t.id', ref).limit(1),
   )) as Row[];
   if (rows.length === 0) {
-    const q = knex(table).where('name_key', searchKey(ref));
-    if (type === 'contact') q.orWhere('account', ref);
-    rows = (await q.orderBy('id').limit(10)) as Row[];
+    const q = targetQuery(knex, type).where('t.name_key', searchKey(ref));
+    if (type === 'contact') q.orWhere('t.account', ref);
+    rows = (await q.orderBy('t.id').limit(10)) as Row[];
   }
   if (rows.length === 0) throw new AppError('TARGET_NOT_FOUND', `no ${type} "${ref}"`, `${type}_not_found`);
   if (rows.length > 1) {
@@ -46,7 +72,13 @@ export async function resolveLocalTarget(knex: Knex, type: TargetType, ref: stri
   if (type === 'group' && row.archived === true) {
     throw new AppError('PERMISSION_DENIED', `group ${String(row.id)} is archived`, 'group_archived');
   }
-  return { target_type: type, target_id: String(row.id), display_name: String(row.display_name) };
+  const lookalikes = lookalikesOf(row);
+  return {
+    target_type: type,
+    target_id: String(row.id),
+    display_name: String(row.display_name),
+    ...(lookalikes ? { lookalikes } : {}),
+  };
 }
 
 /** The conversation a send to `target` lands in; a contact or group without one gets it created. */

@@ -2,7 +2,10 @@ import { z } from 'zod';
 import { ApprovalSummary, Preflight, Target } from '../../approval/view.ts';
 import { SourcePreference } from '../../connectors/index.ts';
 import { MessageTargetType } from '../../core/schemas.ts';
-import type { ResolvedTarget } from '../../connectors/types.ts';
+import { AppError } from '../../core/errors.ts';
+import { countHidden, marked, mixesScripts, scriptsOf } from '../../core/visible.ts';
+import type { Config } from '../../config.ts';
+import type { Connector, ResolvedTarget } from '../../connectors/types.ts';
 import type { WriteResult } from '../types.ts';
 
 /** The inputs every write tool shares: the target, the gate's controls and the source. */
@@ -62,4 +65,55 @@ export function writeOutput(r: WriteResult, target: ResolvedTarget) {
     preflight: r.preflight ?? null,
     message_ref: (r.result?.message_ref as string | undefined) ?? null,
   };
+}
+
+/**
+ * Names, ids and paths are never shown with characters a person cannot see or that reorder what they
+ * see (docs/design.md, "Visible characters"): such a value is refused before anything is looked up.
+ */
+export function refuseHidden(field: string, value: string | null): void {
+  const count = value === null ? 0 : countHidden(value);
+  if (count === 0) return;
+  throw new AppError(
+    'INVALID_ARGUMENT',
+    `${field} holds ${count} invisible or reordering character${count === 1 ? '' : 's'}: ${marked(value!)}`,
+    'invisible_characters',
+    { details: { field, count } },
+  );
+}
+
+/** The resolved target's id and name, checked as the agent's own target_id was. */
+export function refuseHiddenTarget(target: ResolvedTarget): void {
+  refuseHidden('target_id', target.target_id);
+  refuseHidden('target display name', target.display_name);
+}
+
+/** Message text and captions: flagged on every review by default, refused with the setting. */
+export function refuseHiddenText(field: string, value: string | null, config: Config): void {
+  if (config.approval.refuse_invisible_characters) refuseHidden(field, value);
+}
+
+/** What the review warns of about a target's name: directory entries that look the same, mixed scripts. */
+export interface TargetFlags {
+  looks_like: { target_id: string; display_name: string }[];
+  scripts: string[];
+}
+
+/**
+ * Resolves a write's target and checks it: ids and names with hidden characters are refused; a name
+ * that looks like another entry of the directory or mixes scripts comes back with its flags, for the
+ * review (`review.target_flags`). The flags are not part of the target the tool returns or hashes.
+ */
+export async function resolveWriteTarget(
+  connector: Connector,
+  type: MessageTargetType,
+  ref: string,
+): Promise<{ target: ResolvedTarget; review: { target_flags?: TargetFlags } }> {
+  refuseHidden('target_id', ref);
+  const { lookalikes, ...target } = await connector.resolveTarget(type, ref);
+  refuseHiddenTarget(target);
+  const name = target.display_name ?? '';
+  const scripts = mixesScripts(name) ? scriptsOf(name) : [];
+  if (!lookalikes?.length && scripts.length === 0) return { target, review: {} };
+  return { target, review: { target_flags: { looks_like: lookalikes ?? [], scripts } } };
 }

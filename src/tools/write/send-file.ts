@@ -4,7 +4,15 @@ import { z } from 'zod';
 import { AppError } from '../../core/errors.ts';
 import { resolveInside } from '../paths.ts';
 import type { WriteToolDef } from '../types.ts';
-import { writeControlParams, writeOutput, writeOutputFields, writeTargetParams } from './controls.ts';
+import {
+  refuseHidden,
+  resolveWriteTarget,
+  refuseHiddenText,
+  writeControlParams,
+  writeOutput,
+  writeOutputFields,
+  writeTargetParams,
+} from './controls.ts';
 
 const input = z.strictObject({
   ...writeTargetParams,
@@ -78,13 +86,18 @@ export const sendFile = {
   input,
   output,
   async prepare(args, ctx) {
+    refuseHidden('target_id', args.target_id);
+    refuseHidden('file_path', args.file_path);
+    refuseHiddenText('caption', args.caption ?? null, ctx.config);
     const { bytes, name } = await readOutbound(
       ctx.config.files.outbound_dir,
       args.file_path,
       ctx.config.files.max_file_bytes,
     );
+    refuseHidden('file name', name);
     const connector = ctx.connectors.pick(args.source_preference);
-    const target = await connector.resolveTarget(args.target_type, args.target_id);
+    const resolved = await resolveWriteTarget(connector, args.target_type, args.target_id);
+    const { target } = resolved;
     // The bytes the chair reviews are the bytes that get sent: both come from the blob store.
     const blob = await ctx.blobs.put(bytes);
     const mime_type = MIME[path.extname(name).toLowerCase()] ?? 'application/octet-stream';
@@ -100,7 +113,14 @@ export const sendFile = {
       source: connector.source,
       target,
       content: { file_sha256: blob.sha256, file_name: name, caption },
-      review: { file_name: name, file_size_bytes: blob.size, mime_type, file_sha256: blob.sha256, caption },
+      review: {
+        file_name: name,
+        file_size_bytes: blob.size,
+        mime_type,
+        file_sha256: blob.sha256,
+        caption,
+        ...resolved.review,
+      },
       file_sha256: blob.sha256,
       async perform(key) {
         const sent = await connector.sendFile({ target, file, caption, key });

@@ -1,7 +1,14 @@
 import { z } from 'zod';
 import { AppError } from '../../core/errors.ts';
 import type { WriteToolDef } from '../types.ts';
-import { writeControlParams, writeOutput, writeOutputFields, writeTargetParams } from './controls.ts';
+import {
+  resolveWriteTarget,
+  refuseHiddenText,
+  writeControlParams,
+  writeOutput,
+  writeOutputFields,
+  writeTargetParams,
+} from './controls.ts';
 
 const input = z.strictObject({
   ...writeTargetParams,
@@ -34,13 +41,15 @@ export const sendMessage = {
         'content_too_large',
       );
     }
+    refuseHiddenText('content_text', args.content_text, ctx.config);
     const connector = ctx.connectors.pick(args.source_preference);
-    const target = await connector.resolveTarget(args.target_type, args.target_id);
+    const resolved = await resolveWriteTarget(connector, args.target_type, args.target_id);
+    const { target } = resolved;
     return {
       source: connector.source,
       target,
       content: { content_text: args.content_text },
-      review: { content_text: args.content_text },
+      review: { content_text: args.content_text, ...resolved.review },
       file_sha256: null,
       perform: async (key) => ({
         message_ref: (await connector.sendMessage({ target, text: args.content_text, key })).ref,
