@@ -1,3 +1,4 @@
+import { createPublicKey } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -488,8 +489,9 @@ function addAuditCommands(audit: Command): void {
     .command('verify')
     .argument('[file]', 'an export (JSONL or CSV)')
     .option('--manifest <file>', 'its manifest (default FILE.manifest.json)')
-    .option('--pubkey <file>', 'the public key (PEM) that must have signed it')
+    .option('--pubkey <file>', 'the public key (PEM) that must have signed it (with --db: the checkpoints)')
     .option('--db', 'verify the live table instead of an export')
+    .option('--require-anchored', 'fail when rows follow the last checkpoint recorded in the chain')
     .description('verify an export offline, or the live table; exit 0 only when everything is valid')
     .action(verifyAudit);
 }
@@ -518,21 +520,23 @@ async function exportAudit(opts: ExportOptions): Promise<void> {
 /** `audit verify`: an export offline against its manifest, or with --db the live table. */
 async function verifyAudit(
   file: string | undefined,
-  opts: { manifest?: string; pubkey?: string; db?: boolean },
+  opts: { manifest?: string; pubkey?: string; db?: boolean; requireAnchored?: boolean },
 ): Promise<void> {
+  const pubkey = opts.pubkey ? readPublicKey(opts.pubkey) : undefined;
   if (opts.db) {
-    const result = await runData(config(), { command: 'audit.verify_db' });
+    const result = await runData(config(), {
+      command: 'audit.verify_db',
+      ...(pubkey ? { pubkey } : {}),
+    });
     out(result.summary);
-    if (!result.ok) process.exitCode = 1;
+    if (!result.ok || (opts.requireAnchored && result.tail)) process.exitCode = 1;
     return;
   }
   if (!file) throw usageError('audit verify: give an export file, or --db');
   const manifestPath = opts.manifest ?? `${file}.manifest.json`;
   let manifest: Manifest;
-  let pubkey: string | undefined;
   try {
     manifest = JSON.parse(fs.readFileSync(manifestPath, 'utf8')) as Manifest;
-    pubkey = opts.pubkey ? fs.readFileSync(opts.pubkey, 'utf8') : undefined;
     fs.accessSync(file, fs.constants.R_OK);
   } catch (e) {
     throw new AppError(
@@ -545,7 +549,25 @@ async function verifyAudit(
   const { describeReport, verifyExport } = await import('./audit/verify-export.ts');
   const report = await verifyExport(file, manifest, pubkey);
   out(describeReport(report));
-  if (!report.ok) process.exitCode = 1;
+  if (!report.ok || (opts.requireAnchored && report.tail)) process.exitCode = 1;
+}
+
+/** A public key file as PEM text; one that cannot be read or is not a key is refused before anything runs. */
+function readPublicKey(file: string): string {
+  let pem: string;
+  try {
+    pem = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new AppError('NOT_FOUND', `cannot read ${file}: ${(e as Error).message}`, undefined, { cause: e });
+  }
+  try {
+    createPublicKey(pem);
+  } catch (e) {
+    throw new AppError('INVALID_ARGUMENT', `${file} is not a public key (PEM)`, 'bad_public_key', {
+      cause: e,
+    });
+  }
+  return pem;
 }
 
 function addUserCommands(user: Command): void {

@@ -253,8 +253,10 @@ export const ConfigSchema = z
       .strictObject({
         /** Ed25519 private key (PEM) for checkpoints; default `<data dir>/audit-signing-key.pem`, generated. */
         signing_key_path: z.string().min(1).optional(),
-        /** How often a checkpoint is signed (besides every export). */
-        checkpoint_interval_s: z.number().int().positive().default(3600),
+        /** A checkpoint is signed at least this often while rows are written (besides every export). */
+        checkpoint_interval_s: z.number().int().positive().default(60),
+        /** …or once this many rows follow the last one, whichever comes first. */
+        checkpoint_rows: z.number().int().positive().default(1000),
       })
       .prefault({}),
     web: z
@@ -420,6 +422,7 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_PROFILES_DIR: { path: ['policy', 'profiles_dir'], kind: 'string' },
   COUNTERSIGN_AUDIT_SIGNING_KEY: { path: ['audit', 'signing_key_path'], kind: 'string' },
   COUNTERSIGN_CHECKPOINT_INTERVAL_S: { path: ['audit', 'checkpoint_interval_s'], kind: 'int' },
+  COUNTERSIGN_CHECKPOINT_ROWS: { path: ['audit', 'checkpoint_rows'], kind: 'int' },
   COUNTERSIGN_SESSION_IDLE_S: { path: ['web', 'session_idle_s'], kind: 'int' },
   COUNTERSIGN_SESSION_ABSOLUTE_S: { path: ['web', 'session_absolute_s'], kind: 'int' },
   COUNTERSIGN_LOGIN_FAILURES_PER_USER: { path: ['web', 'login_failures_per_user'], kind: 'int' },

@@ -90,7 +90,11 @@ export const AdminCommand = z.discriminatedUnion('command', [
     path: z.string().min(1),
     actor: z.string().min(1),
   }),
-  z.strictObject({ command: z.literal('audit.verify_db') }),
+  z.strictObject({
+    command: z.literal('audit.verify_db'),
+    /** The public key (PEM) the checkpoints must be signed with; default the one the cluster records. */
+    pubkey: z.string().min(1).optional(),
+  }),
   z.strictObject({
     command: z.literal('approvals.show'),
     as: z.string().min(1),
@@ -318,9 +322,9 @@ const HANDLERS = {
     }),
   'agent.rotate': rotateCommand,
   'audit.export': exportCommand,
-  'audit.verify_db': async (deps) => {
-    const { ok, summary } = await verifyDatabase(deps.knex);
-    return { ok, summary };
+  'audit.verify_db': async (deps, cmd) => {
+    const { ok, summary, tail } = await verifyDatabase(deps.knex, cmd.pubkey);
+    return { ok, summary, tail: tail ?? null };
   },
   'user.add': async (deps, cmd) => {
     const { command: _c, actor, ...opts } = cmd;
