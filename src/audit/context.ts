@@ -72,13 +72,13 @@ export async function verifyDatabase(knex: Knex, publicKeyPem?: string): Promise
     }
   });
   if (!chain.first_bad) {
-    const missing = stored.find(
-      (cp) => cp.seq >= chain.head_seq && (cp.seq > chain.head_seq || named.has(cp.seq)),
-    );
-    if (missing && missing.seq > chain.head_seq) {
-      badCheckpoint ??= `checkpoint at seq ${missing.seq}: the chain ends at seq ${chain.head_seq} (rows were deleted)`;
-    } else if (missing) {
-      badCheckpoint ??= `checkpoint at seq ${missing.seq}: row ${missing.seq + 1}, which recorded it in the chain, is missing (rows were deleted)`;
+    // Rows deleted from the end: a stored checkpoint past the head, or one whose recording row is gone.
+    const beyond = stored.filter((cp) => cp.seq > chain.head_seq).sort((a, b) => a.seq - b.seq)[0];
+    const unrecorded = named.get(chain.head_seq);
+    if (beyond) {
+      badCheckpoint ??= `checkpoint at seq ${beyond.seq}: the chain ends at seq ${chain.head_seq} (rows were deleted)`;
+    } else if (unrecorded) {
+      badCheckpoint ??= `checkpoint at seq ${unrecorded.seq}: row ${unrecorded.seq + 1}, which recorded it in the chain, is missing (rows were deleted)`;
     }
   }
   if (!trust && stored.length + (verifier.checkpoints?.count ?? 0) > 0) {
