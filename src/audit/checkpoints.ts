@@ -119,9 +119,10 @@ export interface Cadence {
 }
 
 /**
- * Signs a checkpoint when one is due: `cadence.rows` rows or more since the last one, or any row since
- * it once `cadence.interval_s` have passed. None while idle: the row that records the last checkpoint
- * is not a reason for another. Two small reads on the leader's timer, nothing on the append path.
+ * Signs a checkpoint when one is due: `cadence.rows` rows or more written since the last one (not
+ * counting the row that records it), or a row no checkpoint covers that is `cadence.interval_s` old.
+ * None while idle: the row that records the last checkpoint is not a reason for another. A few small
+ * reads on the leader's timer, nothing on the append path.
  */
 export async function checkpointIfDue(
   deps: CheckpointDeps,
@@ -136,10 +137,18 @@ export async function checkpointIfDue(
   ]);
   if (!head) return undefined;
   const headSeq = Number(head.seq);
-  if (prev) {
-    const since = headSeq - prev.seq;
-    if (since <= 0 || (since === 1 && head.kind === 'checkpoint')) return undefined;
-    if (since < cadence.rows && now - Date.parse(prev.ts) < cadence.interval_s * 1000) return undefined;
+  // The first row the last checkpoint does not cover, past the row that records it.
+  const firstSeq = prev ? prev.seq + 2 : 1;
+  if (prev && (headSeq <= prev.seq || (headSeq === prev.seq + 1 && head.kind === 'checkpoint'))) {
+    return undefined;
+  }
+  if (headSeq - firstSeq + 1 < cadence.rows) {
+    const first = (await deps
+      .knex('audit_events')
+      .where('seq', '>=', Math.min(firstSeq, headSeq))
+      .orderBy('seq')
+      .first('ts')) as { ts: Date } | undefined;
+    if (!first || now - first.ts.getTime() < cadence.interval_s * 1000) return undefined;
   }
   return createCheckpoint(deps);
 }
