@@ -309,6 +309,18 @@ for (const kind of databaseKinds()) {
     });
     after(async () => server?.stop());
 
+    it('checks the checkpoints with the key given (--pubkey), else the one the cluster recorded', async () => {
+      assert.equal((await verifyDatabase(server.services.knex)).ok, true);
+      const other = foreignSigner(server.db.dataDir);
+      const report = await verifyDatabase(server.services.knex, other.public_key);
+      assert.equal(report.ok, false);
+      assert.match(report.summary, new RegExp(`not the log's key ${other.key_id}`));
+      const pubkey = path.join(server.db.dataDir, 'other-public.pem');
+      fs.writeFileSync(pubkey, other.public_key);
+      const cli = await runCli(['audit', 'verify', '--db', '--pubkey', pubkey], server.env);
+      assert.equal(cli.code, 1, cli.stdout + cli.stderr);
+    });
+
     it('fails a stored checkpoint signed by a foreign key', async () => {
       const foreign = foreignSigner(server.db.dataDir);
       await append(server, 1);
