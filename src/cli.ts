@@ -489,7 +489,12 @@ function addAuditCommands(audit: Command): void {
     .command('verify')
     .argument('[file]', 'an export (JSONL or CSV)')
     .option('--manifest <file>', 'its manifest (default FILE.manifest.json)')
-    .option('--pubkey <file>', 'the public key (PEM) that must have signed it (with --db: the checkpoints)')
+    .option(
+      '--pubkey <file>',
+      'a public key (PEM) to trust: it must have signed the export and the checkpoints (again for each ' +
+        'earlier key, after a rotation)',
+      (file: string, files: string[] = []) => [...files, file],
+    )
     .option('--db', 'verify the live table instead of an export')
     .option('--require-anchored', 'fail when rows follow the last checkpoint recorded in the chain')
     .description('verify an export offline, or the live table; exit 0 only when everything is valid')
@@ -520,13 +525,13 @@ async function exportAudit(opts: ExportOptions): Promise<void> {
 /** `audit verify`: an export offline against its manifest, or with --db the live table. */
 async function verifyAudit(
   file: string | undefined,
-  opts: { manifest?: string; pubkey?: string; db?: boolean; requireAnchored?: boolean },
+  opts: { manifest?: string; pubkey?: string[]; db?: boolean; requireAnchored?: boolean },
 ): Promise<void> {
-  const pubkey = opts.pubkey ? readPublicKey(opts.pubkey) : undefined;
+  const pubkeys = (opts.pubkey ?? []).map(readPublicKey);
   if (opts.db) {
     const result = await runData(config(), {
       command: 'audit.verify_db',
-      ...(pubkey ? { pubkey } : {}),
+      ...(pubkeys.length > 0 ? { pubkeys } : {}),
     });
     out(result.summary);
     if (!result.ok || (opts.requireAnchored && result.tail)) process.exitCode = 1;
@@ -547,7 +552,7 @@ async function verifyAudit(
     );
   }
   const { describeReport, verifyExport } = await import('./audit/verify-export.ts');
-  const report = await verifyExport(file, manifest, pubkey);
+  const report = await verifyExport(file, manifest, pubkeys.length > 0 ? pubkeys : undefined);
   out(describeReport(report));
   if (!report.ok || (opts.requireAnchored && report.tail)) process.exitCode = 1;
 }

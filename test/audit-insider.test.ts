@@ -312,7 +312,7 @@ for (const kind of databaseKinds()) {
     it('checks the checkpoints with the key given (--pubkey), else the one the cluster recorded', async () => {
       assert.equal((await verifyDatabase(server.services.knex)).ok, true);
       const other = foreignSigner(server.db.dataDir);
-      const report = await verifyDatabase(server.services.knex, other.public_key);
+      const report = await verifyDatabase(server.services.knex, [other.public_key]);
       assert.equal(report.ok, false);
       assert.match(report.summary, new RegExp(`not the log's key ${other.key_id}`));
       const pubkey = path.join(server.db.dataDir, 'other-public.pem');
@@ -420,6 +420,20 @@ for (const kind of databaseKinds()) {
       const byTime = await checkpointIfDue(deps, cadence, t1 + 60_000);
       assert.equal(byTime?.seq, 24, 'a row 60 s old');
       assert.equal((await listCheckpoints(db.knex)).length, 3);
+    });
+
+    it('goes on after a key rotation: the new key signs, and the log verifies with both keys given', async () => {
+      await appendN(2);
+      await createCheckpoint(deps);
+      const before = deps.signer;
+      const rotated = { ...deps, signer: foreignSigner(testDb.dataDir) };
+      await appendN(2);
+      const signed = await createCheckpoint(rotated);
+      assert.equal(signed?.key_id, rotated.signer.key_id);
+      assert.equal((await verifyDatabase(db.knex, [before.public_key, rotated.signer.public_key])).ok, true);
+      const newOnly = await verifyDatabase(db.knex, [rotated.signer.public_key]);
+      assert.equal(newOnly.ok, false);
+      assert.match(newOnly.summary, new RegExp(`names key ${before.key_id}`));
     });
 
     it('defaults to 60 s and 1000 rows, and takes both from the environment', () => {

@@ -92,8 +92,8 @@ export const AdminCommand = z.discriminatedUnion('command', [
   }),
   z.strictObject({
     command: z.literal('audit.verify_db'),
-    /** The public key (PEM) the checkpoints must be signed with; default the one the cluster records. */
-    pubkey: z.string().min(1).optional(),
+    /** The public keys (PEM) the checkpoints may be signed with; default the one the cluster records. */
+    pubkeys: z.array(z.string().min(1)).optional(),
   }),
   z.strictObject({
     command: z.literal('approvals.show'),
@@ -323,7 +323,7 @@ const HANDLERS = {
   'agent.rotate': rotateCommand,
   'audit.export': exportCommand,
   'audit.verify_db': async (deps, cmd) => {
-    const { ok, summary, tail } = await verifyDatabase(deps.knex, cmd.pubkey);
+    const { ok, summary, tail } = await verifyDatabase(deps.knex, cmd.pubkeys);
     return { ok, summary, tail: tail ?? null };
   },
   'user.add': async (deps, cmd) => {

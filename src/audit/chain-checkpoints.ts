@@ -16,18 +16,22 @@ export const CheckpointRowDetails = z.object({
 });
 export type CheckpointRowDetails = z.infer<typeof CheckpointRowDetails>;
 
-/** The key every checkpoint of a log must be signed with, and the log's origin when known. */
+/**
+ * The keys a log's checkpoints may be signed with (by key id: one, or several when the key was
+ * rotated), and the log's origin when known.
+ */
 export interface CheckpointTrust {
-  public_key: string;
-  key_id: string;
+  keys: ReadonlyMap<string, string>;
   origin?: string;
 }
 
-export const trustOf = (publicKeyPem: string, origin?: string): CheckpointTrust => ({
-  public_key: publicKeyPem,
-  key_id: keyIdOf(publicKeyPem),
+export const trustOf = (publicKeyPems: string | readonly string[], origin?: string): CheckpointTrust => ({
+  keys: new Map([publicKeyPems].flat().map((pem) => [keyIdOf(pem), pem])),
   ...(origin !== undefined ? { origin } : {}),
 });
+
+/** The trusted key ids, for messages. */
+export const trustedIds = (trust: CheckpointTrust) => [...trust.keys.keys()].join(', ');
 
 /** Why a checkpoint row fails, as a short code (for tests and tools) and a sentence naming the seq. */
 export type CheckpointRowFault =
@@ -67,12 +71,13 @@ export function checkCheckpointRow(
       },
     };
   }
-  if (d.key_id !== trust.key_id) {
+  const key = trust.keys.get(d.key_id);
+  if (key === undefined) {
     return {
       signed: false,
       fault: {
         code: 'foreign_key',
-        detail: `${at}: the checkpoint at seq ${d.checkpoint_seq} names key ${d.key_id}, not the log's key ${trust.key_id}`,
+        detail: `${at}: the checkpoint at seq ${d.checkpoint_seq} names key ${d.key_id}, not the log's key ${trustedIds(trust)}`,
       },
     };
   }
@@ -87,12 +92,12 @@ export function checkCheckpointRow(
     };
   }
   const statement = { origin: d.origin, seq: d.checkpoint_seq, head_hash: d.head_hash, ts: d.ts };
-  if (!verifySignature(trust.public_key, statement, d.signature)) {
+  if (!verifySignature(key, statement, d.signature)) {
     return {
       signed: false,
       fault: {
         code: 'bad_signature',
-        detail: `${at}: the checkpoint at seq ${d.checkpoint_seq} is not signed by the log's key ${trust.key_id}`,
+        detail: `${at}: the checkpoint at seq ${d.checkpoint_seq} is not signed by the log's key ${d.key_id}`,
       },
     };
   }

@@ -67,10 +67,11 @@ export async function createCheckpoint(deps: CheckpointDeps): Promise<Checkpoint
     if (prev && prev.seq === head.seq) return prev;
     if (prev && prev.seq > head.seq) throw chainBroken(`the log is shorter than checkpoint seq ${prev.seq}`);
 
-    // The checkpoint rows among them must agree with the chain and be this log's own, signed by this key.
+    // The checkpoint rows among them must agree with the chain and be this log's own, signed by this
+    // key (or, for the row that records the previous checkpoint, by that one's: the key was rotated).
     const verifier = new ChainVerifier(
       prev ? { seq: prev.seq, hash: prev.head_hash } : undefined,
-      trustOf(deps.signer.public_key, deps.origin),
+      trustOf(prev ? [deps.signer.public_key, prev.public_key] : deps.signer.public_key, deps.origin),
     );
     for (let after = prev?.seq ?? 0; ;) {
       const page: unknown[] = await trx('audit_events').where('seq', '>', after).orderBy('seq').limit(5000);

@@ -5,6 +5,7 @@ import { sharedValue } from '../db/settings.ts';
 import {
   describeTail,
   trustOf,
+  trustedIds,
   unanchoredTail,
   type CheckpointTrust,
   type UnanchoredTail,
@@ -43,11 +44,14 @@ export interface DatabaseReport {
 /**
  * Verifies the live table: the chain; every checkpoint row in it against the chain before it (its
  * recorded head, its signature by the log's key); and every stored checkpoint against the row it
- * names, the key and the row that records it. The key is `publicKeyPem` when given, else the one the
- * cluster recorded when its first replica started. Reports the rows after the last signed checkpoint.
+ * names, the key and the row that records it. The keys are `publicKeyPems` when given (several after a
+ * rotation), else the one the cluster recorded when its first replica started. Reports the rows after the last signed checkpoint.
  */
-export async function verifyDatabase(knex: Knex, publicKeyPem?: string): Promise<DatabaseReport> {
-  const key = publicKeyPem ?? (await recorded(knex, 'audit_signing_public_key'));
+export async function verifyDatabase(
+  knex: Knex,
+  publicKeyPems: readonly string[] = [],
+): Promise<DatabaseReport> {
+  const key = publicKeyPems.length > 0 ? publicKeyPems : await recorded(knex, 'audit_signing_public_key');
   const origin = await recorded(knex, 'audit_origin');
   const trust = key ? trustOf(key, origin) : undefined;
   const stored = await listCheckpoints(knex);
@@ -106,11 +110,12 @@ function storedProblem(
   trust: CheckpointTrust | undefined,
 ): string | undefined {
   if (!trust) return undefined;
-  if (cp.key_id !== trust.key_id || keyIdOf(cp.public_key) !== trust.key_id) {
-    return `signed by key ${cp.key_id}, not the log's key ${trust.key_id}`;
+  const key = trust.keys.get(cp.key_id);
+  if (key === undefined || keyIdOf(cp.public_key) !== cp.key_id) {
+    return `signed by key ${cp.key_id}, not the log's key ${trustedIds(trust)}`;
   }
   if (trust.origin !== undefined && cp.origin !== trust.origin) return `of another log (${cp.origin})`;
-  if (!checkpointSignatureValid(cp, trust.public_key)) return 'bad signature';
+  if (!checkpointSignatureValid(cp, key)) return 'bad signature';
   if (rowHash !== cp.head_hash) return 'the row there is not the signed head';
   return undefined;
 }

@@ -31,13 +31,17 @@ export interface ExportReport {
  * Verifies an export against its manifest, offline: the manifest's and the checkpoint's signatures,
  * each row's hash, the links between rows (for an unfiltered export), the count and the digest of all
  * row hashes (which catches deletions, insertions, reordering and truncation of a filtered export too).
- * `publicKeyPem`, when given, must be the key that signed; otherwise the manifest's key is used.
+ * `publicKeyPems`, when given, are the keys to trust: one of them must have signed the manifest, and
+ * every checkpoint recorded in the rows (several keys when the key was rotated); otherwise the
+ * manifest's key is used.
  */
 export async function verifyExport(
   file: string,
   manifest: Manifest,
-  publicKeyPem?: string,
+  publicKeyPems?: string | readonly string[],
 ): Promise<ExportReport> {
+  const given = publicKeyPems === undefined ? [] : [publicKeyPems].flat();
+  const publicKeyPem = given.find((pem) => keyIdOf(pem) === manifest.key_id) ?? given[0];
   const key = publicKeyPem ?? manifest.public_key;
   const report: ExportReport = {
     ok: false,
@@ -54,7 +58,7 @@ export async function verifyExport(
   checkSignatures(manifest, key, publicKeyPem, report, fail);
 
   // The chain's own checkpoint rows: each must agree with the row before it and be signed by the key.
-  const trust = trustOf(key, manifest.checkpoint.origin);
+  const trust = trustOf(given.length > 0 ? given : key, manifest.checkpoint.origin);
   const chainCheckpoints = new CheckpointRows(trust);
   let lastCheckpointRow: { seq: number; prev_hash: string } | undefined;
   // For a filtered export, the first exported row after the checkpoint row the manifest names (and
