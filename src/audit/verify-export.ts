@@ -40,9 +40,7 @@ export async function verifyExport(
   manifest: Manifest,
   publicKeyPems?: string | readonly string[],
 ): Promise<ExportReport> {
-  const given = publicKeyPems === undefined ? [] : [publicKeyPems].flat();
-  const publicKeyPem = given.find((pem) => keyIdOf(pem) === manifest.key_id) ?? given[0];
-  const key = publicKeyPem ?? manifest.public_key;
+  const { given, publicKeyPem, key } = keysFor(manifest, publicKeyPems);
   const report: ExportReport = {
     ok: false,
     rows: 0,
@@ -122,6 +120,13 @@ export async function verifyExport(
   }
   report.ok = !report.first_bad;
   return report;
+}
+
+/** The keys given, the one of them that should have signed the manifest, and the key to check it with. */
+function keysFor(manifest: Manifest, publicKeyPems: string | readonly string[] | undefined) {
+  const given = publicKeyPems === undefined ? [] : [publicKeyPems].flat();
+  const publicKeyPem = given.find((pem) => keyIdOf(pem) === manifest.key_id) ?? given[0];
+  return { given, publicKeyPem, key: publicKeyPem ?? manifest.public_key };
 }
 
 /** The manifest's signature and its checkpoint's, by `key`. */
