@@ -422,6 +422,14 @@ for (const kind of databaseKinds()) {
       assert.equal((await listCheckpoints(db.knex)).length, 3);
     });
 
+    it('verifies a log no server has started on (no key recorded) with the configured key', async () => {
+      const nothingRecorded = await verifyDatabase(db.knex);
+      assert.equal(nothingRecorded.ok, false);
+      const config = loadConfig({ COUNTERSIGN_DATA_DIR: testDb.dataDir }, testDb.dataDir);
+      const report = await verifyDatabase(db.knex, [], config);
+      assert.equal(report.ok, true, report.summary);
+    });
+
     it('goes on after a key rotation: the new key signs, and the log verifies with both keys given', async () => {
       await appendN(2);
       await createCheckpoint(deps);

@@ -323,7 +323,7 @@ const HANDLERS = {
   'agent.rotate': rotateCommand,
   'audit.export': exportCommand,
   'audit.verify_db': async (deps, cmd) => {
-    const { ok, summary, tail } = await verifyDatabase(deps.knex, cmd.pubkeys);
+    const { ok, summary, tail } = await verifyDatabase(deps.knex, cmd.pubkeys, deps.config);
     return { ok, summary, tail: tail ?? null };
   },
   'user.add': async (deps, cmd) => {

@@ -1,4 +1,6 @@
 import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
 import type { Knex } from 'knex';
 import type { Config } from '../config.ts';
 import { sharedValue } from '../db/settings.ts';
@@ -32,6 +34,15 @@ async function recorded(knex: Knex, name: string): Promise<string | undefined> {
   return row?.value;
 }
 
+/**
+ * The public half of the configured signing key, when its file exists (never generated here): the key
+ * to check with on a database no server has started on yet, so none recorded the cluster's key.
+ */
+function configuredPublicKey(config: Config): string | undefined {
+  const file = config.audit.signing_key_path ?? path.join(config.data_dir, 'audit-signing-key.pem');
+  return fs.existsSync(file) ? loadSigner(config.data_dir, file).public_key : undefined;
+}
+
 export interface DatabaseReport {
   ok: boolean;
   summary: string;
@@ -45,13 +56,18 @@ export interface DatabaseReport {
  * Verifies the live table: the chain; every checkpoint row in it against the chain before it (its
  * recorded head, its signature by the log's key); and every stored checkpoint against the row it
  * names, the key and the row that records it. The keys are `publicKeyPems` when given (several after a
- * rotation), else the one the cluster recorded when its first replica started. Reports the rows after the last signed checkpoint.
+ * rotation), else the one the cluster recorded when its first replica started (else, with `config`,
+ * the configured key's). Reports the rows after the last signed checkpoint.
  */
 export async function verifyDatabase(
   knex: Knex,
   publicKeyPems: readonly string[] = [],
+  config?: Config,
 ): Promise<DatabaseReport> {
-  const key = publicKeyPems.length > 0 ? publicKeyPems : await recorded(knex, 'audit_signing_public_key');
+  const key =
+    publicKeyPems.length > 0
+      ? publicKeyPems
+      : ((await recorded(knex, 'audit_signing_public_key')) ?? (config && configuredPublicKey(config)));
   const origin = await recorded(knex, 'audit_origin');
   const trust = key ? trustOf(key, origin) : undefined;
   const stored = await listCheckpoints(knex);
