@@ -1,3 +1,4 @@
+import { createPublicKey } from 'node:crypto';
 import fs from 'node:fs';
 import { countHiddenIn, marked } from './core/visible.ts';
 import os from 'node:os';
@@ -512,8 +513,14 @@ function addAuditCommands(audit: Command): void {
     .command('verify')
     .argument('[file]', 'an export (JSONL or CSV)')
     .option('--manifest <file>', 'its manifest (default FILE.manifest.json)')
-    .option('--pubkey <file>', 'the public key (PEM) that must have signed it')
+    .option(
+      '--pubkey <file>',
+      'a public key (PEM) to trust: it must have signed the export and the checkpoints (again for each ' +
+        'earlier key, after a rotation)',
+      (file: string, files: string[] = []) => [...files, file],
+    )
     .option('--db', 'verify the live table instead of an export')
+    .option('--require-anchored', 'fail when rows follow the last checkpoint recorded in the chain')
     .option(
       '--tsa-cert <file>',
       "check the time-stamp anchors against this TSA certificate or its CA's (PEM)",
@@ -550,32 +557,33 @@ async function verifyAudit(
   file: string | undefined,
   opts: {
     manifest?: string;
-    pubkey?: string;
+    pubkey?: string[];
     db?: boolean;
+    requireAnchored?: boolean;
     tsaCert?: string;
     witness?: string;
     anchors?: string;
   },
 ): Promise<void> {
+  const pubkeys = (opts.pubkey ?? []).map(readPublicKey);
   const tsaCertPem = opts.tsaCert === undefined ? undefined : readInput(opts.tsaCert);
   const witnessDir = opts.witness === undefined ? undefined : path.resolve(opts.witness);
   if (opts.db) {
     const result = await runData(config(), {
       command: 'audit.verify_db',
+      ...(pubkeys.length > 0 ? { pubkeys } : {}),
       ...(tsaCertPem ? { tsa_cert: tsaCertPem } : {}),
       ...(witnessDir ? { witness_dir: witnessDir } : {}),
     });
     out(result.summary);
-    if (!result.ok) process.exitCode = 1;
+    if (!result.ok || (opts.requireAnchored && result.tail)) process.exitCode = 1;
     return;
   }
   if (!file) throw usageError('audit verify: give an export file, or --db');
   const manifestPath = opts.manifest ?? `${file}.manifest.json`;
   let manifest: Manifest;
-  let pubkey: string | undefined;
   try {
     manifest = JSON.parse(fs.readFileSync(manifestPath, 'utf8')) as Manifest;
-    pubkey = opts.pubkey ? fs.readFileSync(opts.pubkey, 'utf8') : undefined;
     fs.accessSync(file, fs.constants.R_OK);
   } catch (e) {
     throw new AppError(
@@ -586,9 +594,9 @@ async function verifyAudit(
     );
   }
   const { describeReport, verifyExport } = await import('./audit/verify-export.ts');
-  const report = await verifyExport(file, manifest, pubkey);
+  const report = await verifyExport(file, manifest, pubkeys.length > 0 ? pubkeys : undefined);
   out(describeReport(report));
-  if (!report.ok) process.exitCode = 1;
+  if (!report.ok || (opts.requireAnchored && report.tail)) process.exitCode = 1;
   if (tsaCertPem === undefined && witnessDir === undefined) return;
   const [{ verifyExportAnchors }, { describeAnchors }] = await Promise.all([
     import('./audit/anchors/verify-anchors.ts'),
@@ -610,6 +618,19 @@ function readInput(file: string): string {
   } catch (e) {
     throw new AppError('NOT_FOUND', `cannot read ${file}: ${(e as Error).message}`, undefined, { cause: e });
   }
+}
+
+/** A public key file as PEM text; one that cannot be read or is not a key is refused before anything runs. */
+function readPublicKey(file: string): string {
+  const pem = readInput(file);
+  try {
+    createPublicKey(pem);
+  } catch (e) {
+    throw new AppError('INVALID_ARGUMENT', `${file} is not a public key (PEM)`, 'bad_public_key', {
+      cause: e,
+    });
+  }
+  return pem;
 }
 
 function addUserCommands(user: Command): void {

@@ -263,8 +263,10 @@ export const ConfigSchema = z
       .strictObject({
         /** Ed25519 private key (PEM) for checkpoints; default `<data dir>/audit-signing-key.pem`, generated. */
         signing_key_path: z.string().min(1).optional(),
-        /** How often a checkpoint is signed (besides every export). */
-        checkpoint_interval_s: z.number().int().positive().default(3600),
+        /** A checkpoint is signed at least this often while rows are written (besides every export). */
+        checkpoint_interval_s: z.number().int().positive().default(60),
+        /** …or once this many rows follow the last one, whichever comes first. */
+        checkpoint_rows: z.number().int().positive().default(1000),
         /** Where each checkpoint is also sent, off the box (docs/audit.md#anchors-and-the-signed-head). */
         anchors: z
           .strictObject({
@@ -451,6 +453,7 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_TSA_CERT: { path: ['audit', 'anchors', 'tsa_cert_path'], kind: 'string' },
   COUNTERSIGN_TSA_TIMEOUT_MS: { path: ['audit', 'anchors', 'tsa_timeout_ms'], kind: 'int' },
   COUNTERSIGN_WITNESS_DIR: { path: ['audit', 'anchors', 'witness_dir'], kind: 'string' },
+  COUNTERSIGN_CHECKPOINT_ROWS: { path: ['audit', 'checkpoint_rows'], kind: 'int' },
   COUNTERSIGN_SESSION_IDLE_S: { path: ['web', 'session_idle_s'], kind: 'int' },
   COUNTERSIGN_SESSION_ABSOLUTE_S: { path: ['web', 'session_absolute_s'], kind: 'int' },
   COUNTERSIGN_LOGIN_FAILURES_PER_USER: { path: ['web', 'login_failures_per_user'], kind: 'int' },

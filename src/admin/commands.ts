@@ -99,6 +99,8 @@ export const AdminCommand = z.discriminatedUnion('command', [
     tsa_cert: z.string().min(1).optional(),
     /** Check the chain against the heads of this witness directory (an absolute path). */
     witness_dir: z.string().min(1).optional(),
+    /** The public keys (PEM) the checkpoints may be signed with; default the one the cluster records. */
+    pubkeys: z.array(z.string().min(1)).optional(),
   }),
   z.strictObject({
     command: z.literal('approvals.show'),
@@ -340,13 +342,14 @@ const HANDLERS = {
   'agent.rotate': rotateCommand,
   'audit.export': exportCommand,
   'audit.verify_db': async (deps, cmd) => {
-    const { ok, summary } = await verifyDatabase(deps.knex);
-    if (cmd.tsa_cert === undefined && cmd.witness_dir === undefined) return { ok, summary };
+    const { ok, summary, tail } = await verifyDatabase(deps.knex, cmd.pubkeys, deps.config);
+    if (cmd.tsa_cert === undefined && cmd.witness_dir === undefined)
+      return { ok, summary, tail: tail ?? null };
     const anchors = await verifyDatabaseAnchors(deps.knex, {
       tsaCertPem: cmd.tsa_cert,
       witnessDir: cmd.witness_dir,
     });
-    return { ok: ok && anchors.ok, summary: `${summary}\n${describeAnchors(anchors)}` };
+    return { ok: ok && anchors.ok, summary: `${summary}\n${describeAnchors(anchors)}`, tail: tail ?? null };
   },
   'user.add': async (deps, cmd) => {
     const { command: _c, actor, ...opts } = cmd;

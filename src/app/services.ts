@@ -16,7 +16,7 @@ import { createUpstreamPins, type UpstreamPins } from '../connectors/mcp/pins.ts
 import { openDatabase, type Database } from '../db/knex.ts';
 import { sharedValue } from '../db/settings.ts';
 import { checkpointDeps } from '../audit/context.ts';
-import { createCheckpoint, type CheckpointDeps } from '../audit/checkpoints.ts';
+import { checkpointIfDue, type CheckpointDeps } from '../audit/checkpoints.ts';
 import { migrateLatest } from '../db/migrations.ts';
 import type { Faults } from '../core/faults.ts';
 import { withSpans, type Tracer } from '../core/tracing.ts';
@@ -396,11 +396,26 @@ async function startPeriodicWork(
     if (leadership.isLeader()) void maintain();
   }, config.approval.maintenance_interval_s * 1000);
   timer.unref();
-  // Signed checkpoints of the audit chain, periodically by the leader (and at every export).
-  const checkpointTimer = setInterval(() => {
-    if (!leadership.isLeader()) return;
-    createCheckpoint(deps.checkpoints).catch((err: unknown) => log.error({ err }, 'audit checkpoint failed'));
-  }, config.audit.checkpoint_interval_s * 1000);
+  // Signed checkpoints of the audit chain by the leader, as often as the cadence asks (and at every
+  // export). The timer ticks each second (at most) and looks whether one is due; after a failure it
+  // waits a whole interval, so a broken chain is reported once an interval, not every tick.
+  const cadence = { interval_s: config.audit.checkpoint_interval_s, rows: config.audit.checkpoint_rows };
+  let checkpointing = false;
+  let failedAt = 0;
+  const checkpointTimer = setInterval(
+    () => {
+      if (!leadership.isLeader() || checkpointing) return;
+      if (Date.now() - failedAt < cadence.interval_s * 1000) return;
+      checkpointing = true;
+      checkpointIfDue(deps.checkpoints, cadence)
+        .catch((err: unknown) => {
+          failedAt = Date.now();
+          log.error({ err }, 'audit checkpoint failed');
+        })
+        .finally(() => (checkpointing = false));
+    },
+    Math.min(1000, cadence.interval_s * 1000),
+  );
   checkpointTimer.unref();
   closers.push(async () => {
     clearInterval(timer);

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import { ChainHeadFromDb, GENESIS_HASH, type ChainHead } from './chain.ts';
+import { trustOf, type CheckpointRowDetails } from './chain-checkpoints.ts';
 import { AUDIT_LOCK_KEY, type AuditLog } from './log.ts';
 import { verifySignature, type Signer } from './signing.ts';
 import { ChainVerifier } from './verify.ts';
@@ -101,7 +102,12 @@ async function signHead(deps: CheckpointDeps, created: () => void): Promise<Chec
     if (prev && prev.seq === head.seq) return prev;
     if (prev && prev.seq > head.seq) throw chainBroken(`the log is shorter than checkpoint seq ${prev.seq}`);
 
-    const verifier = new ChainVerifier(prev ? { seq: prev.seq, hash: prev.head_hash } : undefined);
+    // The checkpoint rows among them must agree with the chain and be this log's own, signed by this
+    // key (or, for the row that records the previous checkpoint, by that one's: the key was rotated).
+    const verifier = new ChainVerifier(
+      prev ? { seq: prev.seq, hash: prev.head_hash } : undefined,
+      trustOf(prev ? [deps.signer.public_key, prev.public_key] : deps.signer.public_key, deps.origin),
+    );
     for (let after = prev?.seq ?? 0; ;) {
       const page: unknown[] = await trx('audit_events').where('seq', '>', after).orderBy('seq').limit(5000);
       for (const raw of page) {
@@ -129,11 +135,58 @@ async function signHead(deps: CheckpointDeps, created: () => void): Promise<Chec
     await trx('audit_checkpoints').insert(checkpoint);
     deps.guard?.signed(checkpoint);
     created();
-    await deps.audit.appendIn(trx, {
-      kind: 'checkpoint',
-      result: 'ok',
-      details: { checkpoint_seq: checkpoint.seq, head_hash: checkpoint.head_hash, key_id: checkpoint.key_id },
-    });
+    // The row records the signed statement and its signature, so the chain itself carries every
+    // checkpoint: a later rewrite of the rows it covers contradicts it (chain-checkpoints.ts).
+    const details: CheckpointRowDetails = {
+      checkpoint_seq: checkpoint.seq,
+      head_hash: checkpoint.head_hash,
+      key_id: checkpoint.key_id,
+      origin: checkpoint.origin,
+      ts: checkpoint.ts,
+      signature: checkpoint.signature,
+    };
+    await deps.audit.appendIn(trx, { kind: 'checkpoint', result: 'ok', details });
     return checkpoint;
   });
+}
+
+/** How often checkpoints are signed while rows are written: audit.checkpoint_interval_s and _rows. */
+export interface Cadence {
+  interval_s: number;
+  rows: number;
+}
+
+/**
+ * Signs a checkpoint when one is due: `cadence.rows` rows or more written since the last one (not
+ * counting the row that records it), or a row no checkpoint covers that is `cadence.interval_s` old.
+ * None while idle: the row that records the last checkpoint is not a reason for another. A few small
+ * reads on the leader's timer, nothing on the append path.
+ */
+export async function checkpointIfDue(
+  deps: CheckpointDeps,
+  cadence: Cadence,
+  now = Date.now(),
+): Promise<Checkpoint | undefined> {
+  const [head, prev] = await Promise.all([
+    deps.knex('audit_events').select('seq', 'kind').orderBy('seq', 'desc').first() as Promise<
+      { seq: number | string; kind: string } | undefined
+    >,
+    latestCheckpoint(deps.knex),
+  ]);
+  if (!head) return undefined;
+  const headSeq = Number(head.seq);
+  // The first row the last checkpoint does not cover, past the row that records it.
+  const firstSeq = prev ? prev.seq + 2 : 1;
+  if (prev && (headSeq <= prev.seq || (headSeq === prev.seq + 1 && head.kind === 'checkpoint'))) {
+    return undefined;
+  }
+  if (headSeq - firstSeq + 1 < cadence.rows) {
+    const first = (await deps
+      .knex('audit_events')
+      .where('seq', '>=', Math.min(firstSeq, headSeq))
+      .orderBy('seq')
+      .first('ts')) as { ts: Date } | undefined;
+    if (!first || now - first.ts.getTime() < cadence.interval_s * 1000) return undefined;
+  }
+  return createCheckpoint(deps);
 }

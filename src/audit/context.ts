@@ -1,16 +1,29 @@
 import { randomUUID } from 'node:crypto';
-import type { Knex } from 'knex';
 import fs from 'node:fs';
+import path from 'node:path';
+import type { Knex } from 'knex';
 import { configError, type Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { createAnchorer } from './anchors/index.ts';
 import { createSignedHeadGuard } from './signed-head.ts';
 import { sharedValue } from '../db/settings.ts';
-import { ChainHeadFromDb } from './chain.ts';
-import { listCheckpoints, checkpointSignatureValid, type CheckpointDeps } from './checkpoints.ts';
+import {
+  describeTail,
+  trustOf,
+  trustedIds,
+  unanchoredTail,
+  type CheckpointTrust,
+  type UnanchoredTail,
+} from './chain-checkpoints.ts';
+import {
+  listCheckpoints,
+  checkpointSignatureValid,
+  type Checkpoint,
+  type CheckpointDeps,
+} from './checkpoints.ts';
 import type { AuditLog } from './log.ts';
-import { loadSigner } from './signing.ts';
-import { verifyDatabaseChain } from './verify.ts';
+import { keyIdOf, loadSigner } from './signing.ts';
+import { ChainVerifier, verifyDatabaseChain, type ChainReport } from './verify.ts';
 
 /**
  * What checkpoints and exports need: the log's origin (one per database), this instance's signer, the
@@ -46,25 +59,110 @@ export async function checkpointDeps(
   };
 }
 
-/** Verifies the live table: the chain, and every checkpoint against the row it names and its signature. */
-export async function verifyDatabase(knex: Knex) {
-  const chain = await verifyDatabaseChain(knex);
-  const checkpoints = await listCheckpoints(knex);
+/** Names the checkpoint key and origin the cluster records (server_secrets), without creating them. */
+async function recorded(knex: Knex, name: string): Promise<string | undefined> {
+  const row = (await knex('server_secrets').where({ name }).first('value')) as { value: string } | undefined;
+  return row?.value;
+}
+
+/**
+ * The public half of the configured signing key, when its file exists (never generated here): the key
+ * to check with on a database no server has started on yet, so none recorded the cluster's key.
+ */
+function configuredPublicKey(config: Config): string | undefined {
+  const file = config.audit.signing_key_path ?? path.join(config.data_dir, 'audit-signing-key.pem');
+  return fs.existsSync(file) ? loadSigner(config.data_dir, file).public_key : undefined;
+}
+
+export interface DatabaseReport {
+  ok: boolean;
+  summary: string;
+  chain: ChainReport;
+  checkpoints: number;
+  /** The rows no signed checkpoint covers yet, when there are any. */
+  tail?: UnanchoredTail;
+}
+
+/**
+ * Verifies the live table: the chain; every checkpoint row in it against the chain before it (its
+ * recorded head, its signature by the log's key); and every stored checkpoint against the row it
+ * names, the key and the row that records it. The keys are `publicKeyPems` when given (several after a
+ * rotation), else the one the cluster recorded when its first replica started (else, with `config`,
+ * the configured key's). Reports the rows after the last signed checkpoint.
+ */
+export async function verifyDatabase(
+  knex: Knex,
+  publicKeyPems: readonly string[] = [],
+  config?: Config,
+): Promise<DatabaseReport> {
+  const key =
+    publicKeyPems.length > 0
+      ? publicKeyPems
+      : ((await recorded(knex, 'audit_signing_public_key')) ?? (config && configuredPublicKey(config)));
+  const origin = await recorded(knex, 'audit_origin');
+  const trust = key ? trustOf(key, origin) : undefined;
+  const stored = await listCheckpoints(knex);
+  const verifier = new ChainVerifier(undefined, trust);
+  // The stored checkpoints in seq order, met as the walk reaches the row each names and the row after.
+  const bySeq = new Map<number, Checkpoint[]>();
+  for (const cp of stored) bySeq.set(cp.seq, [...(bySeq.get(cp.seq) ?? []), cp]);
   let badCheckpoint: string | undefined;
-  for (const cp of checkpoints) {
-    const row = ChainHeadFromDb.optional().parse(
-      await knex('audit_events').where('seq', cp.seq).select('seq', 'hash').first(),
-    );
-    if (!checkpointSignatureValid(cp)) badCheckpoint ??= `checkpoint at seq ${cp.seq}: bad signature`;
-    else if (row?.hash !== cp.head_hash)
-      badCheckpoint ??= `checkpoint at seq ${cp.seq}: the row there is not the signed head`;
+  let anchored = 0;
+  const named = new Map<number, Checkpoint>();
+  const chain = await verifyDatabaseChain(knex, 5000, verifier, (row) => {
+    const recordedAt = named.get(row.seq - 1);
+    if (recordedAt && row.kind !== 'checkpoint') {
+      badCheckpoint ??= `checkpoint at seq ${recordedAt.seq}: row ${row.seq}, which recorded it in the chain, was replaced`;
+    }
+    named.delete(row.seq - 1);
+    for (const cp of bySeq.get(row.seq) ?? []) {
+      const problem = storedProblem(cp, row.hash, trust);
+      if (problem) badCheckpoint ??= `checkpoint at seq ${cp.seq}: ${problem}`;
+      else anchored = Math.max(anchored, cp.seq);
+      named.set(cp.seq, cp);
+    }
+  });
+  if (!chain.first_bad) {
+    // Rows deleted from the end: a stored checkpoint past the head, or one whose recording row is gone.
+    const beyond = stored.filter((cp) => cp.seq > chain.head_seq).sort((a, b) => a.seq - b.seq)[0];
+    const unrecorded = named.get(chain.head_seq);
+    if (beyond) {
+      badCheckpoint ??= `checkpoint at seq ${beyond.seq}: the chain ends at seq ${chain.head_seq} (rows were deleted)`;
+    } else if (unrecorded) {
+      badCheckpoint ??= `checkpoint at seq ${unrecorded.seq}: row ${unrecorded.seq + 1}, which recorded it in the chain, is missing (rows were deleted)`;
+    }
   }
+  if (!trust && stored.length + (verifier.checkpoints?.count ?? 0) > 0) {
+    badCheckpoint ??= 'no public key to check the checkpoints with: give --pubkey';
+  }
+  anchored = Math.max(anchored, verifier.checkpoints?.anchoredThrough ?? 0);
+  const tail = chain.first_bad ? undefined : unanchoredTail(anchored, chain.head_seq);
   const ok = !chain.first_bad && !badCheckpoint;
+  const inChain = verifier.checkpoints?.count ?? 0;
   const lines = [
-    `${chain.valid}/${chain.rows} rows valid; ${checkpoints.length} checkpoint${checkpoints.length === 1 ? '' : 's'} ${badCheckpoint ? 'NOT valid' : 'valid'}`,
+    `${chain.valid}/${chain.rows} rows valid; ${stored.length} checkpoint${stored.length === 1 ? '' : 's'} ` +
+      `${badCheckpoint ? 'NOT valid' : 'valid'}; ${inChain} recorded in the chain`,
   ];
   if (chain.first_bad)
     lines.push(`first bad (seq ${chain.first_bad.seq}): ${chain.first_bad.fault}: ${chain.first_bad.detail}`);
   if (badCheckpoint) lines.push(badCheckpoint);
-  return { ok, summary: lines.join('\n'), chain, checkpoints: checkpoints.length };
+  if (tail) lines.push(describeTail(tail));
+  return { ok, summary: lines.join('\n'), chain, checkpoints: stored.length, ...(tail ? { tail } : {}) };
+}
+
+/** What is wrong with a stored checkpoint, given the hash of the row it names; undefined when nothing. */
+function storedProblem(
+  cp: Checkpoint,
+  rowHash: string,
+  trust: CheckpointTrust | undefined,
+): string | undefined {
+  if (!trust) return undefined;
+  const key = trust.keys.get(cp.key_id);
+  if (key === undefined || keyIdOf(cp.public_key) !== cp.key_id) {
+    return `signed by key ${cp.key_id}, not the log's key ${trustedIds(trust)}`;
+  }
+  if (trust.origin !== undefined && cp.origin !== trust.origin) return `of another log (${cp.origin})`;
+  if (!checkpointSignatureValid(cp, key)) return 'bad signature';
+  if (rowHash !== cp.head_hash) return 'the row there is not the signed head';
+  return undefined;
 }

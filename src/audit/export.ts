@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import type { Writable } from 'node:stream';
+import type { Knex } from 'knex';
 import { stringify } from 'csv-stringify/sync';
 import type { AuditRow } from './chain.ts';
 import { createCheckpoint, type Checkpoint, type CheckpointDeps } from './checkpoints.ts';
@@ -28,10 +29,40 @@ export interface Manifest {
   /** SHA-256 over each exported row's `hash` followed by a newline, in order. */
   rows_sha256: string;
   checkpoint: Checkpoint;
+  /**
+   * The last `checkpoint` row at or before the checkpoint's head — its seq, prev_hash and details (the
+   * signed statement it records) — or null when there is none. A filtered export may leave that row
+   * out; with this the verifier still knows which exported rows follow the last checkpoint.
+   * Absent from manifests written before it was added.
+   */
+  chain_checkpoint?: ChainCheckpoint | null;
   key_id: string;
   public_key: string;
   /** Ed25519 over the canonical JSON of every other field of the manifest. */
   signature: string;
+}
+
+export interface ChainCheckpoint {
+  seq: number;
+  prev_hash: string;
+  details: Record<string, unknown>;
+}
+
+/** The last checkpoint row at or before `seq`. */
+async function lastChainCheckpoint(knex: Knex, seq: number): Promise<ChainCheckpoint | null> {
+  const row = (await knex('audit_events')
+    .where('kind', 'checkpoint')
+    .andWhere('seq', '<=', seq)
+    .orderBy('seq', 'desc')
+    .first('seq', 'prev_hash', 'details')) as
+    { seq: number; prev_hash: string; details: unknown } | undefined;
+  if (!row) return null;
+  // jsonb comes back parsed (pg) or as text (some PGlite paths).
+  const details = (typeof row.details === 'string' ? JSON.parse(row.details) : row.details) as Record<
+    string,
+    unknown
+  >;
+  return { seq: Number(row.seq), prev_hash: row.prev_hash, details };
 }
 
 /** An empty log has nothing to export: the state of the log, not the request, is at fault. */
@@ -105,6 +136,7 @@ export async function exportAudit(
     last_hash: last?.hash ?? null,
     rows_sha256: digest.digest('hex'),
     checkpoint,
+    chain_checkpoint: await lastChainCheckpoint(deps.knex, checkpoint.seq),
     key_id: deps.signer.key_id,
     public_key: deps.signer.public_key,
   };

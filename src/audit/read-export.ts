@@ -26,6 +26,8 @@ export interface RowFacts {
    * (a field added, removed, renamed or re-ordered, a number or white space reformatted): tampering too.
    */
   notCanonical?: true;
+  /** For a `checkpoint` row whose hash holds: its details, what it records of the checkpoint. */
+  checkpoint?: { details: unknown };
 }
 
 /** One line of an export: a row's facts, or why it is not a row. */
@@ -53,6 +55,7 @@ function factsOf(line: number, row: ExportedRow, canonical: (row: AuditRow) => b
   const facts: RowFacts = { line, seq: row.seq, prev_hash: row.prev_hash, hash: row.hash, hashValid };
   // With a valid hash every hashed field is present and as stored, so the row can be written again.
   if (hashValid && !canonical(row as unknown as AuditRow)) facts.notCanonical = true;
+  if (hashValid && row.kind === 'checkpoint') facts.checkpoint = { details: row.details };
   return { line, facts };
 }
 
@@ -61,6 +64,7 @@ const TAIL_MID = Buffer.from('","hash":"');
 const TAIL_CLOSE = Buffer.from('"}');
 const CLOSE_BRACE = Buffer.from('}');
 const SEQ_KEY = Buffer.from('"seq":');
+const CHECKPOINT_KIND = Buffer.from('"kind":"checkpoint"');
 
 function isLowerHex(buf: Buffer, from: number, to: number): boolean {
   for (let i = from; i < to; i++) {
@@ -80,6 +84,9 @@ function isLowerHex(buf: Buffer, from: number, to: number): boolean {
 function canonicalLine(line: number, buf: Buffer, from: number, to: number): Item | undefined {
   const n = to - JSONL_TAIL_BYTES;
   if (n - from < 2) return undefined;
+  // A checkpoint row (or any line that may be one) is parsed: its details are checked too.
+  const kind = buf.indexOf(CHECKPOINT_KIND, from);
+  if (kind !== -1 && kind < n) return undefined;
   if (
     TAIL_OPEN.compare(buf, n, n + 14) !== 0 ||
     TAIL_MID.compare(buf, n + 78, n + 88) !== 0 ||

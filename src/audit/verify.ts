@@ -1,8 +1,13 @@
 import type { Knex } from 'knex';
 import { AuditRowFromDb, chainHash, GENESIS_HASH, type AuditRow } from './chain.ts';
+import { CheckpointRows, type CheckpointTrust } from './chain-checkpoints.ts';
 
-/** malformed: a stored row that is not an audit row at all (a value no append writes). */
-export type ChainFault = 'hash_mismatch' | 'prev_hash_mismatch' | 'gap' | 'reordered' | 'malformed';
+/**
+ * malformed: a stored row that is not an audit row at all (a value no append writes). checkpoint: a
+ * `checkpoint` row that contradicts the chain before it or the log's key (see chain-checkpoints.ts).
+ */
+export type ChainFault =
+  'hash_mismatch' | 'prev_hash_mismatch' | 'gap' | 'reordered' | 'malformed' | 'checkpoint';
 
 export interface ChainReport {
   rows: number;
@@ -15,17 +20,22 @@ export interface ChainReport {
 /** Where a row that does not parse sits, for its report. */
 const StoredSeq = AuditRowFromDb.pick({ seq: true });
 
-/** Checks rows in order, stopping at the first one that breaks the chain. */
+/**
+ * Checks rows in order, stopping at the first one that breaks the chain. Given the log's key, it also
+ * checks every `checkpoint` row against the chain before it (`checkpoints`).
+ */
 export class ChainVerifier {
   private prevHash = GENESIS_HASH;
   private prevSeq = 0;
   readonly report: ChainReport = { rows: 0, valid: 0, head_seq: 0, head_hash: GENESIS_HASH };
+  readonly checkpoints: CheckpointRows | undefined;
 
-  constructor(start?: { seq: number; hash: string }) {
+  constructor(start?: { seq: number; hash: string }, trust?: CheckpointTrust) {
     if (start) {
       this.prevSeq = start.seq;
       this.prevHash = start.hash;
     }
+    if (trust) this.checkpoints = new CheckpointRows(trust);
   }
 
   /** Returns false once a fault has been found. */
@@ -77,18 +87,32 @@ export class ChainVerifier {
     if (chainHash(row.prev_hash, row) !== row.hash) {
       return { fault: 'hash_mismatch', detail: 'row content does not match its hash' };
     }
+    if (row.kind === 'checkpoint' && this.checkpoints && !this.checkpoints.push(row)) {
+      return { fault: 'checkpoint', detail: this.checkpoints.first_bad!.detail };
+    }
     return undefined;
   }
 }
 
-/** Verifies the live table in pages of `pageSize` rows. */
-export async function verifyDatabaseChain(knex: Knex, pageSize = 5000): Promise<ChainReport> {
-  const verifier = new ChainVerifier();
+/**
+ * Verifies the live table in pages of `pageSize` rows; with the log's key, its checkpoint rows too
+ * (`verifier.checkpoints` then tells how far the chain is anchored).
+ */
+export async function verifyDatabaseChain(
+  knex: Knex,
+  pageSize = 5000,
+  verifier = new ChainVerifier(),
+  onRow?: (row: { seq: number; hash: string; kind: unknown }) => void,
+): Promise<ChainReport> {
   let after = 0;
   for (;;) {
-    const page = await knex('audit_events').where('seq', '>', after).orderBy('seq').limit(pageSize);
+    const page: { seq: number; hash: string; kind: unknown }[] = await knex('audit_events')
+      .where('seq', '>', after)
+      .orderBy('seq')
+      .limit(pageSize);
     for (const raw of page) {
       if (!verifier.pushStored(raw)) return verifier.report;
+      onRow?.(raw);
     }
     if (page.length < pageSize) return verifier.report;
     after = Number(page.at(-1)!.seq);
