@@ -84,10 +84,22 @@ function foreignSigner(dir: string): Signer {
   return loadSigner(dir, file);
 }
 
-async function exportTo(server: TestServer, name: string, filter: Record<string, string> = {}) {
+/**
+ * An export of the live table, signed by the server's checkpoint deps; `insider`: as someone holding the
+ * key file would sign it, without the server's own record of the last head it signed.
+ */
+async function exportTo(
+  server: TestServer,
+  name: string,
+  filter: Record<string, string> = {},
+  opts: { insider?: boolean } = {},
+) {
   const file = path.join(server.db.dataDir, name);
   const out = fs.createWriteStream(file);
-  const manifest = await exportAudit(server.services.checkpoints, {
+  const deps = opts.insider
+    ? { ...server.services.checkpoints, guard: undefined }
+    : server.services.checkpoints;
+  const manifest = await exportAudit(deps, {
     format: 'jsonl',
     filter,
     out,
@@ -156,9 +168,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('refuses to sign an export of the rewritten chain', async () => {
-      await assert.rejects(exportTo(server, 'refused.jsonl'), (err) =>
-        isAppError(err, 'TAMPERED', 'chain_broken'),
-      );
+      await assert.rejects(exportTo(server, 'refused.jsonl'), (err) => isAppError(err, 'TAMPERED'));
     });
 
     it('fails the offline verification of an export signed anyway with the real key, naming the seq', async () => {
@@ -166,7 +176,7 @@ for (const kind of databaseKinds()) {
       const signer = loadSigner(server.db.dataDir);
       assert.equal(signer.key_id, server.services.checkpoints.signer.key_id);
       await signHeadWith(server.services.knex, signer, server.services.checkpoints.origin);
-      const { file, manifest } = await exportTo(server, 'forged.jsonl');
+      const { file, manifest } = await exportTo(server, 'forged.jsonl', {}, { insider: true });
       const report = await verifyExport(file, manifest, signer.public_key);
       assert.equal(report.ok, false);
       assert.equal(report.signature, 'valid');
