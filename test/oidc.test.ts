@@ -13,14 +13,12 @@ import { WebClient } from './helpers/browser-less.ts';
 import { databaseKinds } from './helpers/db.ts';
 import {
   CLIENT_ID,
-  CLIENT_SECRET,
   freePort,
   startOpenIdProvider,
   type OpenIdProvider,
 } from './helpers/openid-provider.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-
-const CALLBACK = '/login/oidc/callback';
+import { CALLBACK, oidcEnv, reachCallbackAt, signInAt, type FlowOptions } from './helpers/oidc-flow.ts';
 
 /** The provider's people: account id (their subject) → claims. */
 const PEOPLE = {
@@ -40,17 +38,6 @@ const PEOPLE = {
   'sub-tess': { preferred_username: 'tess', groups: ['cs-chairs'] },
   'sub-ravi': { preferred_username: 'ravi', groups: ['cs-chairs'] },
 };
-
-/** The web UI's configuration for a provider, as an operator would set it through the environment. */
-const oidcEnv = (issuer: string, port: number) => ({
-  COUNTERSIGN_PORT: String(port),
-  COUNTERSIGN_OIDC_ISSUER: issuer,
-  COUNTERSIGN_OIDC_CLIENT_ID: CLIENT_ID,
-  COUNTERSIGN_OIDC_CLIENT_SECRET: CLIENT_SECRET,
-  COUNTERSIGN_OIDC_SCOPES: 'openid,email,profile,groups',
-  COUNTERSIGN_OIDC_LABEL: 'Example ID',
-  COUNTERSIGN_OIDC_ROLES: 'cs-chairs=chair,cs-audit=compliance',
-});
 
 /** jsonb comes back parsed (pg) or as text (PGlite). */
 const rolesOf = (raw: unknown): unknown => (typeof raw === 'string' ? JSON.parse(raw) : raw);
@@ -79,54 +66,6 @@ async function auditRowsSince(server: TestServer, seq: number, kinds: string[]):
 
 const auditHead = async (server: TestServer) =>
   Number((await server.services.knex('audit_events').max({ s: 'seq' }).first())?.s);
-
-/** `alter` may change the authorization request on its way out, `forge` the answer on its way back. */
-interface FlowOptions {
-  next?: string;
-  alter?: (url: URL) => void;
-  forge?: (url: URL) => void;
-}
-
-/**
- * A sign-in driven with fetch, as a browser without JavaScript would, up to the provider's answer (not yet
- * delivered): the start, then the provider's redirects and interaction, signed in as `account` (or denied
- * when none is given), each side with its own cookies.
- */
-async function reachCallbackAt(
-  server: TestServer,
-  idp: OpenIdProvider,
-  account: string | undefined,
-  opts: FlowOptions = {},
-) {
-  const web = new WebClient(server.url);
-  const start = await web.get(`/login/oidc${opts.next ? `?next=${encodeURIComponent(opts.next)}` : ''}`);
-  assert.equal(start.res.status, 303, start.html);
-  const attemptCookie = start.setCookies.find((c) => c.startsWith('cs_oidc='))!;
-  let at = new URL(start.res.headers.get('location')!);
-  opts.alter?.(at);
-  const browser = new WebClient(idp.issuer);
-  if (account) idp.signInAs(account);
-  for (let hops = 0; at.origin === idp.issuer; hops++) {
-    assert.ok(hops < 10, 'the provider sends the browser back');
-    const step = await browser.get(at.href);
-    assert.equal(step.res.status, 303, step.html);
-    at = new URL(step.res.headers.get('location')!, at);
-  }
-  opts.forge?.(at);
-  return { web, start, attemptCookie, callback: at };
-}
-
-/** A whole sign-in: reachCallbackAt, then the answer delivered to the server. */
-async function signInAt(
-  server: TestServer,
-  idp: OpenIdProvider,
-  account: string | undefined,
-  opts: FlowOptions = {},
-) {
-  const reached = await reachCallbackAt(server, idp, account, opts);
-  const done = await reached.web.get(reached.callback.pathname + reached.callback.search);
-  return { ...reached, done };
-}
 
 for (const kind of databaseKinds()) {
   describe(`single sign-on for the web UI on ${kind}`, () => {
