@@ -11,12 +11,7 @@ import { isAppError } from '../src/core/errors.ts';
 import { launchChromium, withoutChromium } from './helpers/chromium.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { databaseKinds } from './helpers/db.ts';
-import {
-  CLIENT_ID,
-  freePort,
-  startOpenIdProvider,
-  type OpenIdProvider,
-} from './helpers/openid-provider.ts';
+import { CLIENT_ID, freePort, startOpenIdProvider, type OpenIdProvider } from './helpers/openid-provider.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 import { CALLBACK, oidcEnv, reachCallbackAt, signInAt, type FlowOptions } from './helpers/oidc-flow.ts';
 
@@ -28,13 +23,19 @@ const PEOPLE = {
     email_verified: true,
     groups: ['cs-chairs'],
   },
-  'sub-ines': { preferred_username: 'ines', email: 'ines@example.com', groups: ['cs-audit', 'staff'] },
+  'sub-ines': {
+    preferred_username: 'ines',
+    email: 'ines@example.com',
+    email_verified: true,
+    groups: ['cs-audit', 'staff'],
+  },
   'sub-noah': { preferred_username: 'noah', groups: ['staff'] },
   'sub-rosa': { preferred_username: 'rosa', groups: ['cs-chairs'] },
   'sub-lena': { preferred_username: 'lena', groups: ['cs-chairs'] },
   'sub-dora': { preferred_username: 'dora', groups: ['cs-chairs'] },
   'sub-gil': { email: 'gil@example.com', email_verified: true, groups: ['cs-chairs', 'cs-audit'] },
   'sub-vera': { email: 'vera@example.com', email_verified: false, groups: ['cs-chairs'] },
+  'sub-kim': { email: 'kim@example.com', groups: ['cs-chairs'] },
   'sub-tess': { preferred_username: 'tess', groups: ['cs-chairs'] },
   'sub-ravi': { preferred_username: 'ravi', groups: ['cs-chairs'] },
 };
@@ -214,13 +215,16 @@ for (const kind of databaseKinds()) {
       assert.equal((await rosa.web.get('/audit')).res.status, 403);
     });
 
-    it('names a person without preferred_username by their e-mail address, recorded unless unverified', async () => {
+    it('names a person without preferred_username by their e-mail address, recorded only when verified', async () => {
       assert.equal((await signIn('sub-gil')).done.res.status, 200);
       const gil = (await userRow('gil@example.com')) as Record<string, unknown>;
       assert.deepEqual([gil.email, rolesOf(gil.roles)], ['gil@example.com', ['chair', 'compliance']]);
       assert.equal((await signIn('sub-vera')).done.res.status, 200);
       const vera = (await userRow('vera@example.com')) as Record<string, unknown>;
       assert.equal(vera.email, null, 'the provider says the address is not verified');
+      assert.equal((await signIn('sub-kim')).done.res.status, 200);
+      const kim = (await userRow('kim@example.com')) as Record<string, unknown>;
+      assert.equal(kim.email, null, 'the provider does not say the address is verified');
     });
 
     it('brings roles in line with the claims at each sign-in, as user.role_changed by the provider', async () => {
@@ -552,8 +556,16 @@ describe('single sign-on claim mapping', () => {
       subject: 'f3a1',
       name: 'ada@example.com',
       roles: ['chair', 'compliance', 'admin'],
-      email: 'ada@example.com',
+      // No email_verified: the address is claimed, not verified.
+      email: undefined,
+      claimed_email: 'ada@example.com',
     });
+    const verified = identityOf(config, { sub: 'f3a1', email: 'ada@example.com', email_verified: true });
+    assert.deepEqual([verified.email, verified.claimed_email], ['ada@example.com', 'ada@example.com']);
+    for (const email_verified of [false, 'true', 1]) {
+      const unsure = identityOf(config, { sub: 'f3a1', email: 'ada@example.com', email_verified });
+      assert.equal(unsure.email, undefined, `email_verified: ${JSON.stringify(email_verified)}`);
+    }
   });
 
   it('prefers a claim named with dots over the path, takes a single string, and maps nothing else', () => {
