@@ -168,7 +168,12 @@ for (const kind of databaseKinds()) {
       const [row, ...more] = await rowsSince(since, ['user.linked']);
       assert.equal(more.length, 0);
       assert.match(row!.actor!, /^cli:.+@.+/);
-      assert.deepEqual(detailsOf(row!), { user: 'otto', issuer: idp.issuer, subject: 'sub-otto', via: 'cli' });
+      assert.deepEqual(detailsOf(row!), {
+        user: 'otto',
+        issuer: idp.issuer,
+        subject: 'sub-otto',
+        via: 'cli',
+      });
 
       const again = await runCli(['user', 'link', 'otto', '--subject', 'sub-otto'], server.env);
       assert.equal(again.code, 0, 'linking it again changes nothing');
