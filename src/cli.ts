@@ -54,6 +54,7 @@ const NEEDS_EXISTING = new Set<AdminCommand['command']>([
   'user.set_email',
   'user.reset_password',
   'user.disable',
+  'user.link',
   'agent.revoke',
   'audit.export',
   'audit.verify_db',
@@ -347,9 +348,11 @@ function program(): Command {
   addDbCommands(cli.command('db').description('move the database: copy the embedded one into PostgreSQL'));
   addAgentCommands(cli.command('agent').description('manage agents (MCP clients)'));
   addAuditCommands(cli.command('audit').description('export and verify the audit log'));
-  addUserCommands(
-    cli.command('user').description('manage people: chairs decide, compliance reviews, admins administer'),
-  );
+  const user = cli
+    .command('user')
+    .description('manage people: chairs decide, compliance reviews, admins administer');
+  addUserCommands(user);
+  addUserLinkCommand(user);
   addApprovalCommands(
     cli
       .command('approvals')
@@ -418,7 +421,7 @@ function addAgentCommands(agent: Command): void {
     .command('add')
     .argument('<name>')
     .option('--profile <profile>', 'tool profile (an installed one)', profile, 'all')
-    .option('--owner <user>', 'the user who owns this agent (may not approve its requests)')
+    .option('--owner <user>', 'an existing user who owns this agent (may not decide its requests)')
     .option('--rate-limit <n>', 'calls per minute (default: policy.rate_limit_per_min)', positiveInt)
     .description('create an agent; its token is printed once, alone on the last line')
     .action(async (name: string, opts: { profile: string; owner?: string; rateLimit?: number }) => {
@@ -440,19 +443,23 @@ function addAgentCommands(agent: Command): void {
     .argument('<name>')
     .option('--profile <profile>', 'another tool profile (an installed one)', profile)
     .option('--rate-limit <n>', 'calls per minute, or "default"', positiveIntOrDefault)
-    .description("change an agent's profile or rate limit")
-    .action(async (name: string, opts: { profile?: string; rateLimit?: number | 'default' }) => {
-      if (opts.profile === undefined && opts.rateLimit === undefined)
-        throw usageError('agent set: give --profile or --rate-limit');
-      await runData(config(), {
-        command: 'agent.set',
-        actor: cliActor(),
-        name,
-        profile: opts.profile,
-        rate_limit_per_min: opts.rateLimit === 'default' ? null : opts.rateLimit,
-      });
-      out(`agent "${name}" updated`);
-    });
+    .option('--owner <user>', 'an existing user who owns this agent, or "none"')
+    .description("change an agent's profile, rate limit or owner")
+    .action(
+      async (name: string, opts: { profile?: string; rateLimit?: number | 'default'; owner?: string }) => {
+        if (opts.profile === undefined && opts.rateLimit === undefined && opts.owner === undefined)
+          throw usageError('agent set: give --profile, --rate-limit or --owner');
+        await runData(config(), {
+          command: 'agent.set',
+          actor: cliActor(),
+          name,
+          profile: opts.profile,
+          rate_limit_per_min: opts.rateLimit === 'default' ? null : opts.rateLimit,
+          owner: opts.owner === 'none' ? null : opts.owner,
+        });
+        out(`agent "${name}" updated`);
+      },
+    );
   agent
     .command('list')
     .description('list agents')
@@ -460,8 +467,9 @@ function addAgentCommands(agent: Command): void {
       const { agents } = await runData(config(), { command: 'agent.list' });
       if (agents.length === 0) out('no agents');
       for (const a of agents) {
+        const owner = a.owner ?? (a.owner_unresolved === null ? '-' : `${a.owner_unresolved}(names no user)`);
         out(
-          `${a.name}\t${a.id}\tprofile=${a.profile}\t${a.revoked_at ? `revoked ${a.revoked_at}` : 'active'}`,
+          `${a.name}\t${a.id}\tprofile=${a.profile}\towner=${owner}\t${a.revoked_at ? `revoked ${a.revoked_at}` : 'active'}`,
         );
       }
     });
@@ -700,6 +708,33 @@ function addUserCommands(user: Command): void {
     .action(async (name: string) => {
       await runData(config(), { command: 'user.disable', name, actor: cliActor() });
       out(`user "${name}" disabled`);
+    });
+}
+
+/** `user link`: a single sign-on identity signs in as an existing user from then on. */
+function addUserLinkCommand(user: Command): void {
+  user
+    .command('link')
+    .argument('<name>', 'an existing user')
+    .requiredOption('--subject <sub>', "the person's subject (sub) at the single sign-on provider")
+    .option('--issuer <url>', 'the provider (default: web.oidc.issuer)')
+    .description(
+      'link a single sign-on identity to an existing user: it signs in as that user from then on (audited)',
+    )
+    .action(async (name: string, opts: { subject: string; issuer?: string }) => {
+      const result = await runData(config(), {
+        command: 'user.link',
+        name,
+        subject: opts.subject,
+        issuer: opts.issuer,
+        actor: cliActor(),
+      });
+      const what = `${result.issuer} subject ${result.subject}`;
+      out(
+        result.unchanged
+          ? `user "${result.user}" is already linked to ${what}`
+          : `user "${result.user}" linked to ${what}`,
+      );
     });
 }
 

@@ -10,6 +10,7 @@ import {
   tallyAll,
   tallyDifferences,
 } from '../src/admin/db-copy.ts';
+import { createAgent } from '../src/accounts/agents.ts';
 import { startHttpServer } from '../src/app/serve-http.ts';
 import { loadConfig } from '../src/config.ts';
 import { openDatabase, toCount, type Database } from '../src/db/knex.ts';
@@ -146,6 +147,8 @@ describeOnPostgres('db copy from PGlite to PostgreSQL', () => {
     chair = server.services.firstRun!.chair!;
     // As the CLI does once it has printed the banner; else the next start, on the copy, would renew them.
     await server.services.firstRun!.markShown();
+    // An agent with an owner: agents.owner_id points at a user, who must be copied first.
+    await createAgent(server.services.knex, { name: 'owned-bot', owner: chair.name });
     const client = await connectHttp(server.url, token);
     const draft = await call(client, 'isphere_send_message', args);
     requestId = draft.approval.approval_request_id;

@@ -11,16 +11,9 @@ import { isAppError } from '../src/core/errors.ts';
 import { launchChromium, withoutChromium } from './helpers/chromium.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { databaseKinds } from './helpers/db.ts';
-import {
-  CLIENT_ID,
-  CLIENT_SECRET,
-  freePort,
-  startOpenIdProvider,
-  type OpenIdProvider,
-} from './helpers/openid-provider.ts';
+import { CLIENT_ID, freePort, startOpenIdProvider, type OpenIdProvider } from './helpers/openid-provider.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
-
-const CALLBACK = '/login/oidc/callback';
+import { CALLBACK, oidcEnv, reachCallbackAt, signInAt, type FlowOptions } from './helpers/oidc-flow.ts';
 
 /** The provider's people: account id (their subject) → claims. */
 const PEOPLE = {
@@ -30,27 +23,22 @@ const PEOPLE = {
     email_verified: true,
     groups: ['cs-chairs'],
   },
-  'sub-ines': { preferred_username: 'ines', email: 'ines@example.com', groups: ['cs-audit', 'staff'] },
+  'sub-ines': {
+    preferred_username: 'ines',
+    email: 'ines@example.com',
+    email_verified: true,
+    groups: ['cs-audit', 'staff'],
+  },
   'sub-noah': { preferred_username: 'noah', groups: ['staff'] },
   'sub-rosa': { preferred_username: 'rosa', groups: ['cs-chairs'] },
   'sub-lena': { preferred_username: 'lena', groups: ['cs-chairs'] },
   'sub-dora': { preferred_username: 'dora', groups: ['cs-chairs'] },
   'sub-gil': { email: 'gil@example.com', email_verified: true, groups: ['cs-chairs', 'cs-audit'] },
   'sub-vera': { email: 'vera@example.com', email_verified: false, groups: ['cs-chairs'] },
+  'sub-kim': { email: 'kim@example.com', groups: ['cs-chairs'] },
   'sub-tess': { preferred_username: 'tess', groups: ['cs-chairs'] },
   'sub-ravi': { preferred_username: 'ravi', groups: ['cs-chairs'] },
 };
-
-/** The web UI's configuration for a provider, as an operator would set it through the environment. */
-const oidcEnv = (issuer: string, port: number) => ({
-  COUNTERSIGN_PORT: String(port),
-  COUNTERSIGN_OIDC_ISSUER: issuer,
-  COUNTERSIGN_OIDC_CLIENT_ID: CLIENT_ID,
-  COUNTERSIGN_OIDC_CLIENT_SECRET: CLIENT_SECRET,
-  COUNTERSIGN_OIDC_SCOPES: 'openid,email,profile,groups',
-  COUNTERSIGN_OIDC_LABEL: 'Example ID',
-  COUNTERSIGN_OIDC_ROLES: 'cs-chairs=chair,cs-audit=compliance',
-});
 
 /** jsonb comes back parsed (pg) or as text (PGlite). */
 const rolesOf = (raw: unknown): unknown => (typeof raw === 'string' ? JSON.parse(raw) : raw);
@@ -79,54 +67,6 @@ async function auditRowsSince(server: TestServer, seq: number, kinds: string[]):
 
 const auditHead = async (server: TestServer) =>
   Number((await server.services.knex('audit_events').max({ s: 'seq' }).first())?.s);
-
-/** `alter` may change the authorization request on its way out, `forge` the answer on its way back. */
-interface FlowOptions {
-  next?: string;
-  alter?: (url: URL) => void;
-  forge?: (url: URL) => void;
-}
-
-/**
- * A sign-in driven with fetch, as a browser without JavaScript would, up to the provider's answer (not yet
- * delivered): the start, then the provider's redirects and interaction, signed in as `account` (or denied
- * when none is given), each side with its own cookies.
- */
-async function reachCallbackAt(
-  server: TestServer,
-  idp: OpenIdProvider,
-  account: string | undefined,
-  opts: FlowOptions = {},
-) {
-  const web = new WebClient(server.url);
-  const start = await web.get(`/login/oidc${opts.next ? `?next=${encodeURIComponent(opts.next)}` : ''}`);
-  assert.equal(start.res.status, 303, start.html);
-  const attemptCookie = start.setCookies.find((c) => c.startsWith('cs_oidc='))!;
-  let at = new URL(start.res.headers.get('location')!);
-  opts.alter?.(at);
-  const browser = new WebClient(idp.issuer);
-  if (account) idp.signInAs(account);
-  for (let hops = 0; at.origin === idp.issuer; hops++) {
-    assert.ok(hops < 10, 'the provider sends the browser back');
-    const step = await browser.get(at.href);
-    assert.equal(step.res.status, 303, step.html);
-    at = new URL(step.res.headers.get('location')!, at);
-  }
-  opts.forge?.(at);
-  return { web, start, attemptCookie, callback: at };
-}
-
-/** A whole sign-in: reachCallbackAt, then the answer delivered to the server. */
-async function signInAt(
-  server: TestServer,
-  idp: OpenIdProvider,
-  account: string | undefined,
-  opts: FlowOptions = {},
-) {
-  const reached = await reachCallbackAt(server, idp, account, opts);
-  const done = await reached.web.get(reached.callback.pathname + reached.callback.search);
-  return { ...reached, done };
-}
 
 for (const kind of databaseKinds()) {
   describe(`single sign-on for the web UI on ${kind}`, () => {
@@ -275,13 +215,16 @@ for (const kind of databaseKinds()) {
       assert.equal((await rosa.web.get('/audit')).res.status, 403);
     });
 
-    it('names a person without preferred_username by their e-mail address, recorded unless unverified', async () => {
+    it('names a person without preferred_username by their e-mail address, recorded only when verified', async () => {
       assert.equal((await signIn('sub-gil')).done.res.status, 200);
       const gil = (await userRow('gil@example.com')) as Record<string, unknown>;
       assert.deepEqual([gil.email, rolesOf(gil.roles)], ['gil@example.com', ['chair', 'compliance']]);
       assert.equal((await signIn('sub-vera')).done.res.status, 200);
       const vera = (await userRow('vera@example.com')) as Record<string, unknown>;
       assert.equal(vera.email, null, 'the provider says the address is not verified');
+      assert.equal((await signIn('sub-kim')).done.res.status, 200);
+      const kim = (await userRow('kim@example.com')) as Record<string, unknown>;
+      assert.equal(kim.email, null, 'the provider does not say the address is verified');
     });
 
     it('brings roles in line with the claims at each sign-in, as user.role_changed by the provider', async () => {
@@ -613,8 +556,16 @@ describe('single sign-on claim mapping', () => {
       subject: 'f3a1',
       name: 'ada@example.com',
       roles: ['chair', 'compliance', 'admin'],
-      email: 'ada@example.com',
+      // No email_verified: the address is claimed, not verified.
+      email: undefined,
+      claimed_email: 'ada@example.com',
     });
+    const verified = identityOf(config, { sub: 'f3a1', email: 'ada@example.com', email_verified: true });
+    assert.deepEqual([verified.email, verified.claimed_email], ['ada@example.com', 'ada@example.com']);
+    for (const email_verified of [false, 'true', 1]) {
+      const unsure = identityOf(config, { sub: 'f3a1', email: 'ada@example.com', email_verified });
+      assert.equal(unsure.email, undefined, `email_verified: ${JSON.stringify(email_verified)}`);
+    }
   });
 
   it('prefers a claim named with dots over the path, takes a single string, and maps nothing else', () => {

@@ -111,7 +111,8 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_SLACK_SIGNING_SECRET: SIGNING_SECRET,
         COUNTERSIGN_SLACK_CHANNEL: CHANNEL,
         COUNTERSIGN_SLACK_API_BASE_URL: slack.apiBase,
-        COUNTERSIGN_SLACK_USERS: 'UADA=ada,UOLGA=olga,UCY=cy',
+        // UOLGAX names olga in other letters: the same person.
+        COUNTERSIGN_SLACK_USERS: 'UADA=ada,UOLGA=olga,UOLGAX=Olga,UCY=cy',
         COUNTERSIGN_NOTIFY_POLL_MS: '100',
         COUNTERSIGN_NOTIFY_BACKOFF_MS: '50',
         COUNTERSIGN_NOTIFY_BACKOFF_MAX_MS: '200',
@@ -311,6 +312,18 @@ for (const kind of databaseKinds()) {
       assert.ok(row);
       assert.equal(row.actor, 'olga');
       assert.equal(row.error_code, 'PERMISSION_DENIED');
+      // A mapping that spells her name in capitals is still olga, still the owner.
+      const again = click('UOLGAX', 'approve', `${id}:${sha256}`);
+      assert.equal((await post(signed(again.payload))).status, 200);
+      await answersTo(again.n);
+      const both = (await refusals('owner_of_agent')).filter((r) => r.approval_request_id === id);
+      assert.deepEqual(
+        both.map((r) => [r.actor, detailsOf(r).slack_user]),
+        [
+          ['olga', 'UOLGA'],
+          ['olga', 'UOLGAX'],
+        ],
+      );
       const request = await server.services.knex('approval_requests').where({ id }).first();
       assert.equal(request.status, 'pending');
       const decided = await server.services.knex('approval_decisions').where({ approval_request_id: id });

@@ -242,11 +242,13 @@ for (const kind of databaseKinds()) {
       assert.equal(await initializeStatus(server, token), 200);
       const created = (await rows('agent.created')).at(-1)!;
       assert.equal(created.actor, 'root');
+      const ada = (await server.services.knex('users').where({ name: 'ada' }).first()) as { id: string };
       assert.deepEqual(created.details, {
         agent: 'helper',
         agent_name: 'helper',
         profile: 'all',
         owner: 'ada',
+        owner_id: ada.id,
         rate_limit_per_min: 30,
       });
 

@@ -14,17 +14,32 @@ export const hashToken = (token: string) => hash('sha256', token, 'hex');
 
 export type AuthFailure = 'missing_token' | 'unknown_token' | 'revoked_token';
 
+/**
+ * The user an agent's owner names, ignoring case as user names are unique so; an owner must be a user who
+ * exists (NOT_FOUND, unknown_owner), so that the owner rule has a person to hold to.
+ */
+export async function ownerNamed(knex: Knex, name: string): Promise<{ id: string; name: string }> {
+  const row = (await knex('users')
+    .select('id', 'name')
+    .whereRaw('lower(name) = lower(?)', [name])
+    .first()) as { id: string; name: string } | undefined;
+  if (!row) throw new AppError('NOT_FOUND', `no user named "${name}" to own the agent`, 'unknown_owner');
+  return row;
+}
+
+/** Creates an agent; `owner` names an existing user (ignoring case), recorded by id. */
 export async function createAgent(
   knex: Knex,
   opts: { name: string; profile?: string; owner?: string | null; rate_limit_per_min?: number | null },
-): Promise<{ agent: Agent; token: string }> {
+): Promise<{ agent: Agent; token: string; owner: string | null }> {
   const name = AgentName.parse(opts.name);
+  const owner = opts.owner ? await ownerNamed(knex, opts.owner) : undefined;
   const token = newToken();
   const agent: Agent = {
     id: randomUUID(),
     name,
     profile: opts.profile ?? 'all',
-    owner: opts.owner ?? null,
+    owner_id: owner?.id ?? null,
     rate_limit_per_min: opts.rate_limit_per_min ?? null,
   };
   const inserted = await knex('agents')
@@ -34,19 +49,36 @@ export async function createAgent(
     .returning('id');
   if (inserted.length === 0)
     throw new AppError('CONFLICT', `an agent named "${name}" already exists`, 'agent_exists');
-  return { agent, token };
+  return { agent, token, owner: owner?.name ?? null };
 }
 
+/**
+ * Every agent, by name. `owner` is the owning user's name; `owner_unresolved` an owner name from before
+ * owners were users that names no user (its requests can be decided by nobody until an owner is set).
+ */
 export async function listAgents(knex: Knex) {
-  const rows = await knex('agents')
-    .select('id', 'name', 'profile', 'owner', 'rate_limit_per_min', 'created_at', 'revoked_at')
-    .orderBy('name');
+  const rows = await knex('agents as a')
+    .leftJoin('users as u', 'u.id', 'a.owner_id')
+    .select(
+      'a.id',
+      'a.name',
+      'a.profile',
+      'a.owner_id',
+      'u.name as owner',
+      'a.owner_unresolved',
+      'a.rate_limit_per_min',
+      'a.created_at',
+      'a.revoked_at',
+    )
+    .orderBy('a.name');
   return rows.map((r: Record<string, unknown>) => ({
     id: String(r.id),
     name: String(r.name),
     profile: String(r.profile),
     rate_limit_per_min: (r.rate_limit_per_min as number | null) ?? null,
     owner: (r.owner as string | null) ?? null,
+    owner_id: (r.owner_id as string | null) ?? null,
+    owner_unresolved: (r.owner_unresolved as string | null) ?? null,
     created_at: new Date(r.created_at as string).toISOString(),
     revoked_at: r.revoked_at ? new Date(r.revoked_at as string).toISOString() : null,
   }));
@@ -86,7 +118,7 @@ export async function agentRow(
   value: string,
 ): Promise<{ agent: Agent; revoked: boolean } | undefined> {
   const row = (await knex('agents')
-    .select('id', 'name', 'profile', 'owner', 'rate_limit_per_min', 'revoked_at')
+    .select('id', 'name', 'profile', 'owner_id', 'rate_limit_per_min', 'revoked_at')
     .where(column, value)
     .first()) as (Agent & { revoked_at: unknown }) | undefined;
   if (!row) return undefined;
@@ -94,7 +126,7 @@ export async function agentRow(
     id: String(row.id),
     name: row.name,
     profile: row.profile,
-    owner: row.owner ?? null,
+    owner_id: row.owner_id ?? null,
     rate_limit_per_min: row.rate_limit_per_min ?? null,
   };
   return { agent, revoked: Boolean(row.revoked_at) };
@@ -110,12 +142,21 @@ export async function authenticate(
   return row.revoked ? { failure: 'revoked_token', agent: row.agent } : { agent: row.agent };
 }
 
-/** Changes an agent's profile and/or rate limit; returns false when no agent has that name. */
+/**
+ * Changes an agent's profile, rate limit and/or owner (a user id, or null for none; setting it resolves an
+ * unresolved owner); returns false when no agent has that name.
+ */
 export async function updateAgent(
   knex: Knex,
   name: string,
-  change: { profile?: string; rate_limit_per_min?: number | null },
+  change: { profile?: string; rate_limit_per_min?: number | null; owner_id?: string | null },
 ): Promise<boolean> {
-  if (Object.keys(change).length === 0) return true;
-  return (await knex('agents').where({ name }).update(change)) > 0;
+  const defined = Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined));
+  if (Object.keys(defined).length === 0) return true;
+  const owner = 'owner_id' in defined ? { owner_unresolved: null } : {};
+  return (
+    (await knex('agents')
+      .where({ name })
+      .update({ ...defined, ...owner })) > 0
+  );
 }

@@ -14,8 +14,13 @@ export interface OidcIdentity {
   name: string | undefined;
   /** Every role the role claim's values map to, in a fixed order; empty when none does. */
   roles: Role[];
-  /** A verified e-mail address, recorded on the new user for notices. */
+  /**
+   * The e-mail address, when the provider vouches for it (`email_verified: true`; a missing claim is not
+   * verified): recorded on a new user for notices, and what links the identity to an existing user.
+   */
   email: string | undefined;
+  /** The address the claims carry, verified or not: one that an existing user has refuses a first sign-in. */
+  claimed_email: string | undefined;
 }
 
 /** Maps verified claims to a name, roles and e-mail address (config `web.oidc`). */
@@ -32,7 +37,8 @@ export function identityOf(config: OidcConfig, claims: OidcClaims): OidcIdentity
     subject: claims.sub,
     name,
     roles: Role.options.filter((r) => granted.has(r)),
-    email: email.success && claims.email_verified !== false ? email.data : undefined,
+    email: email.success && claims.email_verified === true ? email.data : undefined,
+    claimed_email: email.success ? email.data : undefined,
   };
 }
 
@@ -43,14 +49,45 @@ interface UserRow {
   name: string;
   roles: unknown;
   disabled_at: unknown;
+  oidc_issuer: string | null;
+  oidc_subject: string | null;
 }
 
 /**
- * The user behind a verified identity, found by (issuer, subject) and never by name alone: created on the
- * person's first sign-in (user.created), its roles brought in line with the claims on every later one
- * (user.role_changed), each audited with the provider as actor and committed with its change. Refused:
- * no role, a disabled user, no usable name, or a name another account holds (a local account is never
- * taken over). The refusal names the user when there is one.
+ * On a first sign-in, the existing user the identity belongs to, by e-mail address: the one user with the
+ * provider-verified address (locked, to be linked). Refused: an address that the provider does not vouch
+ * for but a user here has (email_unverified), and a verified one that several users have or whose user
+ * has another identity (email_in_use) — never linked by a guess. Undefined: no user has the address.
+ */
+async function userByEmail(
+  trx: Knex.Transaction,
+  identity: OidcIdentity,
+): Promise<{ row: UserRow } | OidcRefusal | undefined> {
+  const address = identity.email ?? identity.claimed_email;
+  if (!address) return undefined;
+  const rows = (await trx('users')
+    .whereRaw('lower(email) = lower(?)', [address])
+    .orderBy('id')
+    .forUpdate()
+    .limit(2)) as UserRow[];
+  if (rows.length === 0) return undefined;
+  if (!identity.email) return { failure: 'email_unverified' };
+  const [row] = rows;
+  const other =
+    row!.oidc_subject !== null &&
+    (row!.oidc_issuer !== identity.issuer || row!.oidc_subject !== identity.subject);
+  if (rows.length > 1 || other) return { failure: 'email_in_use' };
+  return { row: row! };
+}
+
+/**
+ * The user behind a verified identity, found by (issuer, subject) and never by name alone. On the person's
+ * first sign-in: linked to the existing user whose e-mail address the provider verified (user.linked), else
+ * created (user.created); its roles brought in line with the claims at every sign-in (user.role_changed);
+ * each audited with the provider as actor and committed with its change. Refused: no role, a disabled user,
+ * no usable name, a name another account holds ignoring case (a local account is never taken over), or an
+ * address of an existing user that the provider does not vouch for. The refusal names the user when there
+ * is one.
  */
 export async function signInWithOidc(
   deps: { knex: Knex; audit: AuditLog },
@@ -68,6 +105,21 @@ export async function signInWithOidc(
     let row = await bySubject(trx);
     if (!row) {
       if (identity.roles.length === 0) return { failure: 'no_role', name: identity.name };
+      const byEmail = await userByEmail(trx, identity);
+      if (byEmail && 'failure' in byEmail) return { ...byEmail, name: identity.name };
+      if (byEmail) {
+        row = byEmail.row;
+        if (row.disabled_at !== null) return { failure: 'disabled', name: row.name };
+        if (row.oidc_subject === null) {
+          await trx('users')
+            .where({ id: row.id })
+            .update({ oidc_issuer: identity.issuer, oidc_subject: identity.subject });
+          const details = { user: row.name, email: identity.email ?? null, ...facts };
+          await deps.audit.appendIn(trx, { kind: 'user.linked', actor, result: 'ok', details });
+        }
+      }
+    }
+    if (!row) {
       if (!identity.name) return { failure: 'no_username' };
       const user: User = { id: randomUUID(), name: identity.name, roles: identity.roles };
       // Any unique index may refuse: the name (taken), or this identity (created meanwhile by a racing sign-in).

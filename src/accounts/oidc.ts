@@ -19,6 +19,8 @@ export const OidcFailure = z.enum([
   'no_username',
   'no_role',
   'name_taken',
+  'email_unverified',
+  'email_in_use',
   'disabled',
   'provider_unavailable',
 ]);
@@ -55,6 +57,16 @@ export const OIDC_FAILURE_PAGE = {
     403,
     'Sign-in refused',
     'A local account already uses your user name; an administrator must resolve it.',
+  ],
+  email_unverified: [
+    403,
+    'Sign-in refused',
+    'An account here has your e-mail address, but the sign-in provider does not say it is verified; an administrator must link your account.',
+  ],
+  email_in_use: [
+    403,
+    'Sign-in refused',
+    'Your e-mail address belongs to more than one account here, or to one linked to another identity; an administrator must link your account.',
   ],
   disabled: [403, 'Account disabled', 'Your account here is disabled.'],
   provider_unavailable: [

@@ -50,14 +50,61 @@ export async function createUser(
     .parse([...new Set(opts.roles)]);
   z.object({ password: z.string().min(8, 'at least 8 characters') }).parse({ password: opts.password });
   const user: User = { id: randomUUID(), name, roles };
+  // Names are unique ignoring case (users_name_lower_unique): `Mallory` is refused where `mallory` exists.
   const inserted = await knex('users')
     .insert({ ...user, roles: JSON.stringify(roles), password_hash: await hashPassword(opts.password) })
-    .onConflict('name')
+    .onConflict()
     .ignore()
     .returning('id');
-  if (inserted.length === 0)
-    throw new AppError('CONFLICT', `a user named "${name}" already exists`, 'user_exists');
+  if (inserted.length === 0) {
+    const taken = (await knex('users').select('name').whereRaw('lower(name) = lower(?)', [name]).first()) as
+      { name: string } | undefined;
+    const same = taken && taken.name !== name ? ` (as "${taken.name}": names are unique ignoring case)` : '';
+    throw new AppError('CONFLICT', `a user named "${name}" already exists${same}`, 'user_exists');
+  }
   return user;
+}
+
+/** A single sign-on identity: the provider's issuer and the person's subject there. */
+export interface OidcSubject {
+  issuer: string;
+  subject: string;
+}
+
+/**
+ * Links the single sign-on identity to the active user `name` (ignoring case) in `trx`: from then on that
+ * identity signs in as this user, whose roles follow the provider's claims. Replaces an identity the user
+ * had (returned as `before`); refused when the identity is another user's (CONFLICT, identity_in_use).
+ */
+export async function linkIdentity(
+  trx: Knex.Transaction,
+  name: string,
+  identity: OidcSubject,
+): Promise<{ user: string; before?: OidcSubject; unchanged: boolean }> {
+  const row = (await trx('users')
+    .whereRaw('lower(name) = lower(?)', [name])
+    .whereNull('disabled_at')
+    .forUpdate()
+    .first()) as
+    { id: string; name: string; oidc_issuer: string | null; oidc_subject: string | null } | undefined;
+  if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
+  if (row.oidc_issuer === identity.issuer && row.oidc_subject === identity.subject)
+    return { user: row.name, unchanged: true };
+  const holder = (await trx('users')
+    .select('name')
+    .where({ oidc_issuer: identity.issuer, oidc_subject: identity.subject })
+    .first()) as { name: string } | undefined;
+  if (holder) {
+    throw new AppError('CONFLICT', `that identity already signs in as "${holder.name}"`, 'identity_in_use');
+  }
+  await trx('users')
+    .where({ id: row.id })
+    .update({ oidc_issuer: identity.issuer, oidc_subject: identity.subject });
+  const before =
+    row.oidc_issuer !== null && row.oidc_subject !== null
+      ? { issuer: row.oidc_issuer, subject: row.oidc_subject }
+      : undefined;
+  return { user: row.name, ...(before ? { before } : {}), unchanged: false };
 }
 
 /** The user, if the name exists, is enabled and the password matches. Always spends one scrypt. */
@@ -115,10 +162,11 @@ export async function changeUser(
   change: UserChange,
 ): Promise<{ id: string; before: Role[]; after: Role[] }> {
   const row = (await trx('users').where({ name }).whereNull('disabled_at').forUpdate().first()) as
-    { id: string; roles: unknown; oidc_subject: string | null } | undefined;
+    { id: string; roles: unknown; oidc_subject: string | null; password_hash: string | null } | undefined;
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
-  if ('password' in change && row.oidc_subject !== null) {
-    // A password would open a second way in that the identity provider does not control.
+  if ('password' in change && row.oidc_subject !== null && row.password_hash === null) {
+    // A password would open a second way in that the identity provider does not control. (A local user
+    // linked to an identity later keeps the password they had, and may have it reset.)
     throw new AppError(
       'CONFLICT',
       `"${name}" signs in through single sign-on and has no password`,

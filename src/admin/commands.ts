@@ -16,11 +16,25 @@ import { exportToFile } from '../audit/export-file.ts';
 import type { AuditInput } from '../audit/chain.ts';
 import { createAuditLog } from '../audit/log.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
-import { createAgent, listAgents, revokeAgent, rotateAgentToken, updateAgent } from '../accounts/agents.ts';
+import {
+  createAgent,
+  listAgents,
+  ownerNamed,
+  revokeAgent,
+  rotateAgentToken,
+  updateAgent,
+} from '../accounts/agents.ts';
 import { AppError } from '../core/errors.ts';
 import { loadProfiles } from '../server/profiles.ts';
 import { signIn } from '../accounts/sign-in.ts';
-import { changeUser, createUser, listUsers, setUserEmail, type UserChange } from '../accounts/users.ts';
+import {
+  changeUser,
+  createUser,
+  linkIdentity,
+  listUsers,
+  setUserEmail,
+  type UserChange,
+} from '../accounts/users.ts';
 import { AgentName, Role, UserName, type Agent, type User } from '../core/identity.ts';
 import { acceptPins, listPins } from './upstreams.ts';
 
@@ -46,6 +60,8 @@ export const AdminCommand = z.discriminatedUnion('command', [
     name: z.string().min(1),
     profile: z.string().min(1).optional(),
     rate_limit_per_min: z.number().int().positive().nullable().optional(),
+    /** An existing user's name; null: no owner. */
+    owner: z.string().min(1).nullable().optional(),
     actor: z.string().min(1),
   }),
   z.strictObject({ command: z.literal('agent.list') }),
@@ -79,6 +95,14 @@ export const AdminCommand = z.discriminatedUnion('command', [
     actor: z.string().min(1),
   }),
   z.strictObject({ command: z.literal('user.disable'), name: z.string().min(1), actor: z.string().min(1) }),
+  z.strictObject({
+    command: z.literal('user.link'),
+    name: z.string().min(1),
+    /** Omitted: the configured provider's (web.oidc.issuer). */
+    issuer: z.url().optional(),
+    subject: z.string().min(1),
+    actor: z.string().min(1),
+  }),
   z.strictObject({
     command: z.literal('approvals.list'),
     as: z.string().min(1),
@@ -209,12 +233,13 @@ async function decideCommand(deps: AdminDeps, cmd: Command<'approvals.decide'>) 
   }
 }
 
-/** What an agent.created row says of the agent: never its token. */
-const agentFacts = (agent: Agent) => ({
+/** What an agent.created row says of the agent (its owner by name and id): never its token. */
+const agentFacts = (agent: Agent, owner: string | null) => ({
   agent: agent.name,
   agent_name: agent.name,
   profile: agent.profile,
-  owner: agent.owner,
+  owner,
+  ...(agent.owner_id ? { owner_id: agent.owner_id } : {}),
   rate_limit_per_min: agent.rate_limit_per_min,
 });
 
@@ -254,6 +279,68 @@ async function userCommand(
       details: { user: cmd.name, ...('roles' in change ? { roles_before: before, roles_after: after } : {}) },
     });
     return { user: cmd.name, roles: after };
+  });
+}
+
+/**
+ * agent.owner_changed, unless the owner stays who it was: the owners before and after by name and id (an
+ * unresolved owner name as it was written).
+ */
+async function ownerChanged(
+  trx: Knex.Transaction,
+  audit: (row: AdminRow) => Promise<unknown>,
+  change: {
+    actor: string;
+    before: Agent & { owner_unresolved: string | null };
+    after: { id: string; name: string } | null;
+  },
+) {
+  const { before, after } = change;
+  if (before.owner_unresolved === null && before.owner_id === (after?.id ?? null)) return;
+  const was = before.owner_id
+    ? ((await trx('users').select('name').where({ id: before.owner_id }).first()) as { name: string })
+    : undefined;
+  await audit({
+    kind: 'agent.owner_changed',
+    actor: change.actor,
+    agent_id: before.id,
+    details: {
+      agent: before.name,
+      agent_name: before.name,
+      before: was?.name ?? null,
+      before_id: before.owner_id,
+      ...(before.owner_unresolved === null ? {} : { before_unresolved: before.owner_unresolved }),
+      after: after?.name ?? null,
+      after_id: after?.id ?? null,
+    },
+  });
+}
+
+/** Links a person's single sign-on identity to an existing user, audited (user.linked). */
+async function linkCommand(deps: AdminDeps, cmd: Command<'user.link'>) {
+  const issuer = cmd.issuer ?? deps.config.web.oidc?.issuer;
+  if (!issuer) {
+    throw new AppError(
+      'CONFIG_INVALID',
+      'give --issuer: single sign-on (web.oidc) is not configured here',
+      'no_issuer',
+    );
+  }
+  return audited(deps, async (trx, audit) => {
+    const linked = await linkIdentity(trx, cmd.name, { issuer, subject: cmd.subject });
+    if (linked.unchanged) return { user: linked.user, issuer, subject: cmd.subject, unchanged: true };
+    await audit({
+      kind: 'user.linked',
+      actor: cmd.actor,
+      details: {
+        user: linked.user,
+        issuer,
+        subject: cmd.subject,
+        via: 'cli',
+        ...(linked.before ? { replaced: linked.before } : {}),
+      },
+    });
+    return { user: linked.user, issuer, subject: cmd.subject, unchanged: false };
   });
 }
 
@@ -300,18 +387,22 @@ const HANDLERS = {
     checkProfile(cmd.profile, deps.config.policy.profiles_dir);
     const { command: _c, actor, ...opts } = cmd;
     return audited(deps, async (trx, audit) => {
-      const { agent, token } = await createAgent(trx, opts);
-      await audit({ kind: 'agent.created', actor, agent_id: agent.id, details: agentFacts(agent) });
+      const { agent, token, owner } = await createAgent(trx, opts);
+      await audit({ kind: 'agent.created', actor, agent_id: agent.id, details: agentFacts(agent, owner) });
       return { agent, token };
     });
   },
   'agent.set': async (deps, cmd) => {
     checkProfile(cmd.profile, deps.config.policy.profiles_dir);
-    const { command: _c, actor, name, ...change } = cmd;
+    const { command: _c, actor, name, owner, ...change } = cmd;
     return audited(deps, async (trx, audit) => {
-      const before = (await trx('agents').where({ name }).forUpdate().first()) as Agent | undefined;
+      const before = (await trx('agents').where({ name }).forUpdate().first()) as
+        (Agent & { owner_unresolved: string | null }) | undefined;
       if (!before) throw new AppError('NOT_FOUND', `no agent named "${name}"`);
-      await updateAgent(trx, name, change);
+      // undefined: the owner stays; null: no owner from now on.
+      const newOwner = typeof owner === 'string' ? await ownerNamed(trx, owner) : owner;
+      await updateAgent(trx, name, { ...change, owner_id: newOwner && newOwner.id });
+      if (newOwner !== undefined) await ownerChanged(trx, audit, { actor, before, after: newOwner });
       for (const field of ['profile', 'rate_limit_per_min'] as const) {
         if (change[field] === undefined || change[field] === before[field]) continue;
         await audit({
@@ -321,7 +412,11 @@ const HANDLERS = {
           details: { agent: name, agent_name: name, before: before[field], after: change[field] },
         });
       }
-      return { updated: name, ...change };
+      return {
+        updated: name,
+        ...change,
+        ...(newOwner === undefined ? {} : { owner: newOwner?.name ?? null }),
+      };
     });
   },
   'agent.list': async (deps) => ({ agents: await listAgents(deps.knex) }),
@@ -371,6 +466,7 @@ const HANDLERS = {
   'user.reset_password': (deps, cmd) =>
     userCommand(deps, cmd, 'user.password_reset', { password: cmd.password }),
   'user.disable': (deps, cmd) => userCommand(deps, cmd, 'user.disabled', { disable: true }),
+  'user.link': linkCommand,
   'approvals.list': async (deps, cmd) => {
     await signInAs(deps, cmd.as, cmd.password);
     const status = ApprovalStatus.parse(cmd.status ?? 'pending');

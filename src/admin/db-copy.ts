@@ -19,8 +19,9 @@ import { postgresProblem } from './pg-errors.ts';
 
 /** The tables copied, parents before children (foreign keys), and why each is state worth keeping. */
 export const COPIED_TABLES = [
-  { table: 'agents', why: 'agents and their token hashes: the old tokens keep working' },
   { table: 'users', why: 'people, roles and password hashes: the same sign-ins' },
+  // After users: an agent's owner is one (agents.owner_id).
+  { table: 'agents', why: 'agents and their token hashes: the old tokens keep working' },
   { table: 'contacts', why: 'the local store' },
   { table: 'groups', why: 'the local store' },
   { table: 'group_members', why: 'the local store' },

@@ -28,6 +28,7 @@ export type DecisionRefusal =
   | 'not_found'
   | 'not_chair'
   | 'owner_of_agent'
+  | 'owner_unresolved'
   | 'not_pending'
   | 'expired'
   | 'already_decided'
@@ -38,6 +39,7 @@ export const DECISION_CODE = {
   not_found: 'NOT_FOUND',
   not_chair: 'PERMISSION_DENIED',
   owner_of_agent: 'PERMISSION_DENIED',
+  owner_unresolved: 'PERMISSION_DENIED',
   note_required: 'INVALID_ARGUMENT',
   not_pending: 'CONFLICT',
   expired: 'CONFLICT',
@@ -137,13 +139,21 @@ async function refusalOrRepeat(
   if (row.status !== 'pending') throw refused('not_pending', `this request is ${row.status}`);
 
   const agent = (await trx('agents').where({ id: row.agent_id }).first()) as {
-    owner: string | null;
+    owner_id: string | null;
+    owner_unresolved: string | null;
     name: string;
   };
-  if (agent.owner && agent.owner === opts.user.name) {
+  // The owner is a person, compared by user id; an owner name that names no user lets nobody through.
+  if (agent.owner_id !== null && agent.owner_id === opts.user.id) {
     throw refused(
       'owner_of_agent',
       `${opts.user.name} owns agent ${agent.name} and cannot decide its requests`,
+    );
+  }
+  if (agent.owner_unresolved !== null) {
+    throw refused(
+      'owner_unresolved',
+      `agent ${agent.name}'s owner "${agent.owner_unresolved}" names no user: set its owner first`,
     );
   }
   return undefined;
@@ -209,7 +219,8 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
     .select(
       'r.*',
       'a.name as agent_name',
-      'a.owner as agent_owner',
+      'a.owner_id as agent_owner_id',
+      'a.owner_unresolved as agent_owner_unresolved',
       deps.knex.raw(APPROVERS_OF_R),
       deps.knex.raw(
         'exists (select 1 from approval_decisions m where m.approval_request_id = r.id and m.user_name = ?) as mine',
@@ -220,7 +231,8 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
     .first();
   const raw = (await named(deps.knex, 'countersign_approval_to_decide', query)) as
     Record<string, unknown> | undefined;
-  if (!raw || raw.mine === true || raw.agent_owner === opts.user.name) return;
+  if (!raw || raw.mine === true || raw.agent_owner_id === opts.user.id || raw.agent_owner_unresolved !== null)
+    return;
   const row = namedRequestFromDb(raw);
   const now = new Date();
   if (row.status !== 'pending' || new Date(row.expires_at) <= now) return;

@@ -102,7 +102,7 @@ export function queuedAfterChange(deliveries: readonly Delivery[]): GuardedChang
         union all
         select u.email from users u
         where d.recipient is null and u.email is not null and u.disabled_at is null
-          and u.roles @> '["chair"]'::jsonb and u.name is distinct from a.owner) r (recipient)
+          and u.roles @> '["chair"]'::jsonb and u.id is distinct from a.owner_id) r (recipient)
       where d.approval_request_id in (select id from change)
       returning id)`,
     bindings: [JSON.stringify(deliveries)],

@@ -49,10 +49,12 @@ export async function showForReview(deps: ApprovalDeps, id: string) {
   if (!isUuid(id)) return undefined;
   const row = await loadRow(deps.knex, { id });
   if (!row) return undefined;
-  const agent = (await deps.knex('agents').where({ id: row.agent_id }).first()) as {
-    name: string;
-    owner: string | null;
-  };
+  const agent = (await deps
+    .knex('agents as a')
+    .leftJoin('users as u', 'u.id', 'a.owner_id')
+    .select('a.name', 'u.name as owner', 'a.owner_unresolved')
+    .where('a.id', row.agent_id)
+    .first()) as { name: string; owner: string | null; owner_unresolved: string | null };
   const decisions = (await deps
     .knex('approval_decisions')
     .where({ approval_request_id: id })
@@ -65,7 +67,9 @@ export async function showForReview(deps: ApprovalDeps, id: string) {
   return {
     ...(await viewOf(deps, deps.knex, row)),
     agent_name: agent.name,
-    agent_owner: agent.owner,
+    // The owner's name for display; an owner name that names no user says so.
+    agent_owner:
+      agent.owner ?? (agent.owner_unresolved === null ? null : `${agent.owner_unresolved} (names no user)`),
     review: row.review,
     decisions: decisions.map((d) => ({ ...d, created_at: new Date(d.created_at as string).toISOString() })),
   };

@@ -6,7 +6,8 @@ export interface Agent {
   id: string;
   name: string;
   profile: string;
-  owner: string | null;
+  /** The user who owns the agent and so may not decide its requests; null: no owner. */
+  owner_id: string | null;
   /** Calls per minute; null: the configured default. */
   rate_limit_per_min: number | null;
 }

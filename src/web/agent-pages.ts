@@ -20,6 +20,7 @@ const AgentList = z.object({
       name: z.string(),
       profile: z.string(),
       owner: z.string().nullable(),
+      owner_unresolved: z.string().nullable(),
       rate_limit_per_min: z.number().nullable(),
       created_at: z.string(),
       revoked_at: z.string().nullable(),

@@ -43,7 +43,8 @@ export async function mapSlackUser(
   let rows: unknown[];
   let email: string | undefined;
   if (named) {
-    rows = (await active().where({ name: named })) as unknown[];
+    // The person the configured name names: user names are unique ignoring case.
+    rows = (await active().whereRaw('lower(name) = lower(?)', [named])) as unknown[];
   } else {
     try {
       email = UsersInfo.parse(await deps.api.call('users.info', { user: slackUser }, LOOKUP_MS)).user.profile
