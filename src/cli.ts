@@ -698,7 +698,10 @@ try {
     // commander has already printed its message (or the help or version asked for).
     process.exitCode = e.exitCode === 0 ? 0 : 2;
   } else {
-    err(`countersign: ${await explain(e)}`);
     process.exitCode = isAppError(e, 'CONFIG_INVALID', USAGE) ? 2 : 1;
+    // One line, then out: a failed command has nothing left to do, and whatever it opened (a pool still
+    // waiting on a database that does not answer) must not keep the process alive after its answer.
+    await errFlushed(`countersign: ${await explain(e)}\n`);
+    process.exit();
   }
 }

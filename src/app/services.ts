@@ -11,7 +11,8 @@ import { createBridgeConnector } from '../connectors/bridge/client.ts';
 import { createBlobStore, type BlobStore } from '../connectors/local/blobs.ts';
 import { createLocalConnector } from '../connectors/local/store.ts';
 import { connectUpstream, type Upstream } from '../connectors/mcp/upstream.ts';
-import { openDatabase, type Database } from '../db/knex.ts';
+import type { Database } from '../db/knex.ts';
+import { openWhenReady } from '../db/ready.ts';
 import { sharedValue } from '../db/settings.ts';
 import { checkpointDeps } from '../audit/context.ts';
 import { createCheckpoint, type CheckpointDeps } from '../audit/checkpoints.ts';
@@ -102,16 +103,16 @@ export async function openServices(
   command: string,
   options: ServiceOptions = {},
 ): Promise<Services> {
-  const db = await openDatabase({ url: config.database_url, pgliteDir: config.pglite_dir, command });
+  // A profile that breaks the rules is known before any wait for the database.
+  const profiles = loadProfiles(config.policy.profiles_dir);
+  await options.faults?.at('before_database');
+  const db = await openMigrated(config, log, command);
   const closers: Closers = [() => db.close()];
   const closeAll = async () => {
     for (const close of closers.reverse()) await close().catch((err) => log.error({ err }, 'close failed'));
   };
   try {
     const tracer = await openTracing(config, closers);
-    const profiles = loadProfiles(config.policy.profiles_dir);
-    const applied = await migrateLatest(db.knex);
-    if (applied.length > 0) log.info({ applied }, 'migrations applied');
 
     const blobs = createBlobStore(path.join(config.data_dir, 'blobs'));
     const audit = createAuditLog(db.knex);
@@ -179,6 +180,21 @@ export async function openServices(
     await closeAll();
     throw err;
   }
+}
+
+/**
+ * The database, opened and migrated; a PostgreSQL that is not ready yet is tried again for up to
+ * database.startup_timeout_s (openWhenReady).
+ */
+function openMigrated(config: Config, log: Logger, command: string): Promise<Database> {
+  return openWhenReady({
+    ...{ url: config.database_url, pgliteDir: config.pglite_dir, command, log },
+    timeoutMs: config.database.startup_timeout_s * 1000,
+    async prepare(opened) {
+      const applied = await migrateLatest(opened.knex);
+      if (applied.length > 0) log.info({ applied }, 'migrations applied');
+    },
+  });
 }
 
 /**
