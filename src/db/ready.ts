@@ -11,8 +11,11 @@ export interface ReadyOptions extends DatabaseOptions {
   prepare(db: Database): Promise<void>;
 }
 
-/** The longest one attempt may take: a socket that never answers, or a table held by a lock. */
-const ATTEMPT_MS = 10_000;
+/**
+ * How long one attempt may take (a socket that never answers, a table held by a lock): a third of the
+ * whole wait, between 1 and 10 s, so that a short wait still makes several attempts.
+ */
+const attemptMs = (timeoutMs: number) => Math.min(10_000, Math.max(1_000, Math.floor(timeoutMs / 3)));
 const FIRST_DELAY_MS = 250;
 const MAX_DELAY_MS = 5_000;
 
@@ -31,7 +34,7 @@ export async function openWhenReady(opts: ReadyOptions): Promise<Database> {
   let delay = FIRST_DELAY_MS;
   for (let attempt = 1; ; attempt++) {
     try {
-      return await attemptOnce(opts, Math.max(1, Math.min(ATTEMPT_MS, deadline - Date.now())));
+      return await attemptOnce(opts, Math.max(1, Math.min(attemptMs(opts.timeoutMs), deadline - Date.now())));
     } catch (err) {
       if (!opts.url || !worthRetrying(err)) throw err;
       const reason = reasonOf(err);
@@ -74,7 +77,7 @@ async function attemptOnce(opts: ReadyOptions, ms: number): Promise<Database> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(
-      () => reject(new AppError('SOURCE_UNAVAILABLE', `no answer within ${ms / 1000} s`, ATTEMPT_TIMED_OUT)),
+      () => reject(new AppError('SOURCE_UNAVAILABLE', `no answer within ${ms} ms`, ATTEMPT_TIMED_OUT)),
       ms,
     );
   });
