@@ -71,11 +71,13 @@ function startServe(env: Record<string, string>, args = ['serve']) {
     stdio: ['pipe', 'pipe', 'pipe'],
   });
   let stderr = '';
+  let stdout = '';
   child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-  child.stdout.resume();
+  child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   return {
     stderr: () => stderr,
+    stdout: () => stdout,
     /** The exit code, once the process has exited on its own within `limitMs`. */
     exitCode: (limitMs: number) =>
       Promise.race([
@@ -215,6 +217,7 @@ describeOnPostgres('a start-up whose database is held, on PostgreSQL', () => {
     const stderr = server.stderr();
     const lines = plainLines(stderr);
     assert.equal(lines.length, 1, stderr);
+    assert.equal(server.stdout(), '');
     assert.match(lines[0]!, /^countersign: .*database\.startup_timeout_s/);
     const retries = logLines(stderr, 'database not ready; retrying');
     assert.ok(retries.length >= 1, 'each failed attempt is logged');
@@ -252,6 +255,8 @@ describe('a start-up whose PostgreSQL refuses connections', () => {
       const lines = plainLines(stderr);
       assert.equal(lines.length, 1, stderr);
       assert.match(lines[0]!, /^countersign: .*database\.startup_timeout_s.*ECONNREFUSED/);
+      // Nothing on stdout (for --stdio, the MCP channel): no database driver's warnings either.
+      assert.equal(server.stdout(), '');
     });
   }
 });
@@ -273,6 +278,8 @@ describe('CLI commands when the database is down', () => {
       const lines = res.stderr.split('\n').filter((l) => l !== '');
       assert.equal(lines.length, 1, res.stderr);
       assert.match(lines[0]!, /^countersign: .*ECONNREFUSED/);
+      // The database driver's own warning (a stack) was written to stdout before the line.
+      assert.equal(res.stdout, '', 'nothing but the one line');
     });
   }
 });
