@@ -16,7 +16,7 @@ import { openWhenReady } from '../db/ready.ts';
 import { sharedValue } from '../db/settings.ts';
 import { checkpointDeps } from '../audit/context.ts';
 import { createCheckpoint, type CheckpointDeps } from '../audit/checkpoints.ts';
-import { migrateLatest } from '../db/migrations.ts';
+import { migrateLatest, upToDate } from '../db/migrations.ts';
 import type { Faults } from '../core/faults.ts';
 import { withSpans, type Tracer } from '../core/tracing.ts';
 import type { Logger } from '../log.ts';
@@ -190,6 +190,7 @@ function openMigrated(config: Config, log: Logger, command: string): Promise<Dat
   return openWhenReady({
     ...{ url: config.database_url, pgliteDir: config.pglite_dir, command, log },
     timeoutMs: config.database.startup_timeout_s * 1000,
+    check: (opened) => upToDate(opened.knex),
     async prepare(opened) {
       const applied = await migrateLatest(opened.knex);
       if (applied.length > 0) log.info({ applied }, 'migrations applied');

@@ -7,7 +7,12 @@ export interface ReadyOptions extends DatabaseOptions {
   /** How long start-up keeps trying (config database.startup_timeout_s), in ms. */
   timeoutMs: number;
   log: Logger;
-  /** What must succeed on the opened database before it counts as ready (the migrations). */
+  /**
+   * A first question the opened database must answer within an attempt's time (whether the migrations
+   * are applied: a lock held on their table, or a server that accepts and never answers, shows here).
+   */
+  check(db: Database): Promise<unknown>;
+  /** What must then succeed before it counts as ready (the migrations), however long it takes. */
   prepare(db: Database): Promise<void>;
 }
 
@@ -60,20 +65,34 @@ export async function openWhenReady(opts: ReadyOptions): Promise<Database> {
 const ATTEMPT_TIMED_OUT = 'attempt_timed_out';
 
 /**
- * One attempt, bounded: past `ms` it is given up and whatever it opened is closed in the background
- * (a query waiting on a lock may hold its connection until the lock goes).
+ * One attempt: open and check, within `ms` on PostgreSQL (past it the attempt is given up, and whatever
+ * it opened is closed in the background: a query waiting on a lock may hold its connection until the
+ * lock goes), then prepare. Migrating is work, not waiting: it is not cut short, and neither is the
+ * embedded database, which has no network to wait on.
  */
 async function attemptOnce(opts: ReadyOptions, ms: number): Promise<Database> {
-  const running = (async () => {
+  const opened = (async () => {
     const db = await openDatabase(opts);
     try {
-      await opts.prepare(db);
+      await opts.check(db);
       return db;
     } catch (err) {
       await db.close().catch(() => {});
       throw err;
     }
   })();
+  const db = opts.url ? await bounded(opened, ms) : await opened;
+  try {
+    await opts.prepare(db);
+    return db;
+  } catch (err) {
+    await db.close().catch(() => {});
+    throw err;
+  }
+}
+
+/** `opened` within `ms`, else a timed-out attempt (and the database, if it opens later, closed). */
+async function bounded(opened: Promise<Database>, ms: number): Promise<Database> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(
@@ -82,10 +101,10 @@ async function attemptOnce(opts: ReadyOptions, ms: number): Promise<Database> {
     );
   });
   try {
-    return await Promise.race([running, late]);
+    return await Promise.race([opened, late]);
   } catch (err) {
     if (isAppError(err, 'SOURCE_UNAVAILABLE', ATTEMPT_TIMED_OUT)) {
-      void running.then((db) => db.close()).catch(() => {});
+      void opened.then((db) => db.close()).catch(() => {});
     }
     throw err;
   } finally {
