@@ -246,7 +246,13 @@ async function serve(opts: { stdio?: boolean; web: boolean }): Promise<void> {
     process.once('SIGINT', () => resolve());
     process.once('SIGTERM', () => resolve());
   });
-  const server = await startHttpServer(cfg, log);
+  // A signal while start-up waits for the database stops it there: nothing has been recorded yet.
+  const started = startHttpServer(cfg, log);
+  const server = await Promise.race([started, signalled.then(() => undefined)]);
+  if (!server) {
+    log.info('countersign stopped while starting');
+    process.exit(0);
+  }
   try {
     await showFirstRun(server.services.firstRun, { mcp: `${server.url}/mcp`, web: server.url });
   } catch (e) {

@@ -89,6 +89,7 @@ function startServe(env: Record<string, string>, args = ['serve']) {
           ).unref(),
         ),
       ]),
+    terminate: () => child.kill('SIGTERM'),
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
       await exited;
@@ -195,6 +196,27 @@ describeOnPostgres('a start-up whose database is held, on PostgreSQL', () => {
       await holder.end();
       await server.stop();
     }
+  });
+
+  it('stops on SIGTERM while it waits, without waiting for the database', async () => {
+    const holder = await holdMigrations();
+    const port = await freePort();
+    const server = startServe(
+      testEnv(db, {
+        COUNTERSIGN_PORT: String(port),
+        LOG_LEVEL: 'info',
+        COUNTERSIGN_DB_STARTUP_TIMEOUT_S: '120',
+      }),
+    );
+    try {
+      await assertStarting(`http://127.0.0.1:${port}`);
+      server.terminate();
+      assert.equal(await server.exitCode(30_000), 0);
+    } finally {
+      await holder.end();
+      await server.stop();
+    }
+    assert.equal(logLines(server.stderr(), 'countersign stopped while starting').length, 1);
   });
 
   it('exits 1 with one line naming the cause when the database stays held past database.startup_timeout_s', async () => {
