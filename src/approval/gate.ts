@@ -293,7 +293,7 @@ const isDatabaseOutage = (err: unknown) => isAuditUnavailable(err) || isConnecti
 function outcomeUnknown(row: ExecutingRow, ctx: GateContext, cause: unknown): AppError {
   return new AppError(
     'OUTCOME_UNKNOWN',
-    'the database became unavailable after this write started: whether it was made is not known yet; ' +
+    'this write started, and whether it was made is not known yet (the database became unavailable); ' +
       `do not repeat it, check its outcome with ${ctx.getApprovalTool}`,
     'database_unavailable',
     { cause, details: outcomeUnknownDetails(row.approval_id!, row.id, ctx.getApprovalTool) },
@@ -301,7 +301,7 @@ function outcomeUnknown(row: ExecutingRow, ctx: GateContext, cause: unknown): Ap
 }
 
 /** Where an unknown outcome is looked up: the approval, and get_approval as the next step. */
-export const outcomeUnknownDetails = (approval_id: string, approval_request_id: string, tool: string) => ({
+const outcomeUnknownDetails = (approval_id: string, approval_request_id: string, tool: string) => ({
   approval_id,
   approval_request_id,
   next_step: { tool, arguments: { approval_id } },

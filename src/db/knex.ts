@@ -27,9 +27,9 @@ export interface DatabaseOptions {
 }
 
 /**
- * knex writes its warnings to the console by default, a failed connection's with its stack: on a
- * terminal that is a stack in front of the command's one-line error, and on a server a multi-line text
- * among JSON log lines. Each goes to the log as one line instead (the failure itself is thrown).
+ * knex writes its warnings with console.log by default, a failed connection's with its stack: to
+ * stdout, the MCP channel of a stdio server; on a terminal, a stack in front of the command's one-line
+ * error. Each goes to the log (stderr) as one line instead; the failure itself is thrown.
  */
 function knexLog(log: Logger | undefined): Knex.Config['log'] {
   const line = (message: unknown) => String(message).split('\n')[0]!.slice(0, 300);
