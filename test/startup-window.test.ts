@@ -97,6 +97,12 @@ function startServe(env: Record<string, string>, args = ['serve']) {
   };
 }
 
+/**
+ * A PostgreSQL URL whose port refuses connections: port 1 (tcpmux) has no listener on a loopback
+ * address, whereas a port freed a moment ago may be taken again by another process meanwhile.
+ */
+const CLOSED_PORT_URL = 'postgres://countersign@127.0.0.1:1/countersign';
+
 /** The lines of stderr that are not JSON log lines: what a person reads. */
 const plainLines = (stderr: string) =>
   stderr.split('\n').filter((line) => line.trim() !== '' && !line.startsWith('{'));
@@ -254,11 +260,10 @@ describe('a start-up whose PostgreSQL refuses connections', () => {
 
   for (const args of [['serve'], ['serve', '--stdio']]) {
     it(`${args.join(' ')} logs each attempt's reason, then exits 1 with one line`, async () => {
-      const closed = await freePort();
       const server = startServe(
         {
           ...testEnv(db),
-          DATABASE_URL: `postgres://countersign@127.0.0.1:${closed}/countersign`,
+          DATABASE_URL: CLOSED_PORT_URL,
           LOG_LEVEL: 'info',
           COUNTERSIGN_DB_STARTUP_TIMEOUT_S: '2',
           COUNTERSIGN_AGENT_TOKEN: 'cs_unused',
@@ -290,10 +295,9 @@ describe('CLI commands when the database is down', () => {
 
   for (const args of [['agent', 'list'], ['migrate'], ['serve']]) {
     it(`${args.join(' ')} prints exactly one line and exits 1`, async () => {
-      const closed = await freePort();
       const res = await runCli(args, {
         ...testEnv(db),
-        DATABASE_URL: `postgres://countersign@127.0.0.1:${closed}/countersign`,
+        DATABASE_URL: CLOSED_PORT_URL,
         COUNTERSIGN_DB_STARTUP_TIMEOUT_S: '1',
       });
       assert.equal(res.code, 1);
