@@ -269,7 +269,13 @@ async function serve(opts: { stdio?: boolean; web: boolean }): Promise<void> {
     process.once('SIGINT', () => resolve());
     process.once('SIGTERM', () => resolve());
   });
-  const server = await startHttpServer(cfg, log);
+  // A signal while start-up waits for the database stops it there: nothing has been recorded yet.
+  const started = startHttpServer(cfg, log);
+  const server = await Promise.race([started, signalled.then(() => undefined)]);
+  if (!server) {
+    log.info('countersign stopped while starting');
+    process.exit(0);
+  }
   try {
     await showFirstRun(server.services.firstRun, { mcp: `${server.url}/mcp`, web: server.url });
   } catch (e) {
@@ -862,7 +868,10 @@ try {
     // commander has already printed its message (or the help or version asked for).
     process.exitCode = e.exitCode === 0 ? 0 : 2;
   } else {
-    err(`countersign: ${await explain(e)}`);
     process.exitCode = isAppError(e, 'CONFIG_INVALID', USAGE) ? 2 : 1;
+    // One line, then out: a failed command has nothing left to do, and whatever it opened (a pool still
+    // waiting on a database that does not answer) must not keep the process alive after its answer.
+    await errFlushed(`countersign: ${await explain(e)}\n`);
+    process.exit();
   }
 }

@@ -191,6 +191,13 @@ export const ConfigSchema = z
       .string()
       .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
       .optional(),
+    /** How start-up waits for a PostgreSQL that cannot be reached yet (docs/operations.md). */
+    database: z
+      .strictObject({
+        /** How long start-up retries connecting and migrating before it exits 1. */
+        startup_timeout_s: z.number().int().positive().default(60),
+      })
+      .prefault({}),
     log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
     /** Seed the multilingual demo and a demo agent the first time the database is empty. */
     demo: z.boolean().default(true),
@@ -423,6 +430,7 @@ type EnvKind = 'string' | 'int' | 'bool' | 'list' | 'map' | 'pairs' | 'roles';
 export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_DATA_DIR: { path: ['data_dir'], kind: 'string' },
   DATABASE_URL: { path: ['database_url'], kind: 'string' },
+  COUNTERSIGN_DB_STARTUP_TIMEOUT_S: { path: ['database', 'startup_timeout_s'], kind: 'int' },
   LOG_LEVEL: { path: ['log_level'], kind: 'string' },
   COUNTERSIGN_DEMO: { path: ['demo'], kind: 'bool' },
   COUNTERSIGN_HOST: { path: ['http', 'host'], kind: 'string' },

@@ -6,6 +6,7 @@ import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { createWebRouter } from '../web/app.ts';
 import { healthOf } from './health.ts';
+import { answerStarting } from './starting.ts';
 import { webCommands } from './web-commands.ts';
 import { createMcpEndpoint, hostGuard, isMcpPath, protectedResourceRouter } from '../server/http.ts';
 import { sendProblem } from '../server/problem.ts';
@@ -82,9 +83,13 @@ export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
 /** The refusal of a taken port; its message names the fix. */
 export const isPortInUse = (err: unknown) => isAppError(err, 'LOCKED', 'port_in_use');
 
-/** Binds the configured address, so that a taken port is known before the database is touched. */
+/**
+ * Binds the configured address, so that a taken port is known before the database is touched. Until
+ * serveApp swaps in the app, every request is answered 503 `starting` (answerStarting).
+ */
 export async function bind(config: Config): Promise<Server> {
-  const server = createServer();
+  const since = new Date();
+  const server = createServer((req, res) => answerStarting(req, res, since));
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'EADDRINUSE') {
@@ -110,15 +115,20 @@ export interface WebServer {
   close(): Promise<void>;
 }
 
+/** Where a bound server listens, e.g. http://127.0.0.1:8787. */
+function baseUrl(server: Server, config: Config): string {
+  const { port } = server.address() as AddressInfo;
+  const host = config.http.host.includes(':') ? `[${config.http.host}]` : config.http.host;
+  return `http://${host}:${port}`;
+}
+
 /** Serves the app on a bound server and tells the services its address (the base of review links). */
 export function serveApp(server: Server, services: Services, opts: { mcp?: boolean } = {}): WebServer {
   const { handle, close: closeApp } = createApp(services, opts);
+  // The app replaces the start-up answer: from here on each request is served.
+  server.removeAllListeners('request');
   server.on('request', handle);
-  const { port } = server.address() as AddressInfo;
-  const host = services.config.http.host.includes(':')
-    ? `[${services.config.http.host}]`
-    : services.config.http.host;
-  const url = `http://${host}:${port}`;
+  const url = baseUrl(server, services.config);
   services.listeningAt(url);
   return {
     url,
@@ -140,10 +150,12 @@ export async function startHttpServer(
   options: ServiceOptions = {},
 ): Promise<RunningServer> {
   const server = await bind(config);
+  log.info({ listening: baseUrl(server, config) }, 'countersign starting; answering 503 until ready');
   let services: Services;
   try {
     services = await openServices(config, log, 'countersign serve', options);
   } catch (err) {
+    server.closeAllConnections(); // clients kept alive on a 503 starting
     await new Promise<void>((resolve) => server.close(() => resolve()));
     throw err;
   }

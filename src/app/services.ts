@@ -13,11 +13,12 @@ import { createLocalConnector } from '../connectors/local/store.ts';
 import { fillNameSkeletons } from '../connectors/local/import.ts';
 import { connectUpstream, type Upstream } from '../connectors/mcp/upstream.ts';
 import { createUpstreamPins, type UpstreamPins } from '../connectors/mcp/pins.ts';
-import { openDatabase, type Database } from '../db/knex.ts';
+import type { Database } from '../db/knex.ts';
+import { openWhenReady } from '../db/ready.ts';
 import { sharedValue } from '../db/settings.ts';
 import { checkpointDeps } from '../audit/context.ts';
 import { checkpointIfDue, type CheckpointDeps } from '../audit/checkpoints.ts';
-import { migrateLatest } from '../db/migrations.ts';
+import { migrateLatest, upToDate } from '../db/migrations.ts';
 import type { Faults } from '../core/faults.ts';
 import { withSpans, type Tracer } from '../core/tracing.ts';
 import type { Logger } from '../log.ts';
@@ -104,16 +105,16 @@ export async function openServices(
   command: string,
   options: ServiceOptions = {},
 ): Promise<Services> {
-  const db = await openDatabase({ url: config.database_url, pgliteDir: config.pglite_dir, command });
+  // A profile that breaks the rules is known before any wait for the database.
+  const profiles = loadProfiles(config.policy.profiles_dir);
+  await options.faults?.at('before_database');
+  const db = await openMigrated(config, log, command);
   const closers: Closers = [() => db.close()];
   const closeAll = async () => {
     for (const close of closers.reverse()) await close().catch((err) => log.error({ err }, 'close failed'));
   };
   try {
     const tracer = await openTracing(config, closers);
-    const profiles = loadProfiles(config.policy.profiles_dir);
-    const applied = await migrateLatest(db.knex);
-    if (applied.length > 0) log.info({ applied }, 'migrations applied');
 
     const blobs = createBlobStore(path.join(config.data_dir, 'blobs'));
     const audit = createAuditLog(db.knex);
@@ -198,6 +199,22 @@ async function startAdmin(
     },
   });
   closers.push(() => admin.close());
+}
+
+/**
+ * The database, opened and migrated; a PostgreSQL that is not ready yet is tried again for up to
+ * database.startup_timeout_s (openWhenReady).
+ */
+function openMigrated(config: Config, log: Logger, command: string): Promise<Database> {
+  return openWhenReady({
+    ...{ url: config.database_url, pgliteDir: config.pglite_dir, command, log },
+    timeoutMs: config.database.startup_timeout_s * 1000,
+    check: (opened) => upToDate(opened.knex),
+    async prepare(opened) {
+      const applied = await migrateLatest(opened.knex);
+      if (applied.length > 0) log.info({ applied }, 'migrations applied');
+    },
+  });
 }
 
 /**

@@ -1,7 +1,9 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import type { z } from 'zod';
+import { isAuditUnavailable } from '../audit/log.ts';
 import { AppError } from '../core/errors.ts';
+import { isConnectionError } from '../db/knex.ts';
 import type { Faults } from '../core/faults.ts';
 import { isUuid } from '../core/ids.ts';
 import type { Agent } from '../core/identity.ts';
@@ -84,6 +86,8 @@ export interface GateContext {
   approvals: Pick<Approvals, 'request' | 'preflight' | 'readApproval' | 'beginExecution' | 'finishExecution'>;
   /** Test hooks; production wiring never provides them. */
   faults?: Faults;
+  /** How the agent sees get_approval (config tools.prefix), for the next step of an unknown outcome. */
+  getApprovalTool: string;
 }
 
 /** The audit facts of a write and the tool's own output fields. */
@@ -256,14 +260,19 @@ async function execute(
   const { row, replay } = await ctx.approvals.beginExecution(request, early);
   if (replay) return replayed(write, row);
 
-  await ctx.faults?.at('after_write_started');
-  const result = await perform(write, row, ctx);
-  await ctx.faults?.at('after_connector_write');
-  await ctx.approvals.finishExecution(
-    row,
-    { status: 'succeeded', result },
-    { request_id: ctx.request_id, trace_id: ctx.trace_id, source: write.prepared.source },
-  );
+  let result: Record<string, unknown>;
+  try {
+    await ctx.faults?.at('after_write_started');
+    result = await perform(write, row, ctx);
+    await ctx.faults?.at('after_connector_write');
+    await ctx.approvals.finishExecution(
+      row,
+      { status: 'succeeded', result },
+      { request_id: ctx.request_id, trace_id: ctx.trace_id, source: write.prepared.source },
+    );
+  } catch (err) {
+    throw isDatabaseOutage(err) ? outcomeUnknown(row, ctx, err) : err;
+  }
   return {
     data: write.prepared.present({
       dry_run: false,
@@ -282,6 +291,31 @@ async function execute(
 }
 
 type ExecutingRow = Awaited<ReturnType<Approvals['beginExecution']>>['row'];
+
+/** The database went away: a connection failure, or an audit row it could not take. */
+const isDatabaseOutage = (err: unknown) => isAuditUnavailable(err) || isConnectionError(err);
+
+/**
+ * The answer to an execution the database went away from after write.started committed: the write may
+ * have happened (the connector may have delivered it) and its outcome is not recorded yet. Never "not
+ * done, retry": the approval is spent, reconciliation settles it, and get_approval then shows the outcome.
+ */
+function outcomeUnknown(row: ExecutingRow, ctx: GateContext, cause: unknown): AppError {
+  return new AppError(
+    'OUTCOME_UNKNOWN',
+    'this write started, and whether it was made is not known yet (the database became unavailable); ' +
+      `do not repeat it, check its outcome with ${ctx.getApprovalTool}`,
+    'database_unavailable',
+    { cause, details: outcomeUnknownDetails(row.approval_id!, row.id, ctx.getApprovalTool) },
+  );
+}
+
+/** Where an unknown outcome is looked up: the approval, and get_approval as the next step. */
+const outcomeUnknownDetails = (approval_id: string, approval_request_id: string, tool: string) => ({
+  approval_id,
+  approval_request_id,
+  next_step: { tool, arguments: { approval_id } },
+});
 
 /**
  * The connector's write, keyed by the approval_id. A failure that proves nothing was written is

@@ -14,6 +14,8 @@ export const ErrorCode = z.enum([
   'CONNECTOR_FAILED',
   'RATE_LIMITED',
   'IDEMPOTENCY_CONFLICT',
+  /** A write started (write.started is recorded) and whether it happened is not known: check, never repeat. */
+  'OUTCOME_UNKNOWN',
   'INTERNAL_ERROR',
 ]);
 export type ErrorCode = z.infer<typeof ErrorCode>;
@@ -97,6 +99,7 @@ export const HTTP_STATUS: Record<AppErrorCode, number> = {
   INTERRUPTED: 499,
   INTERNAL_ERROR: 500,
   CONNECTOR_FAILED: 502,
+  OUTCOME_UNKNOWN: 502,
   SOURCE_UNAVAILABLE: 503,
   TIMEOUT: 504,
 };

@@ -7,6 +7,8 @@ export type FaultPoint =
   | 'before_handler'
   | 'after_write_started'
   | 'after_connector_write'
+  /** Start-up, listening already, before the database is opened (the window answered 503 starting). */
+  | 'before_database'
   /** Start-up, once the first run's credentials exist and before anything has shown them. */
   | 'after_first_run';
 

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import knexFactory, { type Knex } from 'knex';
 import pg from 'pg';
+import type { Logger } from '../log.ts';
 import { lockDataDir, type DirLock } from './lock.ts';
 
 // bigint (seq) and numeric as JS numbers: every value we store fits in 2^53.
@@ -21,6 +22,28 @@ export interface DatabaseOptions {
   /** What this process is doing, written into the lock so a refused process can say who holds it. */
   command: string;
   poolMax?: number;
+  /** Where knex's own warnings go (one line each); without it they are dropped, never printed. */
+  log?: Logger;
+}
+
+/**
+ * knex writes its warnings with console.log by default, a failed connection's with its stack: to
+ * stdout, the MCP channel of a stdio server; on a terminal, a stack in front of the command's one-line
+ * error. Each goes to the log (stderr) as one line instead; the failure itself is thrown.
+ */
+function knexLog(log: Logger | undefined): Knex.Config['log'] {
+  const line = (message: unknown) => String(message).split('\n')[0]!.slice(0, 300);
+  return {
+    // A failed connection is reported by whatever was waiting for it: here, only for debugging.
+    warn: (message: unknown) =>
+      /^Acquire connection error/.test(String(message))
+        ? log?.debug({ knex: line(message) }, 'database connection failed')
+        : log?.warn({ knex: line(message) }, 'database warning'),
+    error: (message: unknown) => log?.error({ knex: line(message) }, 'database error'),
+    deprecate: (method: unknown, alternative: unknown) =>
+      log?.warn({ knex: `${String(method)} is deprecated; use ${String(alternative)}` }, 'database warning'),
+    debug: (message: unknown) => log?.debug({ knex: line(message) }, 'database debug'),
+  };
 }
 
 /** Opens PostgreSQL when a URL is given, else the embedded PGlite database (locked to this process). */
@@ -31,8 +54,15 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
       connection: opts.url,
       pool: { min: 0, max: opts.poolMax ?? 10 },
       acquireConnectionTimeout: 10_000,
+      log: knexLog(opts.log),
     });
-    await knex.raw('select 1');
+    try {
+      await knex.raw('select 1');
+    } catch (err) {
+      // The pool's sockets and timers would otherwise outlive the refusal (and keep a process alive).
+      await knex.destroy().catch(() => {});
+      throw err;
+    }
     return { knex, dialect: 'postgres', close: () => knex.destroy() };
   }
 
@@ -47,6 +77,7 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
       connection: { filename: opts.pgliteDir },
       // PGlite has one connection: anything waiting longer than this is a bug (a query outside `trx`).
       acquireConnectionTimeout: 20_000,
+      log: knexLog(opts.log),
     });
     await knex.raw('select 1');
     return {

@@ -31,7 +31,7 @@ export class MigrationSource implements Knex.MigrationSource<string> {
 }
 
 /** Whether every migration in the directory is recorded as applied (no table yet: no). */
-async function upToDate(knex: Knex, source: MigrationSource): Promise<boolean> {
+export async function upToDate(knex: Knex, source = new MigrationSource()): Promise<boolean> {
   const names = (await source.getMigrations()).map((f) => source.getMigrationName(f));
   try {
     const done = new Set(

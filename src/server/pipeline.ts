@@ -1,6 +1,7 @@
 import { ProtocolError } from '@modelcontextprotocol/server';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import { isAuditUnavailable } from '../audit/log.ts';
+import type { AppError } from '../core/errors.ts';
 import type { Agent } from '../core/identity.ts';
 import type { Tracer } from '../core/tracing.ts';
 import type { Upstream } from '../connectors/mcp/upstream.ts';
@@ -71,6 +72,19 @@ export const databaseUnavailable = (trace_id: string) =>
   );
 
 /**
+ * An execution whose write.started committed, and then the database went away: the write may have been
+ * made, so the answer says the outcome is unknown and where to look, never that nothing was done.
+ */
+export const outcomeUnknownUnaudited = (trace_id: string, failure: AppError) =>
+  new ProtocolError(DATABASE_UNAVAILABLE, `The database is unavailable: ${failure.message}`, {
+    code: 'OUTCOME_UNKNOWN',
+    reason: failure.reason ?? 'database_unavailable',
+    ...failure.details,
+    retry_after_s: 1,
+    trace_id,
+  });
+
+/**
  * The one seam every tool call passes through (SPEC §2). Authentication is the transport's; then, in
  * order: look the name up in the catalogue → profile → rate limit → validate → handler (under the call
  * deadline; writes through the approval gate) → audit row → envelope. The audit row is committed before
@@ -115,12 +129,14 @@ async function runCall(
   call: Call,
   hold?: AnswerHold,
 ): Promise<CallToolResult> {
+  // What the call settled as, once it has: an outage that then loses its audit row answers by it.
+  let settled: Settled | undefined;
   // A commit the transport awaits fails as the call would have: with the protocol error to answer.
   const held: AnswerHold | undefined = hold && {
     until: (committed) =>
       hold.until(
         committed.catch(async (err: unknown) => {
-          throw await heldFailure(deps, call, err);
+          throw await heldFailure(deps, call, err, settled);
         }),
       ),
   };
@@ -130,17 +146,23 @@ async function runCall(
     if (entry.kind === 'down')
       return await record(deps, call, { failure: entry.upstream.unavailable() }, held);
     const profile = await admit(deps, call, entry.tool);
-    return await record(deps, call, await settle(deps, call, entry.tool, profile), held);
+    settled = await settle(deps, call, entry.tool, profile);
+    return await record(deps, call, settled, held);
   } catch (err) {
-    throw outage(deps, call, await crashed(deps, call, err));
+    throw outage(deps, call, await crashed(deps, call, err), settled);
   }
 }
 
-/** An audit row the database could not take is answered -32003, and counted; anything else stays as is. */
-function outage(deps: StepDeps, call: Call, err: unknown): unknown {
+/**
+ * An audit row the database could not take is answered -32003, and counted: with OUTCOME_UNKNOWN when
+ * the call was a write that had started, else SOURCE_UNAVAILABLE (nothing was done). Anything else
+ * stays as is.
+ */
+function outage(deps: StepDeps, call: Call, err: unknown, settled?: Settled): unknown {
   if (!isAuditUnavailable(err)) return err;
-  deps.metrics.record(call.name.slice(0, 64), 'SOURCE_UNAVAILABLE', 0);
-  return databaseUnavailable(call.trace_id);
+  const unknown = settled?.failure?.code === 'OUTCOME_UNKNOWN' ? settled.failure : undefined;
+  deps.metrics.record(call.name.slice(0, 64), unknown ? 'OUTCOME_UNKNOWN' : 'SOURCE_UNAVAILABLE', 0);
+  return unknown ? outcomeUnknownUnaudited(call.trace_id, unknown) : databaseUnavailable(call.trace_id);
 }
 
 /**
@@ -148,8 +170,13 @@ function outage(deps: StepDeps, call: Call, err: unknown): unknown {
  * anything else (a database error, a bug) as -32603 with the trace id, logged and audited (crashed) —
  * the transport answers it without the SDK.
  */
-async function heldFailure(deps: StepDeps, call: Call, err: unknown): Promise<ProtocolError> {
-  const failure = outage(deps, call, await crashed(deps, call, err));
+async function heldFailure(
+  deps: StepDeps,
+  call: Call,
+  err: unknown,
+  settled?: Settled,
+): Promise<ProtocolError> {
+  const failure = outage(deps, call, await crashed(deps, call, err), settled);
   if (failure instanceof ProtocolError) return failure;
   const { rpc, message, data } = internalError(call.trace_id);
   return new ProtocolError(rpc, message, { ...data, trace_id: call.trace_id });

@@ -248,6 +248,7 @@ export function runHandler(
       return runWrite(tool.name, preparing, args as { dry_run: boolean }, {
         ...base,
         dryRunOnly: profile.dry_run_only.includes(tool.facet),
+        getApprovalTool: `${config.tools.prefix}get_approval`,
         approvals: deps.approvals,
         faults: deps.faults,
       });
