@@ -40,7 +40,7 @@ for (const kind of databaseKinds()) {
     before(async () => {
       // A wide per-address limit here: these cases are about the per-user one.
       server = await startTestServer(kind, { COUNTERSIGN_LOGIN_FAILURES_PER_IP: '1000' });
-      for (const name of ['ada', 'bea', 'cy', 'lena']) {
+      for (const name of ['ada', 'bea', 'cy', 'dee', 'lena']) {
         await createUser(server.services.knex, { name, roles: ['chair'], password: `${name} password` });
       }
     });
@@ -69,6 +69,19 @@ for (const kind of databaseKinds()) {
       assert.equal((await failedRows(server, 'bea')).length, counts[401] ?? 0);
       const rightAnswer = answers[30]!.status;
       assert.ok(rightAnswer === 429 || rightAnswer === 303, `the right one: ${rightAnswer}`);
+    });
+
+    it('forgets failures older than 15 minutes, and a success does not count', async () => {
+      const knex = server.services.knex;
+      const old = new Date(Date.now() - 16 * 60 * 1000).toISOString();
+      await knex('sign_in_attempts').insert(
+        Array.from({ length: 5 }, () => ({ bucket: 'password', name: 'dee', origin: '127.0.0.1', at: old })),
+      );
+      const post = await loginForm(server.url);
+      for (let i = 0; i < 3; i++) assert.equal((await post('dee', 'dee password')).status, 303);
+      assert.equal((await knex('sign_in_attempts').where({ name: 'dee' })).length, 0, 'expired rows purged');
+      for (let i = 0; i < 5; i++) assert.equal((await post('dee', `wrong ${i}`)).status, 401);
+      assert.equal((await post('dee', 'dee password')).status, 429);
     });
 
     it('holds the per-user limit for simultaneous --as sign-ins on the command line', async () => {

@@ -35,9 +35,12 @@ export async function reserveAttempt(
     await trx.raw('select pg_advisory_xact_lock(?, hashtext(?))', [ORIGIN_LOCK, origin]);
     if (name !== null) await trx.raw('select pg_advisory_xact_lock(?, hashtext(?))', [NAME_LOCK, name]);
     const window = `${SIGN_IN_WINDOW_MINUTES} minutes`;
-    await trx('sign_in_attempts')
-      .where('at', '<', trx.raw('now() - ?::interval', [window]))
-      .delete();
+    // Expired attempts go; rows another attempt is deleting are skipped, so purges never wait on each other.
+    await trx.raw(
+      `delete from sign_in_attempts where id in
+         (select id from sign_in_attempts where at < now() - ?::interval for update skip locked)`,
+      [window],
+    );
     const counted = (column: 'origin' | 'name', value: string) =>
       trx('sign_in_attempts')
         .where({ bucket, [column]: value })
