@@ -4,24 +4,64 @@ import type { User } from '../core/identity.ts';
 import { toCount } from '../db/knex.ts';
 import { checkCredentials } from './users.ts';
 
-const WINDOW_MS = 15 * 60 * 1000;
+/** How long a failed attempt counts towards the limits. */
+export const SIGN_IN_WINDOW_MINUTES = 15;
 
 /**
- * Failed logins are counted from the audit log itself (user.login_failed rows of the last 15 minutes),
- * per user name and per client address, so the limit holds across restarts and instances.
+ * What attempts count together: passwords (the web form and the CLI's `--as USER`) per user name and per
+ * origin, single sign-on callbacks per origin only. A flood of one never locks out the other.
  */
-export async function loginBlocked(
+export type AttemptBucket = 'password' | 'oidc_callback';
+
+/** Advisory lock classes (two-key form): one per kind of key, always taken origin first, then name. */
+const ORIGIN_LOCK = 0x5349_4f01;
+const NAME_LOCK = 0x5349_4e01;
+
+/**
+ * Reserves one attempt before anything is checked: refused (undefined) when the name or the origin already
+ * has its limit of attempts in the window, else the attempt's id. Attempts of one origin and of one name
+ * serialise on advisory locks held until the transaction ends, and each count is a statement after the
+ * lock, so its snapshot sees every attempt committed before: however many tries race, on however many
+ * replicas, no more than the limit are ever let through. An attempt stays counted until it is released,
+ * so tries still being checked count as well as failed ones.
+ */
+export async function reserveAttempt(
   knex: Knex,
-  opts: { name: string; ip: string; perUser: number; perIp: number },
-): Promise<boolean> {
-  const since = new Date(Date.now() - WINDOW_MS).toISOString();
-  const recent = () => knex('audit_events').where('kind', 'user.login_failed').where('ts', '>=', since);
-  const byUser = toCount((await recent().where('actor', opts.name).count({ n: '*' }).first())?.n);
-  if (byUser >= opts.perUser) return true;
-  const byIp = toCount(
-    (await recent().whereRaw("details->>'ip' = ?", [opts.ip]).count({ n: '*' }).first())?.n,
-  );
-  return byIp >= opts.perIp;
+  attempt: { bucket: AttemptBucket; name?: string; origin: string; perName?: number; perOrigin: number },
+): Promise<number | undefined> {
+  const { bucket, origin } = attempt;
+  const name = attempt.name?.slice(0, 64) || null;
+  return knex.transaction(async (trx) => {
+    await trx.raw('select pg_advisory_xact_lock(?, hashtext(?))', [ORIGIN_LOCK, origin]);
+    if (name !== null) await trx.raw('select pg_advisory_xact_lock(?, hashtext(?))', [NAME_LOCK, name]);
+    const window = `${SIGN_IN_WINDOW_MINUTES} minutes`;
+    // Expired attempts go; rows another attempt is deleting are skipped, so purges never wait on each other.
+    await trx.raw(
+      `delete from sign_in_attempts where id in
+         (select id from sign_in_attempts where at < now() - ?::interval for update skip locked)`,
+      [window],
+    );
+    const counted = (column: 'origin' | 'name', value: string) =>
+      trx('sign_in_attempts')
+        .where({ bucket, [column]: value })
+        .where('at', '>=', trx.raw('now() - ?::interval', [window]))
+        .count({ n: '*' })
+        .first()
+        .then((row) => toCount(row?.n));
+    if ((await counted('origin', origin)) >= attempt.perOrigin) return undefined;
+    if (name !== null && attempt.perName !== undefined && (await counted('name', name)) >= attempt.perName) {
+      return undefined;
+    }
+    const [row] = (await trx('sign_in_attempts').insert({ bucket, name, origin }).returning('id')) as {
+      id: number | string;
+    }[];
+    return Number(row!.id);
+  });
+}
+
+/** Gives a reserved attempt back (it succeeded, or failed through no fault of the caller): it no longer counts. */
+export async function releaseAttempt(knex: Knex, id: number): Promise<void> {
+  await knex('sign_in_attempts').where({ id }).delete();
 }
 
 /** How many failed sign-ins, in 15 minutes, lock a user name and an origin (config `web.login_failures_*`). */
@@ -31,18 +71,36 @@ export interface SignInLimits {
 }
 
 /**
- * One sign-in, by the web form or by the command line (`--as USER`): refused while the name or the
- * origin is locked out; a wrong password is recorded as user.login_failed with the origin, so that both
- * ways count towards the same limits.
+ * One sign-in, by the web form or by the command line (`--as USER`): an attempt is reserved for the name
+ * and the origin first, and refused while either is locked out; a wrong password keeps its reservation
+ * and is recorded as user.login_failed with the origin, so that both ways count towards the same limits;
+ * the right one gives its reservation back.
  */
 export async function signIn(
   deps: { knex: Knex; audit: AuditLog; limits: SignInLimits },
   attempt: { name: string; password: string; origin: string; via: 'web' | 'cli' },
 ): Promise<{ user: User } | { refused: 'locked_out' | 'wrong_password' }> {
   const { name, origin } = attempt;
-  if (await loginBlocked(deps.knex, { name, ip: origin, ...deps.limits })) return { refused: 'locked_out' };
-  const user = name ? await checkCredentials(deps.knex, name, attempt.password) : undefined;
-  if (user) return { user };
+  const reserved = await reserveAttempt(deps.knex, {
+    bucket: 'password',
+    name,
+    origin,
+    perName: deps.limits.perUser,
+    perOrigin: deps.limits.perIp,
+  });
+  if (reserved === undefined) return { refused: 'locked_out' };
+  let user: User | undefined;
+  try {
+    user = name ? await checkCredentials(deps.knex, name, attempt.password) : undefined;
+  } catch (err) {
+    // Not checked, so not a failure of the caller's: the reservation goes back.
+    await releaseAttempt(deps.knex, reserved).catch(() => undefined);
+    throw err;
+  }
+  if (user) {
+    await releaseAttempt(deps.knex, reserved);
+    return { user };
+  }
   await deps.audit.append({
     kind: 'user.login_failed',
     actor: name.slice(0, 64) || null,

@@ -49,6 +49,7 @@ export const SKIPPED_TABLES: Readonly<Record<string, string>> = {
   rate_windows: 'per-minute call counts, stale by the time the copy is served',
   slack_callbacks_seen:
     'Slack callbacks already taken: by the time the copy serves, each is refused as stale',
+  sign_in_attempts: 'sign-in attempts of the last 15 minutes, for the failure limits; they start anew',
   knex_migrations: 'the target records the migrations it ran itself',
   knex_migrations_lock: 'the target records the migrations it ran itself',
 };

@@ -10,6 +10,7 @@ import {
   type OidcRefusal,
 } from '../accounts/oidc.ts';
 import { identityOf, signInWithOidc } from '../accounts/oidc-users.ts';
+import { releaseAttempt, reserveAttempt, SIGN_IN_WINDOW_MINUTES } from '../accounts/sign-in.ts';
 import type { AuditLog } from '../audit/log.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { sharedValue } from '../db/settings.ts';
@@ -132,18 +133,39 @@ export function mountOidcPages(router: Router, kit: PageKit, deps: OidcPageDeps)
   router.get(config.redirect_path, async (req, res) => {
     // One answer per attempt: the cookie goes whatever the outcome, so a replayed callback finds none.
     res.clearCookie(ATTEMPT_COOKIE, attemptCookie);
+    // Any web page can make a browser call this address, so its refusals are limited per address, in a
+    // bucket of their own: they never lock out anyone's password (docs/identity.md).
+    const origin = req.socket.remoteAddress ?? 'unknown';
+    const reserved = await reserveAttempt(deps.knex, {
+      bucket: 'oidc_callback',
+      origin,
+      perOrigin: deps.config.web.login_failures_per_ip,
+    });
+    if (reserved === undefined) {
+      res.set('Retry-After', String(SIGN_IN_WINDOW_MINUTES * 60));
+      return kit.render(res, 429, 'error.njk', {
+        title: 'Too many sign-ins',
+        message: `Too many single sign-ons failed from this address. Wait ${SIGN_IN_WINDOW_MINUTES} minutes, then try again. (reason: too_many_attempts)`,
+      });
+    }
+    const refuseCounted = async (refusal: Parameters<typeof refuse>[2]) => {
+      // The provider being unreachable is no fault of the caller's: that refusal does not count.
+      if (OIDC_FAILURE_PAGE[refusal.failure][0] === 503) await releaseAttempt(deps.knex, reserved);
+      return refuse(req, res, refusal);
+    };
     const attempt = unseal(await key(), readCookies(req.get('cookie'))[ATTEMPT_COOKIE]);
-    if (!attempt) return refuse(req, res, { failure: 'no_attempt' });
+    if (!attempt) return refuseCounted({ failure: 'no_attempt' });
     // The answer as sent to the registered redirect URI, whatever Host the request came through.
     const callback = new URL(oidc.redirectUri);
     callback.search = new URL(req.originalUrl, callback).search;
     const answer = await oidc.finish(callback, attempt);
-    if ('failure' in answer) return refuse(req, res, answer);
+    if ('failure' in answer) return refuseCounted(answer);
     const identity = identityOf(config, answer.claims);
     const outcome = await signInWithOidc({ knex: deps.knex, audit: deps.audit }, identity);
-    if ('failure' in outcome) return refuse(req, res, { ...outcome, subject: identity.subject });
+    if ('failure' in outcome) return refuseCounted({ ...outcome, subject: identity.subject });
 
     const { user } = outcome;
+    await releaseAttempt(deps.knex, reserved);
     const created = await deps.sessions.create(user);
     await deps.sessions.destroy(res.locals.sessionId as string | undefined);
     await deps.audit.append({
