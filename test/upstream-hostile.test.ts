@@ -121,7 +121,7 @@ for (const kind of databaseKinds()) {
       assert.equal(draft.dry_run, true);
       const approvalId = await approveAsChair(chair, draft);
       const done = await call(agent, 'sse__big_write', { ...args, dry_run: false, approval_id: approvalId });
-      assert.equal(done.ok, false);
+      assert.deepEqual([done.error?.code, done.error?.reason], ['CONNECTOR_FAILED', 'result_too_large']);
       assert.deepEqual(sse.writes, [args.bytes], 'the upstream wrote, once');
       const request = await server.services
         .knex('approval_requests')
