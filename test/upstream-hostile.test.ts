@@ -127,7 +127,7 @@ for (const kind of databaseKinds()) {
         .knex('approval_requests')
         .where({ id: draft.approval.approval_request_id })
         .first();
-      assert.notEqual(request.status, 'failed');
+      assert.ok(['executing', 'unknown'].includes(request.status), request.status);
       const kinds = (
         (await server.services
           .knex('audit_events')
