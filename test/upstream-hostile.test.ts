@@ -90,6 +90,11 @@ for (const kind of databaseKinds()) {
       const fine = await call(agent, 'sse__match', { s: 'aaaa' });
       assert.equal(fine.ok, true, JSON.stringify(fine.error));
       assert.equal(fine.content[0].text, 'aaaa');
+      // Each pattern is its own: another tool's is checked against its own schema, not this one's.
+      const digits = await call(agent, 'sse__digits', { s: '2026' });
+      assert.equal(digits.ok, true, JSON.stringify(digits.error));
+      assert.equal((await call(agent, 'sse__digits', { s: 'aaaa' })).error?.code, 'INVALID_ARGUMENT');
+      assert.equal((await call(agent, 'sse__match', { s: '2026' })).error?.code, 'INVALID_ARGUMENT');
     });
 
     for (const upstream of ['sse', 'json', 'pipe']) {

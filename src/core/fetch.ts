@@ -42,22 +42,33 @@ function requestId(init: RequestInit | undefined): string | number | undefined {
   }
 }
 
-/** Where an SSE stream's next event starts in `text`: after the blank line that ends one, or -1. */
-function eventEnd(text: string): number {
-  const m = /\r?\n\r?\n/.exec(text);
-  return m ? m.index + m[0].length : -1;
+/** Where the first blank line (the end of an SSE event) in `text` ends, searching from `from`; or -1. */
+function eventEnd(text: string, from: number): number {
+  const m = /\r?\n\r?\n/g;
+  m.lastIndex = from;
+  const found = m.exec(text);
+  return found ? found.index + found[0].length : -1;
 }
 
 /**
  * A body that passes an upstream's answer through while counting it, and never holds more than
- * `maxBytes`: past the cap, what was read is dropped and the request is answered with a JSON-RPC
- * error (data: RESULT_TOO_LARGE), so that the one call it answered fails and nothing else does. An
- * event stream is passed on event by event, so that the error never lands in a half-sent event.
+ * `maxBytes` of it: past the cap, what was read is dropped and the request is answered with a
+ * JSON-RPC error (data: RESULT_TOO_LARGE), so that the one call it answered fails and nothing else
+ * does (a stream that answers no request, e.g. the one opened for notifications, is ended with an
+ * error instead). An event stream is passed on event by event and counted per event; a JSON body is
+ * held until it is complete.
  */
-function capped(body: ReadableStream<Uint8Array>, sse: boolean, id: unknown, maxBytes: number) {
+function capped(
+  body: ReadableStream<Uint8Array>,
+  sse: boolean,
+  idOf: () => string | number | undefined,
+  maxBytes: number,
+) {
   const decoder = new TextDecoder();
   const encoder = new TextEncoder();
-  let held = '';
+  const chunks: Uint8Array[] = []; // a JSON body so far
+  let held = ''; // an event stream's event so far
+  let scanned = 0;
   let bytes = 0;
   let over = false;
   return body.pipeThrough(
@@ -67,21 +78,36 @@ function capped(body: ReadableStream<Uint8Array>, sse: boolean, id: unknown, max
         bytes += chunk.byteLength;
         if (bytes > maxBytes) {
           over = true;
+          chunks.length = 0;
           held = '';
+          // Read only now: parsing every request's body again would cost each call.
+          const id = idOf();
+          if (id === undefined) {
+            out.error(new Error(`an answer was larger than ${maxBytes} bytes`));
+            return;
+          }
           const error = tooLarge(id, maxBytes);
           out.enqueue(encoder.encode(sse ? `event: message\ndata: ${error}\n\n` : error));
           out.terminate();
           return;
         }
-        held += decoder.decode(chunk, { stream: true });
-        if (!sse) return;
-        for (let end = eventEnd(held); end >= 0; end = eventEnd(held)) {
-          out.enqueue(encoder.encode(held.slice(0, end)));
-          bytes -= Buffer.byteLength(held.slice(0, end));
-          held = held.slice(end);
+        if (!sse) {
+          chunks.push(chunk);
+          return;
         }
+        held += decoder.decode(chunk, { stream: true });
+        // A blank line may straddle two chunks: look again from just before where the last look ended.
+        for (let end = eventEnd(held, Math.max(0, scanned - 3)); end >= 0; end = eventEnd(held, 0)) {
+          const event = held.slice(0, end);
+          out.enqueue(encoder.encode(event));
+          bytes -= Buffer.byteLength(event);
+          held = held.slice(end);
+          scanned = 0;
+        }
+        scanned = held.length;
       },
       flush(out) {
+        for (const chunk of chunks) out.enqueue(chunk);
         held += decoder.decode();
         if (held) out.enqueue(encoder.encode(held));
       },
@@ -101,7 +127,7 @@ export function cappedFetch(maxBytes: number): FetchLike {
     const type = res.headers.get('content-type') ?? '';
     const sse = type.includes('text/event-stream');
     if (!sse && !type.includes('application/json')) return res;
-    const body = capped(res.body, sse, requestId(init), maxBytes);
+    const body = capped(res.body, sse, () => requestId(init), maxBytes);
     return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
   };
 }

@@ -7,7 +7,7 @@ import { StdioServerTransport } from '@modelcontextprotocol/server/stdio';
 
 /**
  * An upstream MCP server that is hostile by schema and by size: `match` takes a string under the
- * pattern `^(a+)+$` (catastrophic on a backtracking engine), `big` and `big_write` answer as many
+ * pattern `^(a+)+$` (catastrophic on a backtracking engine), `digits` one under `^[0-9]+$`, `big` and `big_write` answer as many
  * bytes as asked, `ping` answers at once. Served over Streamable HTTP (SSE or JSON answers), or over
  * stdio when this file is run with the argument `stdio`.
  */
@@ -44,6 +44,19 @@ function hostileServer(writes: number[]) {
       inputSchema: announced<{ s: string }>({
         type: 'object',
         properties: { s: { type: 'string', pattern: '^(a+)+$' } },
+        required: ['s'],
+      }),
+      annotations: { readOnlyHint: true },
+    },
+    async ({ s }) => ({ content: [{ type: 'text', text: s }] }),
+  );
+  server.registerTool(
+    'digits',
+    {
+      description: 'Echoes a string of digits.',
+      inputSchema: announced<{ s: string }>({
+        type: 'object',
+        properties: { s: { type: 'string', pattern: '^[0-9]+$' } },
         required: ['s'],
       }),
       annotations: { readOnlyHint: true },

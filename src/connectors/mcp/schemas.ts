@@ -4,9 +4,10 @@ import { RE2JS } from 're2js';
 import { Ajv, AjvJsonSchemaValidator, addFormats } from '@modelcontextprotocol/client/validators/ajv';
 import type { JsonSchemaType, JsonSchemaValidator } from '@modelcontextprotocol/client';
 
-/** What Ajv needs of a compiled pattern. */
+/** What Ajv needs of a compiled pattern: `test`, and a `toString` it caches the pattern under. */
 interface Tester {
   test(s: string): boolean;
+  toString(): string;
 }
 
 /**
@@ -16,13 +17,15 @@ interface Tester {
  * evaluated here: it matches everything, and the upstream still checks its own input.
  */
 function re2(pattern: string): Tester {
+  // Ajv keys its cache of compiled patterns by toString: one per pattern, as a RegExp's would be.
+  const toString = () => `re2:/${pattern}/`;
   let compiled: RE2JS;
   try {
     compiled = RE2JS.compile(pattern);
   } catch {
-    return { test: () => true };
+    return { test: () => true, toString };
   }
-  return { test: (s) => compiled.matcher(s).find() };
+  return { test: (s) => compiled.matcher(s).find(), toString };
 }
 // Ajv's generated code names the engine by `code` only when it writes standalone modules (never here).
 const regExp = Object.assign((pattern: string) => re2(pattern), { code: 're2' });
