@@ -26,6 +26,12 @@ export const UpstreamSchema = z
     trust_annotations: z.boolean().default(true),
     /** Deadline of one upstream call (default: 90 % of limits.call_timeout_ms). */
     timeout_ms: z.number().int().positive().optional(),
+    /** The largest answer read from it (one stdio message, one HTTP answer or event); past it: result_too_large. */
+    max_result_bytes: z
+      .number()
+      .int()
+      .min(1024)
+      .default(8 * 1024 * 1024),
     // stdio
     command: z.string().min(1).optional(),
     args: z.array(z.string()).optional(),

@@ -6,6 +6,7 @@ import path from 'node:path';
 import express, { type Request, type Response } from 'express';
 import { z } from 'zod';
 import { AppError, ErrorCode, OperatorCode } from '../core/errors.ts';
+import { processGone } from '../db/lock.ts';
 import type { Logger } from '../log.ts';
 import { sendProblem } from '../server/problem.ts';
 import {
@@ -55,6 +56,7 @@ export async function startAdminEndpoint(
   const { port } = server.address() as AddressInfo;
   const file = path.join(deps.dataDir, ADMIN_FILE);
   const address: AdminAddress = { pid: process.pid, url: `http://127.0.0.1:${port}/admin`, secret };
+  clearStale(file, deps.log);
   fs.writeFileSync(file, JSON.stringify(address), { mode: 0o600 });
 
   return {
@@ -63,6 +65,23 @@ export async function startAdminEndpoint(
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+/** Removes an admin.json left by a process that is gone (a crash), with a warning. */
+function clearStale(file: string, log: Logger) {
+  let stale: Partial<AdminAddress>;
+  try {
+    stale = JSON.parse(fs.readFileSync(file, 'utf8')) as Partial<AdminAddress>;
+  } catch {
+    return; // none, or unreadable: overwritten below
+  }
+  if (typeof stale.pid === 'number' && stale.pid !== process.pid && processGone(stale.pid)) {
+    log.warn(
+      { stale_admin_pid: stale.pid },
+      `cleared a stale ${ADMIN_FILE}: its process ${stale.pid} is gone`,
+    );
+    fs.rmSync(file, { force: true });
+  }
 }
 
 /** The reason of the refusal sendAdminCommand gives when the server could not be asked at all. */

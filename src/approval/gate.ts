@@ -41,9 +41,10 @@ export function contentSha256(tool: string, source: string, target: Target, cont
 const INDETERMINATE = new Set(['TIMEOUT', 'SOURCE_UNAVAILABLE']);
 /**
  * CONNECTOR_FAILED reasons that do not prove nothing was written: the other side accepted the request
- * but its answer was unreadable (a bridge's malformed body, an upstream's result breaking its own schema).
+ * but its answer was unreadable (a bridge's malformed body, an upstream's result breaking its own schema,
+ * an upstream's answer past max_result_bytes).
  */
-const UNREADABLE_ANSWER = new Set(['malformed_answer', 'upstream_protocol_error']);
+const UNREADABLE_ANSWER = new Set(['malformed_answer', 'upstream_protocol_error', 'result_too_large']);
 
 /** Whether a failed perform may still have written: then reconciliation, not the caller, settles it. */
 const indeterminate = (err: AppError) =>

@@ -15,3 +15,119 @@ export const fetchUnwarned: FetchLike = (url, init) => {
   if (init?.signal) setMaxListeners(0, init.signal);
   return fetch(url, init);
 };
+
+/** The `data` of the JSON-RPC error a capped fetch answers in place of a result past its cap. */
+export const RESULT_TOO_LARGE = 'countersign.result_too_large';
+
+/** A JSON-RPC error for request `id`, standing in for an answer that was larger than `maxBytes`. */
+const tooLarge = (id: unknown, maxBytes: number) =>
+  JSON.stringify({
+    jsonrpc: '2.0',
+    id,
+    error: {
+      code: -32603,
+      message: `the answer was larger than ${maxBytes} bytes`,
+      data: { [RESULT_TOO_LARGE]: maxBytes },
+    },
+  });
+
+/** The JSON-RPC id of the one request a POST carries, if it carries one. */
+function requestId(init: RequestInit | undefined): string | number | undefined {
+  if (typeof init?.body !== 'string') return undefined;
+  try {
+    const id = (JSON.parse(init.body) as { id?: unknown }).id;
+    return typeof id === 'string' || typeof id === 'number' ? id : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Where the first blank line (the end of an SSE event) in `text` ends, searching from `from`; or -1. */
+function eventEnd(text: string, from: number): number {
+  const m = /\r?\n\r?\n/g;
+  m.lastIndex = from;
+  const found = m.exec(text);
+  return found ? found.index + found[0].length : -1;
+}
+
+/**
+ * A body that passes an upstream's answer through while counting it, and never holds more than
+ * `maxBytes` of it: past the cap, what was read is dropped and the request is answered with a
+ * JSON-RPC error (data: RESULT_TOO_LARGE), so that the one call it answered fails and nothing else
+ * does (a stream that answers no request, e.g. the one opened for notifications, is ended with an
+ * error instead). An event stream is passed on event by event and counted per event; a JSON body is
+ * held until it is complete.
+ */
+function capped(
+  body: ReadableStream<Uint8Array>,
+  sse: boolean,
+  idOf: () => string | number | undefined,
+  maxBytes: number,
+) {
+  const decoder = new TextDecoder();
+  const encoder = new TextEncoder();
+  const chunks: Uint8Array[] = []; // a JSON body so far
+  let held = ''; // an event stream's event so far
+  let scanned = 0;
+  let bytes = 0;
+  let over = false;
+  return body.pipeThrough(
+    new TransformStream<Uint8Array, Uint8Array>({
+      transform(chunk, out) {
+        if (over) return;
+        bytes += chunk.byteLength;
+        if (bytes > maxBytes) {
+          over = true;
+          chunks.length = 0;
+          held = '';
+          // Read only now: parsing every request's body again would cost each call.
+          const id = idOf();
+          if (id === undefined) {
+            out.error(new Error(`an answer was larger than ${maxBytes} bytes`));
+            return;
+          }
+          const error = tooLarge(id, maxBytes);
+          out.enqueue(encoder.encode(sse ? `event: message\ndata: ${error}\n\n` : error));
+          out.terminate();
+          return;
+        }
+        if (!sse) {
+          chunks.push(chunk);
+          return;
+        }
+        held += decoder.decode(chunk, { stream: true });
+        // A blank line may straddle two chunks: look again from just before where the last look ended.
+        for (let end = eventEnd(held, Math.max(0, scanned - 3)); end >= 0; end = eventEnd(held, 0)) {
+          const event = held.slice(0, end);
+          out.enqueue(encoder.encode(event));
+          bytes -= Buffer.byteLength(event);
+          held = held.slice(end);
+          scanned = 0;
+        }
+        scanned = held.length;
+      },
+      flush(out) {
+        for (const chunk of chunks) out.enqueue(chunk);
+        held += decoder.decode();
+        if (held) out.enqueue(encoder.encode(held));
+      },
+    }),
+  );
+}
+
+/**
+ * fetchUnwarned with each answer capped at `maxBytes` while it is read (an upstream's 200 MB result
+ * cannot fill the heap). An event stream counts per event (a long-lived stream of small notifications
+ * is fine); a JSON answer counts whole.
+ */
+export function cappedFetch(maxBytes: number): FetchLike {
+  return async (url, init) => {
+    const res = await fetchUnwarned(url, init);
+    if (!res.body) return res;
+    const type = res.headers.get('content-type') ?? '';
+    const sse = type.includes('text/event-stream');
+    if (!sse && !type.includes('application/json')) return res;
+    const body = capped(res.body, sse, () => requestId(init), maxBytes);
+    return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
+  };
+}

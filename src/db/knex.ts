@@ -66,7 +66,12 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     return { knex, dialect: 'postgres', close: () => knex.destroy() };
   }
 
-  const lock: DirLock = lockDataDir(opts.pgliteDir, opts.command);
+  const lock: DirLock = lockDataDir(opts.pgliteDir, opts.command, (holder) =>
+    opts.log?.warn(
+      { stale_lock: holder },
+      `cleared a stale lock on ${opts.pgliteDir}: its process ${holder.pid} is gone`,
+    ),
+  );
   try {
     fs.mkdirSync(opts.pgliteDir, { recursive: true });
     // Loaded only here: PGlite's module alone adds tens of MB to a process that talks to PostgreSQL.

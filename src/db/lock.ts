@@ -37,14 +37,19 @@ function readHolder(file: string): LockHolder | undefined {
   }
 }
 
+/** Whether process `pid` on this host is gone (signal 0 finds no such process). */
+export function processGone(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ESRCH';
+  }
+}
+
 function isAlive(holder: LockHolder): boolean {
   if (holder.hostname !== os.hostname()) return true; // cannot tell: assume it is alive
-  try {
-    process.kill(holder.pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
+  return !processGone(holder.pid);
 }
 
 /** Reads the current holder of `dir`'s lock, if a live process holds it. */
@@ -56,9 +61,14 @@ export function lockHolder(dir: string): LockHolder | undefined {
 /**
  * Takes an exclusive lock on `dir` (PGlite does not lock its own data directory).
  * The lock file is created atomically by hard-linking a fully written temp file, so a reader never sees
- * a half-written holder. A lock left by a dead process on this host is taken over.
+ * a half-written holder. A lock left by a dead process on this host (a crash) is taken over, and
+ * `onStale` told whose it was.
  */
-export function lockDataDir(dir: string, command: string): DirLock {
+export function lockDataDir(
+  dir: string,
+  command: string,
+  onStale: (holder: LockHolder) => void = () => undefined,
+): DirLock {
   fs.mkdirSync(dir, { recursive: true });
   const file = path.join(dir, 'countersign.lock');
   const me: LockHolder = {
@@ -83,6 +93,7 @@ export function lockDataDir(dir: string, command: string): DirLock {
         const holder = readHolder(file);
         if (holder && isAlive(holder)) throw dataDirLocked(dir, holder);
         fs.rmSync(file, { force: true }); // stale: its process is gone
+        if (holder) onStale(holder);
       }
     }
     throw new Error(`could not take the lock on ${dir}`);

@@ -1,9 +1,9 @@
-import { AjvJsonSchemaValidator } from '@modelcontextprotocol/server/validators/ajv';
 import type { Tool, JsonSchemaType } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { Target } from '../approval/view.ts';
 import type { UpstreamToolMode } from '../config.ts';
 import { errorText, type Upstream, type UpstreamTool } from '../connectors/mcp/upstream.ts';
+import { upstreamValidator } from '../connectors/mcp/schemas.ts';
 import { exposedName } from '../connectors/mcp/pins.ts';
 import type { Logger } from '../log.ts';
 import { AppError } from '../core/errors.ts';
@@ -46,8 +46,6 @@ const writeOutput = z.object({
     .describe('Exactly the call that is made once approved; the approval is bound to it.'),
   result: UpstreamResult.nullable().describe('Once executed: what the upstream answered.'),
 });
-
-const validators = new AjvJsonSchemaValidator();
 
 /** The gate's controls as JSON Schema, added to each gated tool's listed input schema. */
 type JsonSchemaProperties = NonNullable<Tool['inputSchema']['properties']>;
@@ -98,11 +96,12 @@ async function callThrough(
 /**
  * A zod input that takes any object and checks it against the upstream's JSON Schema (without the gate's
  * controls, which are the pipeline's own). Invalid arguments are refused before anything is drafted or sent.
+ * Its patterns run on RE2 (see upstreamValidator): an upstream's schema cannot hold the event loop.
  */
 function inputFor(schema: Tool['inputSchema'], gated: boolean) {
   // `$schema` only names a dialect; Ajv would try to resolve a 2020-12 URI as a reference and fail.
   const { $schema: _dialect, ...checked } = schema as Record<string, unknown>;
-  const validate = validators.getValidator(checked as JsonSchemaType);
+  const validate = upstreamValidator(checked as JsonSchemaType);
   return z.looseObject(gated ? controls : {}).superRefine((value, ctx) => {
     const args = gated ? withoutControls(value) : value;
     const result = validate(args);

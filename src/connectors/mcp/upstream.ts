@@ -9,12 +9,12 @@ import {
   SdkError,
   SdkErrorCode,
 } from '@modelcontextprotocol/client';
-import { AjvJsonSchemaValidator } from '@modelcontextprotocol/client/validators/ajv';
 import type { Transport, CallToolResult, JsonSchemaType, Tool } from '@modelcontextprotocol/client';
 import type { UpstreamConfig } from '../../config.ts';
 import type { Logger } from '../../log.ts';
 import { AppError } from '../../core/errors.ts';
-import { fetchUnwarned } from '../../core/fetch.ts';
+import { cappedFetch, RESULT_TOO_LARGE } from '../../core/fetch.ts';
+import { upstreamValidator } from './schemas.ts';
 import { classOf, hintsOf, type Listed, type Pin, type UpstreamPins } from './pins.ts';
 
 export type UpstreamState = 'connecting' | 'up' | 'down' | 'closed';
@@ -97,13 +97,17 @@ function transportFor(cfg: UpstreamConfig): Transport {
       env: { ...getDefaultEnvironment(), ...cfg.env },
       ...(cfg.cwd ? { cwd: cfg.cwd } : {}),
       stderr: 'pipe',
+      // One message (one line) may be as long as the cap; past it the SDK drops the connection.
+      maxBufferSize: cfg.max_result_bytes,
     });
   }
   return new StreamableHTTPClientTransport(new URL(cfg.url!), {
     requestInit: { headers: cfg.headers ?? {} },
-    fetch: fetchUnwarned,
+    fetch: cappedFetch(cfg.max_result_bytes),
   });
 }
+
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null;
 
 const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err)).slice(0, 500);
 
@@ -122,6 +126,8 @@ interface Link {
   connectedAt: string | null;
   attempt: number;
   retryTimer: NodeJS.Timeout | undefined;
+  /** The stdio connection was dropped because a message passed max_result_bytes. */
+  tooLarge: boolean;
   readonly listeners: (() => void)[];
 }
 
@@ -151,13 +157,11 @@ function scheduleReconnect(link: Link) {
   link.retryTimer.unref();
 }
 
-const outputValidators = new AjvJsonSchemaValidator();
-
 /** The tool's output schema compiled once, when it is listed (undefined: it declares none). */
 function outputCheck(tool: Tool): OutputCheck | undefined {
   if (!tool.outputSchema) return undefined;
   try {
-    return { ok: true, validate: outputValidators.getValidator(tool.outputSchema as JsonSchemaType) };
+    return { ok: true, validate: upstreamValidator(tool.outputSchema as JsonSchemaType) };
   } catch (err) {
     return { ok: false, error: messageOf(err).slice(0, 200) };
   }
@@ -241,6 +245,8 @@ async function connect(link: Link) {
       return;
     }
     c.setNotificationHandler('notifications/tools/list_changed', () => relist(link, c));
+    link.tooLarge = false;
+    watchSize(link, t);
     await refreshTools(link, c);
     link.client = c;
     link.transport = t;
@@ -267,6 +273,25 @@ async function connect(link: Link) {
   }
 }
 
+/** Notes a stdio message past the cap (the SDK reports it, then closes): the calls it ends are told why. */
+function watchSize(link: Link, t: Transport) {
+  if (!(t instanceof StdioClientTransport)) return;
+  const reported = t.onerror;
+  t.onerror = (err) => {
+    if (/ReadBuffer exceeded maximum size/.test(err.message)) link.tooLarge = true;
+    reported?.(err);
+  };
+}
+
+/** CONNECTOR_FAILED for an answer larger than the upstream's max_result_bytes. */
+const resultTooLarge = (cfg: UpstreamConfig) =>
+  new AppError(
+    'CONNECTOR_FAILED',
+    `upstream "${cfg.name}" answered more than max_result_bytes (${cfg.max_result_bytes} bytes); the answer was dropped`,
+    'result_too_large',
+    { details: { max_result_bytes: cfg.max_result_bytes } },
+  );
+
 const unavailable = (name: string, why: string | null) =>
   new AppError(
     'SOURCE_UNAVAILABLE',
@@ -285,12 +310,16 @@ function failure(link: Link, err: unknown, c: Client, signal: AbortSignal): AppE
   if (err instanceof SdkError && err.code === SdkErrorCode.RequestTimeout) {
     return new AppError('TIMEOUT', `upstream "${name}" did not answer in time`, 'upstream_timeout');
   }
+  if (err instanceof ProtocolError && isRecord(err.data) && RESULT_TOO_LARGE in err.data) {
+    return resultTooLarge(link.cfg);
+  }
   if (err instanceof SdkError && err.code === SdkErrorCode.ConnectionClosed) {
+    const tooLarge = link.tooLarge;
     if (link.client === c) {
       link.client = undefined;
       setDown(link, 'connection closed during a call');
     }
-    return unavailable(name, 'connection closed during the call');
+    return tooLarge ? resultTooLarge(link.cfg) : unavailable(name, 'connection closed during the call');
   }
   if (err instanceof ProtocolError) {
     return new AppError(
@@ -380,6 +409,7 @@ export function connectUpstream(
     connectedAt: null,
     attempt: 0,
     retryTimer: undefined,
+    tooLarge: false,
     listeners: [],
   };
   return {
