@@ -6,6 +6,8 @@ import { createAuditLog } from '../src/audit/log.ts';
 import { createRefusals, type RefusalRow } from '../src/audit/refusals.ts';
 import type { Database } from '../src/db/knex.ts';
 import { createLogger } from '../src/log.ts';
+import { oidcEnv } from './helpers/oidc-flow.ts';
+import { freePort } from './helpers/openid-provider.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 
@@ -122,18 +124,25 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_SLACK_SIGNING_SECRET: SECRET,
         COUNTERSIGN_SLACK_CHANNEL: 'C0APPROVALS',
         COUNTERSIGN_SLACK_API_BASE_URL: 'http://127.0.0.1:9/api/',
+        // Never asked: a callback without its attempt is refused before the provider is.
+        ...oidcEnv('https://login.example.com/realms/staff', await freePort()),
       });
     });
     after(async () => server?.stop());
 
-    /** Sends `total` requests, `parallel` at a time. */
-    async function send(total: number, parallel: number, one: (i: number) => Promise<Response>) {
+    /** Sends `total` requests, `parallel` at a time; each is refused with `status`. */
+    async function send(
+      total: number,
+      parallel: number,
+      one: (i: number) => Promise<Response>,
+      status = 401,
+    ) {
       for (let i = 0; i < total; i += parallel) {
         const answers = await Promise.all(
           Array.from({ length: Math.min(parallel, total - i) }, (_, j) => one(i + j)),
         );
         for (const res of answers) {
-          assert.equal(res.status, 401);
+          assert.equal(res.status, status);
           await res.body?.cancel();
         }
       }
@@ -180,6 +189,16 @@ for (const kind of databaseKinds()) {
       });
       await server.services.refusals.flush({ all: true });
       const t = await tally(server.services.knex, 'slack.refused', 'bad_signature');
+      assert.equal(t.own.length + t.summed, 300, 'every refusal counted');
+      assertBounded(t, PER_MINUTE);
+    });
+
+    it('single sign-on callback GETs without their attempt: N rows a minute, the rest summed', async () => {
+      const callback = (i: number) =>
+        fetch(new URL(`/login/oidc/callback?code=c${i}&state=s${i}`, server.url), { redirect: 'manual' });
+      await send(300, 20, callback, 400);
+      await server.services.refusals.flush({ all: true });
+      const t = await tally(server.services.knex, 'user.login_failed', 'no_attempt');
       assert.equal(t.own.length + t.summed, 300, 'every refusal counted');
       assertBounded(t, PER_MINUTE);
     });
