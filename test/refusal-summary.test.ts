@@ -9,7 +9,7 @@ import { createLogger } from '../src/log.ts';
 import { oidcEnv } from './helpers/oidc-flow.ts';
 import { freePort } from './helpers/openid-provider.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
-import { startTestServer, type TestServer } from './helpers/server.ts';
+import { startTestServer, waitFor, type TestServer } from './helpers/server.ts';
 
 interface Row {
   kind: string;
@@ -110,6 +110,24 @@ for (const kind of databaseKinds()) {
       assert.equal(t.summaries.length, 2);
       assert.equal((await db.knex('refusal_counts').count({ n: '*' }))[0]!.n, 0, 'no counter left');
       await two!.close();
+    });
+    it("writes a closed minute's summary by itself when no refusal follows", async () => {
+      let clock = Date.UTC(2026, 0, 1, 13, 0, 59, 900);
+      const log = createLogger('silent');
+      const refusals = createRefusals({
+        ...{ knex: db.knex, audit: createAuditLog(db.knex), log },
+        ...{ perMinute: 3, now: () => clock },
+      });
+      for (let i = 0; i < 8; i++) await refusals.record('192.0.2.44', denied('expired_token'));
+      // The minute ends; nobody is refused again.
+      clock = Date.UTC(2026, 0, 1, 13, 1, 0, 500);
+      const summary = await waitFor('the summary of the closed minute', async () => {
+        const t = await tally(db.knex, 'auth.denied', 'expired_token');
+        return t.summaries.length > 0 ? t : undefined;
+      });
+      assert.equal(summary.own.length, 3);
+      assert.equal(summary.summed, 5);
+      await refusals.close();
     });
   });
 
