@@ -88,10 +88,10 @@ export const outcomeUnknownUnaudited = (trace_id: string, failure: AppError) =>
 
 /**
  * The one seam every tool call passes through (SPEC §2). Authentication is the transport's; then, in
- * order: rate limit (so every call counts, even of a tool that is unknown or denied) → look the name up
- * in the catalogue → profile → validate → handler (under the call
- * deadline; writes through the approval gate) → audit row → envelope. The audit row is committed before
- * the answer leaves; if it cannot be, the caller gets -32003 instead of an unaudited result.
+ * order: rate limit (so every call counts, even of a tool that is unknown or denied) → look the name
+ * up in the catalogue → profile → validate → handler (under the call deadline; writes through the
+ * approval gate) → audit row → envelope. The audit row is committed before the answer leaves; if it
+ * cannot be, the caller gets -32003 instead of an unaudited result.
  */
 export function createCallPipeline(deps: PipelineDeps): CallPipeline {
   const catalogue = createCatalogue({ ...deps, upstreams: deps.upstreams ?? [] });
@@ -144,7 +144,8 @@ async function runCall(
       ),
   };
   try {
-    const limited = await takeRate(deps, call);
+    // The limiter's own failure (the database gone) is the call's answer, as it was in `settle`.
+    const limited = await takeRate(deps, call).catch((err: unknown) => asFailure(deps, call, err));
     const entry = catalogue.lookup(call.name);
     if (entry.kind === 'unknown') call = asUnknownTool(call);
     if (limited) return await record(deps, call, { failure: limited }, held);
