@@ -280,6 +280,12 @@ export const ConfigSchema = z
         checkpoint_interval_s: z.number().int().positive().default(60),
         /** …or once this many rows follow the last one, whichever comes first. */
         checkpoint_rows: z.number().int().positive().default(1000),
+        /**
+         * Own rows per source address and reason per minute for refusals of unauthenticated requests
+         * (auth.denied, slack.refused, user.login_failed); the rest of the minute's are one
+         * auth.denied_summary row with their count.
+         */
+        denied_rows_per_minute: z.number().int().positive().default(10),
         /** Where each checkpoint is also sent, off the box (docs/audit.md#anchors-and-the-signed-head). */
         anchors: z
           .strictObject({
@@ -468,6 +474,7 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_TSA_TIMEOUT_MS: { path: ['audit', 'anchors', 'tsa_timeout_ms'], kind: 'int' },
   COUNTERSIGN_WITNESS_DIR: { path: ['audit', 'anchors', 'witness_dir'], kind: 'string' },
   COUNTERSIGN_CHECKPOINT_ROWS: { path: ['audit', 'checkpoint_rows'], kind: 'int' },
+  COUNTERSIGN_DENIED_ROWS_PER_MINUTE: { path: ['audit', 'denied_rows_per_minute'], kind: 'int' },
   COUNTERSIGN_SESSION_IDLE_S: { path: ['web', 'session_idle_s'], kind: 'int' },
   COUNTERSIGN_SESSION_ABSOLUTE_S: { path: ['web', 'session_absolute_s'], kind: 'int' },
   COUNTERSIGN_LOGIN_FAILURES_PER_USER: { path: ['web', 'login_failures_per_user'], kind: 'int' },

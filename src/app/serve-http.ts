@@ -36,6 +36,7 @@ export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
           oauth: services.oauth,
           pipeline: services.pipeline,
           audit: services.audit,
+          refusals: services.refusals,
           bus: services.bus,
           config: services.config,
           log: services.log,
@@ -61,6 +62,7 @@ export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
     createWebRouter({
       knex: services.knex,
       audit: services.audit,
+      refusals: services.refusals,
       approvals: services.approvals,
       checkpoints: services.checkpoints,
       blobs: services.blobs,

@@ -5,6 +5,7 @@ import { startAdminEndpoint } from '../admin/endpoint.ts';
 import { firstRun as seedFirstRun, type FirstRun, type FirstRunDeps } from '../admin/first-run.ts';
 import { createApprovals, type Approvals } from '../approval/index.ts';
 import { createAuditLog, type AuditLog } from '../audit/log.ts';
+import { createRefusals, type Refusals } from '../audit/refusals.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { createConnectorSet } from '../connectors/index.ts';
 import { createBridgeConnector } from '../connectors/bridge/client.ts';
@@ -51,6 +52,8 @@ export interface Services {
   db: Database;
   knex: Knex;
   audit: AuditLog;
+  /** Refusals of unauthenticated requests: a few rows per source and reason a minute, the rest summed. */
+  refusals: Refusals;
   blobs: BlobStore;
   approvals: Approvals;
   /** Origin and signer for checkpoints and exports. */
@@ -162,6 +165,7 @@ export async function openServices(
       db,
       knex: db.knex,
       audit,
+      refusals: lifecycle.refusals,
       blobs,
       approvals,
       ...cluster,
@@ -256,18 +260,21 @@ interface LifecycleDeps {
 
 /**
  * Where this process serves the web form, and its server.started and server.stopped rows. The stopped row
- * is appended before anything closes (the audit log drains, then the database closes); if it cannot be
- * written, closing goes on regardless.
+ * is appended before anything closes (the audit log drains, then the database closes), after the pending
+ * refusal summaries; if either cannot be written, closing goes on regardless.
  */
 function createLifecycle(deps: LifecycleDeps) {
   const startedAt = new Date();
   let web: string | null = null;
   let transport: Transport | undefined;
   let closing: Promise<void> | undefined;
+  const perMinute = deps.config.audit.denied_rows_per_minute;
+  const refusals = createRefusals({ knex: deps.db.knex, audit: deps.audit, log: deps.log, perMinute });
   // Links people follow: http.public_url, else this process's own web form, else none (then the CLI).
   const base = () => deps.config.http.public_url ?? web;
   return {
     startedAt,
+    refusals,
     baseUrl: base,
     reviewUrl: (id: string) => {
       const at = base();
@@ -290,6 +297,9 @@ function createLifecycle(deps: LifecycleDeps) {
     },
     close(reason: StopReason = 'signal', closeAll: () => Promise<void>) {
       closing ??= (async () => {
+        await refusals
+          .close()
+          .catch((err: unknown) => deps.log.error({ err }, 'refusal summaries could not be recorded'));
         if (transport) {
           await deps.audit
             .append(stoppedRow(reason, startedAt, transport))

@@ -4,6 +4,7 @@ import { z } from 'zod';
 export const AuditKind = z.enum([
   'tool.call',
   'auth.denied',
+  'auth.denied_summary',
   'approval.requested',
   'approval.approved',
   'approval.rejected',

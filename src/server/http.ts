@@ -9,6 +9,7 @@ import {
   type ServerEventBus,
 } from '@modelcontextprotocol/server';
 import { isAuditUnavailable, type AuditLog } from '../audit/log.ts';
+import type { Refusals } from '../audit/refusals.ts';
 import type { Config } from '../config.ts';
 import { isConnectionError } from '../db/knex.ts';
 import type { Logger } from '../log.ts';
@@ -83,6 +84,8 @@ export interface McpHttpDeps {
   oauth?: OAuthAgents;
   pipeline: CallPipeline;
   audit: AuditLog;
+  /** Where refused requests are recorded: a few rows per source address and reason a minute, then counted. */
+  refusals: Refusals;
   /** Where change events go to reach `subscriptions/listen` streams on every replica. */
   bus: ServerEventBus;
   config: Config;
@@ -200,10 +203,14 @@ interface Refusal {
   via: 'token' | 'oauth';
 }
 
-/** A request without a valid agent token: audited (auth.denied), then 401 with the reason. */
+/**
+ * A request without a valid agent token: audited (auth.denied, or counted into an auth.denied_summary
+ * past the source's share of the minute), then 401 with the reason.
+ */
 async function refuse(deps: McpHttpDeps, req: IncomingMessage, res: ServerResponse, refusal: Refusal) {
   const { failure: reason, agent, subject, via } = refusal;
-  await deps.audit.append({
+  const ip = req.socket.remoteAddress ?? 'unknown';
+  await deps.refusals.record(ip, {
     kind: 'auth.denied',
     agent_id: agent?.id ?? null,
     result: 'error',
@@ -211,7 +218,7 @@ async function refuse(deps: McpHttpDeps, req: IncomingMessage, res: ServerRespon
     details: {
       reason,
       transport: 'http',
-      ip: req.socket.remoteAddress ?? null,
+      ip,
       ...(via === 'oauth' ? { via, ...(subject === undefined ? {} : { subject }) } : {}),
       ...(agent ? { agent_name: agent.name } : {}),
     },

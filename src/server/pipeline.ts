@@ -14,6 +14,8 @@ import { failIfToolError } from './tracing.ts';
 import {
   admit,
   asFailure,
+  asUnknownTool,
+  metricLabelOf,
   beginCall,
   crashed,
   internalError,
@@ -86,9 +88,10 @@ export const outcomeUnknownUnaudited = (trace_id: string, failure: AppError) =>
 
 /**
  * The one seam every tool call passes through (SPEC §2). Authentication is the transport's; then, in
- * order: look the name up in the catalogue → profile → rate limit → validate → handler (under the call
- * deadline; writes through the approval gate) → audit row → envelope. The audit row is committed before
- * the answer leaves; if it cannot be, the caller gets -32003 instead of an unaudited result.
+ * order: rate limit (so every call counts, even of a tool that is unknown or denied) → look the name
+ * up in the catalogue → profile → validate → handler (under the call deadline; writes through the
+ * approval gate) → audit row → envelope. The audit row is committed before the answer leaves; if it
+ * cannot be, the caller gets -32003 instead of an unaudited result.
  */
 export function createCallPipeline(deps: PipelineDeps): CallPipeline {
   const catalogue = createCatalogue({ ...deps, upstreams: deps.upstreams ?? [] });
@@ -141,7 +144,11 @@ async function runCall(
       ),
   };
   try {
+    // The limiter's own failure (the database gone) is the call's answer, as it was in `settle`.
+    const limited = await takeRate(deps, call).catch((err: unknown) => asFailure(deps, call, err));
     const entry = catalogue.lookup(call.name);
+    if (entry.kind === 'unknown') call = asUnknownTool(call);
+    if (limited) return await record(deps, call, { failure: limited }, held);
     if (entry.kind === 'unknown') return await refuseUnknownTool(deps, call);
     if (entry.kind === 'down')
       return await record(deps, call, { failure: entry.upstream.unavailable() }, held);
@@ -161,7 +168,7 @@ async function runCall(
 function outage(deps: StepDeps, call: Call, err: unknown, settled?: Settled): unknown {
   if (!isAuditUnavailable(err)) return err;
   const unknown = settled?.failure?.code === 'OUTCOME_UNKNOWN' ? settled.failure : undefined;
-  deps.metrics.record(call.name.slice(0, 64), unknown ? 'OUTCOME_UNKNOWN' : 'SOURCE_UNAVAILABLE', 0);
+  deps.metrics.record(metricLabelOf(call), unknown ? 'OUTCOME_UNKNOWN' : 'SOURCE_UNAVAILABLE', 0);
   return unknown ? outcomeUnknownUnaudited(call.trace_id, unknown) : databaseUnavailable(call.trace_id);
 }
 
@@ -182,10 +189,9 @@ async function heldFailure(
   return new ProtocolError(rpc, message, { ...data, trace_id: call.trace_id });
 }
 
-/** The steps whose failures are the tool's answer (RATE_LIMITED, INVALID_ARGUMENT, the handler's own). */
+/** The steps whose failures are the tool's answer (INVALID_ARGUMENT, the handler's own). */
 async function settle(deps: StepDeps, call: Call, tool: AnyToolDef, profile: Profile): Promise<Settled> {
   try {
-    await takeRate(deps, call);
     const args = validate(tool, call);
     return { outcome: await runHandler(deps, call, tool, profile, args) };
   } catch (err) {

@@ -58,7 +58,25 @@ export interface Call {
   started: Date;
   /** Of the canonical arguments; null when they are nested too deep to canonicalise safely. */
   args_sha256: string | null;
+  /** Set once the catalogue knows no such tool: the name is then stored cut, with its digest. */
+  unknown?: true;
 }
+
+/** How much of an unknown tool's name is stored and echoed; the rest is known by its SHA-256. */
+export const MAX_UNKNOWN_TOOL_NAME = 200;
+
+/** The one metrics label every unknown tool name is counted under, so no caller can grow /metrics. */
+export const UNKNOWN_TOOL_LABEL = '(unknown)';
+
+/** The call, marked as naming no tool in the catalogue. */
+export const asUnknownTool = (call: Call): Call => ({ ...call, unknown: true });
+
+/** The tool name as rows, answers and logs carry it: an unknown name cut to MAX_UNKNOWN_TOOL_NAME. */
+export const toolNameOf = (call: Call) =>
+  call.unknown ? call.name.slice(0, MAX_UNKNOWN_TOOL_NAME) : call.name;
+
+/** The tool label a call is counted under in /metrics. */
+export const metricLabelOf = (call: Call) => (call.unknown ? UNKNOWN_TOOL_LABEL : call.name);
 
 /** Arguments nested deeper than this are refused before any step walks them (SPEC §4, INVALID_ARGUMENT). */
 export const MAX_ARGUMENT_DEPTH = 32;
@@ -103,8 +121,12 @@ const callRow = (call: Call, details: Record<string, unknown>) => ({
   request_id: call.request_id,
   trace_id: call.trace_id,
   agent_id: call.agent.id,
-  tool: call.name,
-  details: { ...details, agent_name: call.agent.name },
+  tool: toolNameOf(call),
+  details: {
+    ...details,
+    ...(call.unknown ? { tool_sha256: hash('sha256', call.name, 'hex') } : {}),
+    agent_name: call.agent.name,
+  },
 });
 
 /** The audit append, in an `audit.append` span when tracing is on (src/audit/log.ts stays untouched). */
@@ -131,7 +153,7 @@ async function protocolError(
     result: 'error',
     error_code: e.audit,
   });
-  deps.metrics.record(call.name.slice(0, 64), e.audit, seconds(call));
+  deps.metrics.record(metricLabelOf(call), e.audit, seconds(call));
   return new ProtocolError(e.rpc, e.message, { ...e.data, trace_id: call.trace_id });
 }
 
@@ -142,7 +164,10 @@ async function protocolError(
  */
 export async function crashed(deps: StepDeps, call: Call, err: unknown): Promise<unknown> {
   if (err instanceof ProtocolError || isAuditUnavailable(err)) return err;
-  deps.log.error({ err, trace_id: call.trace_id, tool: call.name, agent: call.agent.name }, 'call failed');
+  deps.log.error(
+    { err, trace_id: call.trace_id, tool: toolNameOf(call), agent: call.agent.name },
+    'call failed',
+  );
   try {
     return await protocolError(deps, call, { audit: 'INTERNAL_ERROR', ...internalError(call.trace_id) });
   } catch (again) {
@@ -152,12 +177,12 @@ export async function crashed(deps: StepDeps, call: Call, err: unknown): Promise
   }
 }
 
-/** A name that is neither a tool nor an upstream's: -32602, audited. */
+/** A name that is neither a tool nor an upstream's: -32602, audited (the name cut, with its digest). */
 export async function refuseUnknownTool(deps: StepDeps, call: Call): Promise<never> {
   throw await protocolError(deps, call, {
     audit: 'UNKNOWN_TOOL',
     rpc: ProtocolErrorCode.InvalidParams,
-    message: `Unknown tool: ${call.name}`,
+    message: `Unknown tool: ${toolNameOf(call)}`,
     data: { code: 'UNKNOWN_TOOL' },
   });
 }
@@ -189,16 +214,19 @@ export async function admit(deps: StepDeps, call: Call, tool: AnyToolDef): Promi
   );
 }
 
-/** Counts the call against the agent's per-minute limit; over it, RATE_LIMITED with when to retry. */
-export async function takeRate(deps: StepDeps, call: Call): Promise<void> {
+/**
+ * Counts the call against the agent's per-minute limit; over it, the RATE_LIMITED failure with when to
+ * retry, else undefined. Taken before anything else looks at the call, so calls of unknown or denied
+ * tools count too.
+ */
+export async function takeRate(deps: StepDeps, call: Call): Promise<AppError | undefined> {
   const wait = await traced(deps.tracer, 'rate_limit.take', {}, () =>
     deps.limiter.take(call.agent.id, call.agent.rate_limit_per_min ?? deps.config.policy.rate_limit_per_min),
   );
-  if (wait > 0) {
-    throw new AppError('RATE_LIMITED', `too many calls: retry in ${wait} s`, 'rate_limited', {
-      details: { retry_after_s: wait },
-    });
-  }
+  if (wait <= 0) return undefined;
+  return new AppError('RATE_LIMITED', `too many calls: retry in ${wait} s`, 'rate_limited', {
+    details: { retry_after_s: wait },
+  });
 }
 
 /** The arguments as the tool's input schema reads them, or INVALID_ARGUMENT naming the first problem. */
@@ -323,7 +351,7 @@ export async function record(
   const answer = (audit_seq: number) =>
     toCallResult(
       {
-        tool: call.name,
+        tool: toolNameOf(call),
         request_id: call.request_id,
         trace_id: call.trace_id,
         operator_id: call.agent.id,
@@ -359,7 +387,7 @@ export async function record(
   ).then((row) => {
     // Timed at the commit, counted once the answer is on its way: no part of the call's path.
     const took = seconds(call);
-    setImmediate(() => deps.metrics.record(call.name, failure ? toolCodeOf(failure) : null, took));
+    setImmediate(() => deps.metrics.record(metricLabelOf(call), failure ? toolCodeOf(failure) : null, took));
     return row;
   });
   if (hold) {

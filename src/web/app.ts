@@ -5,6 +5,7 @@ import type { Knex } from 'knex';
 import type { Approvals } from '../approval/index.ts';
 import type { CheckpointDeps } from '../audit/checkpoints.ts';
 import type { AuditLog } from '../audit/log.ts';
+import type { Refusals } from '../audit/refusals.ts';
 import type { Config } from '../config.ts';
 import type { BlobStore } from '../connectors/local/blobs.ts';
 import type { Logger } from '../log.ts';
@@ -26,6 +27,8 @@ export interface WebDeps {
   knex: Knex;
   checkpoints: CheckpointDeps;
   audit: AuditLog;
+  /** Refusals of requests from nobody known yet: a few rows per address and reason a minute, then counted. */
+  refusals: Refusals;
   approvals: Approvals;
   blobs: BlobStore;
   config: Config;
@@ -56,6 +59,7 @@ export function createWebRouter(deps: WebDeps) {
   mountLoginPages(router, kit, { knex: deps.knex, audit: deps.audit, config: deps.config, sessions });
   mountOidcPages(router, kit, {
     knex: deps.knex,
+    refusals: deps.refusals,
     audit: deps.audit,
     config: deps.config,
     sessions,

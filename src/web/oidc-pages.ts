@@ -12,6 +12,7 @@ import {
 import { identityOf, signInWithOidc } from '../accounts/oidc-users.ts';
 import { releaseAttempt, reserveAttempt, SIGN_IN_WINDOW_MINUTES } from '../accounts/sign-in.ts';
 import type { AuditLog } from '../audit/log.ts';
+import type { Refusals } from '../audit/refusals.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { sharedValue } from '../db/settings.ts';
 import type { Logger } from '../log.ts';
@@ -26,6 +27,8 @@ const ATTEMPT_MS = 10 * 60 * 1000;
 export interface OidcPageDeps {
   knex: Knex;
   audit: AuditLog;
+  /** Where refusals are recorded: a few rows per address and reason a minute, the rest counted. */
+  refusals: Refusals;
   config: Config;
   sessions: SessionStore;
   log: Logger;
@@ -75,16 +78,20 @@ function nextAfter(raw: unknown, redirectPath: string): string {
 
 type Refusal = OidcRefusal & { name?: string; subject?: string };
 
-/** A refusal's page (error.njk, with the reason) and its user.login_failed row; never a session. */
-function refusalPage(kit: PageKit, audit: AuditLog, issuer: string) {
+/**
+ * A refusal's page (error.njk, with the reason) and its user.login_failed row (past a few a minute from
+ * one address for one reason, counted into the minute's auth.denied_summary); never a session.
+ */
+function refusalPage(kit: PageKit, refusals: Refusals, issuer: string) {
   return async (req: Request, res: Response, refusal: Refusal) => {
     const [status, title, words] = OIDC_FAILURE_PAGE[refusal.failure];
-    await audit.append({
+    const ip = req.socket.remoteAddress ?? 'unknown';
+    await refusals.record(ip, {
       kind: 'user.login_failed',
       actor: refusal.name ?? null,
       result: 'error',
       details: {
-        ip: req.socket.remoteAddress ?? 'unknown',
+        ip,
         via: 'oidc',
         issuer,
         reason: refusal.failure,
@@ -111,7 +118,7 @@ export function mountOidcPages(router: Router, kit: PageKit, deps: OidcPageDeps)
     log: deps.log,
   });
   const key = sealingKey(deps.knex);
-  const refuse = refusalPage(kit, deps.audit, config.issuer);
+  const refuse = refusalPage(kit, deps.refusals, config.issuer);
   const secure = deps.config.web.secure_cookies;
   // Lax, not Strict: the provider's redirect back is a cross-site navigation, which must carry it.
   const attemptCookie: CookieOptions = {

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { DECISION_CODE, isDecisionRefusal, type DecisionRefusal } from '../approval/decide.ts';
 import type { Approvals } from '../approval/index.ts';
 import type { AuditLog } from '../audit/log.ts';
+import type { Refusals } from '../audit/refusals.ts';
 import type { Config, SlackConfig } from '../config.ts';
 import type { User } from '../core/identity.ts';
 import { isUuid } from '../core/ids.ts';
@@ -48,6 +49,8 @@ export type Target = z.infer<typeof Target>;
 export interface SlackPageDeps {
   knex: Knex;
   audit: AuditLog;
+  /** Where callbacks refused before anyone is known are counted (auth.denied_summary past a few a minute). */
+  refusals: Refusals;
   approvals: Approvals;
   config: Config;
   log: Logger;
@@ -69,9 +72,22 @@ export interface RefusalFacts {
   email?: string;
 }
 
+/**
+ * A callback refused before it was known to come from Slack (unsigned, stale, replayed, unreadable): its
+ * row, unless the address sent its share of those this minute; then it is counted into the minute's
+ * auth.denied_summary.
+ */
+export async function countRefusal(ctx: Ctx, reason: SlackRefusal): Promise<void> {
+  await ctx.refusals.record(ctx.ip, refusalRow(ctx, reason));
+}
+
 export async function auditRefusal(ctx: Ctx, reason: SlackRefusal, f: RefusalFacts = {}): Promise<void> {
+  await ctx.audit.append(refusalRow(ctx, reason, f));
+}
+
+function refusalRow(ctx: Ctx, reason: SlackRefusal, f: RefusalFacts = {}) {
   const id = f.target && isUuid(f.target.id) ? f.target.id : null;
-  await ctx.audit.append({
+  return {
     kind: 'slack.refused',
     actor: f.actor ?? null,
     approval_request_id: id,
@@ -86,7 +102,7 @@ export async function auditRefusal(ctx: Ctx, reason: SlackRefusal, f: RefusalFac
       ...(f.email ? { slack_email: f.email } : {}),
       ...(f.message ? { message: f.message } : {}),
     },
-  });
+  } as const;
 }
 
 /** A failure nobody waits for (the answer went out already): logged. */

@@ -7,6 +7,7 @@ import { sendProblem } from '../server/problem.ts';
 import {
   admit,
   auditRefusal,
+  countRefusal,
   decideFor,
   fail,
   Target,
@@ -52,7 +53,7 @@ type ViewSubmission = Extract<Payload, { type: 'view_submission' }>;
 /**
  * POST /slack/interactions: Slack's signed callbacks for the Approve and Reject buttons and the
  * rejection modal. Anything not signed with the signing secret, stale or replayed is refused with 401
- * and audited (slack.refused). Decisions go through the same decide() as the web form, as the
+ * and audited (slack.refused; past a few a minute from one address, counted into auth.denied_summary). Decisions go through the same decide() as the web form, as the
  * countersign user the Slack user maps to; every refusal is audited and told to that Slack user.
  */
 export function slackInteractions(deps: SlackPageDeps, slack: SlackConfig): RequestHandler[] {
@@ -72,7 +73,7 @@ export function slackInteractions(deps: SlackPageDeps, slack: SlackConfig): Requ
     );
     if (check === 'ok' && !(await firstSighting(deps.knex, timestamp!, signature!))) check = 'replayed';
     if (check !== 'ok') {
-      await auditRefusal(ctx, check);
+      await countRefusal(ctx, check);
       return sendProblem(res, {
         code: 'NOT_LOGGED_IN',
         reason: check,
@@ -82,7 +83,7 @@ export function slackInteractions(deps: SlackPageDeps, slack: SlackConfig): Requ
     }
     const payload = parsePayload(body);
     if (!payload) {
-      await auditRefusal(ctx, 'bad_payload');
+      await countRefusal(ctx, 'bad_payload');
       return sendProblem(res, { code: 'INVALID_ARGUMENT', reason: 'bad_payload', title: 'Unknown callback' });
     }
     if (payload.type === 'block_actions') {
