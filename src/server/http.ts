@@ -6,8 +6,8 @@ import {
   ProtocolError,
   ProtocolErrorCode,
   type AuthInfo,
-  type ServerEventBus,
 } from '@modelcontextprotocol/server';
+import type { ClusterBus } from '../cluster/bus.ts';
 import { isAuditUnavailable, type AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import { isConnectionError } from '../db/knex.ts';
@@ -20,6 +20,7 @@ import { readJsonBody } from './json-body.ts';
 import { sendProblem, type Problem } from './problem.ts';
 import { withJsonLegacyExchanges } from './legacy-json.ts';
 import { createMcpServer } from './mcp.ts';
+import { createStreamRegistry } from './streams.ts';
 import type { CallPipeline } from './pipeline.ts';
 import { MAX_ARGUMENT_DEPTH, nestedDeeperThan, TOO_DEEP_ARGUMENTS } from './steps.ts';
 
@@ -83,8 +84,11 @@ export interface McpHttpDeps {
   oauth?: OAuthAgents;
   pipeline: CallPipeline;
   audit: AuditLog;
-  /** Where change events go to reach `subscriptions/listen` streams on every replica. */
-  bus: ServerEventBus;
+  /**
+   * Where change events go to reach `subscriptions/listen` streams on every replica, and whence word
+   * of a changed agent comes (its open streams close once its token no longer holds).
+   */
+  bus: ClusterBus;
   config: Config;
   log: Logger;
   version: string;
@@ -141,6 +145,7 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
   // An upstream's tool list changed: every open listen stream, on every replica, hears of it.
   const unsubscribe = deps.pipeline.onListChanged(() => handler.notify.toolsChanged());
   const checkHost = hostCheck(deps.config);
+  const streams = createStreamRegistry(deps.config.http.max_streams_per_agent, deps.bus, deps.log);
 
   async function answer(req: IncomingMessage & { auth?: AuthInfo }, res: ServerResponse) {
     const refused = checkHost(req.headers.host, req.headers.origin);
@@ -158,6 +163,18 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
       extra: { agent: auth.agent },
     };
     const body = withShallowArguments(read.body);
+    if (opensStream(body)) {
+      const release = streams.open({
+        agentId: auth.agent.id,
+        stillValid: async () => {
+          const again = await authenticateBearer(deps, token);
+          return !('failure' in again) && again.agent.id === auth.agent.id;
+        },
+        close: () => res.destroy(),
+      });
+      if (!release) return tooManyStreams(deps, res, auth.agent);
+      res.once('close', release);
+    }
     // One 2025-era request (most traffic): answered here; anything else by the SDK's handlers.
     const answered = await answerPlainRequest(req, res, body, {
       authInfo,
@@ -177,10 +194,35 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
     },
     async close() {
       unsubscribe();
+      streams.close();
       await handler.close();
       await servers.close();
     },
   };
+}
+
+/** Whether a request asks for a `subscriptions/listen` stream (2026-07-28), alone or in a batch. */
+function opensStream(body: unknown): boolean {
+  const messages: unknown[] = Array.isArray(body) ? body : [body];
+  return messages.some(
+    (m) =>
+      m !== null && typeof m === 'object' && (m as { method?: unknown }).method === 'subscriptions/listen',
+  );
+}
+
+/**
+ * An agent that already holds http.max_streams_per_agent listen streams on this replica: 429, until
+ * one of them closes.
+ */
+function tooManyStreams(deps: McpHttpDeps, res: ServerResponse, agent: Agent): void {
+  const max = deps.config.http.max_streams_per_agent;
+  deps.log.warn({ agent_id: agent.id, agent_name: agent.name, max }, 'listen stream refused: too many open');
+  sendProblem(res, {
+    code: 'RATE_LIMITED',
+    reason: 'too_many_streams',
+    title: 'Too many open streams',
+    detail: `agent "${agent.name}" already holds ${max} open subscriptions/listen streams here; close one first`,
+  });
 }
 
 /** With OAuth configured, a JWT-shaped token goes to the issuer's check; a static one (cs_…) never has that shape. */
