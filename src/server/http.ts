@@ -67,12 +67,47 @@ function hostCheck(
   };
 }
 
-/** hostCheck as express middleware, for the pages, /healthz and /metrics. */
-export function hostGuard(config: Config) {
+/**
+ * Whether an Origin is this server's own, scheme, host and port alike: the origin the request's Host
+ * names (https when web.secure_cookies says the pages are served over TLS, else http), or that of
+ * http.public_url. A page on another port of the same host is another origin.
+ */
+function ownOrigin(config: Config): (host: string, origin: string) => boolean {
+  const scheme = config.web.secure_cookies ? 'https' : 'http';
+  const publicOrigin = config.http.public_url ? new URL(config.http.public_url).origin : undefined;
+  const originOf = (url: string) => {
+    try {
+      return new URL(url).origin;
+    } catch {
+      return undefined;
+    }
+  };
+  return (host, origin) => {
+    const given = originOf(origin);
+    return given !== undefined && (given === publicOrigin || given === originOf(`${scheme}://${host}`));
+  };
+}
+
+/**
+ * hostCheck as express middleware, for the pages, /healthz and /metrics. With `sameOrigin` (the pages,
+ * whose POSTs a session cookie authorises) an Origin must moreover be this server's own (ownOrigin).
+ */
+export function hostGuard(config: Config, opts: { sameOrigin?: boolean } = {}) {
   const check = hostCheck(config);
+  const isOwn = ownOrigin(config);
   return (req: Request, res: Response, next: NextFunction) => {
-    const problem = check(req.get('host'), req.get('origin'));
+    const host = req.get('host');
+    const origin = req.get('origin');
+    const problem = check(host, origin);
     if (problem) return sendProblem(res, problem);
+    if (opts.sameOrigin && origin !== undefined && host !== undefined && !isOwn(host, origin)) {
+      return sendProblem(res, {
+        code: 'PERMISSION_DENIED',
+        reason: 'origin_not_allowed',
+        title: 'Origin not allowed',
+        detail: `Origin "${origin}" is not this server's (scheme, host and port must match)`,
+      });
+    }
     next();
   };
 }
