@@ -59,7 +59,7 @@ export function lockHolder(dir: string): LockHolder | undefined {
  * a half-written holder. A lock left by a dead process on this host is taken over.
  */
 export function lockDataDir(dir: string, command: string): DirLock {
-  fs.mkdirSync(dir, { recursive: true });
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
   const file = path.join(dir, 'countersign.lock');
   const me: LockHolder = {
     pid: process.pid,
@@ -68,7 +68,7 @@ export function lockDataDir(dir: string, command: string): DirLock {
     started_at: new Date().toISOString(),
   };
   const tmp = `${file}.${process.pid}.tmp`;
-  fs.writeFileSync(tmp, JSON.stringify(me));
+  fs.writeFileSync(tmp, JSON.stringify(me), { mode: 0o600 });
   try {
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
