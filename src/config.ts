@@ -220,6 +220,8 @@ export const ConfigSchema = z
           .int()
           .positive()
           .default(1 * MiB),
+        /** Open `subscriptions/listen` streams one agent may hold on one replica; the next is refused (429). */
+        max_streams_per_agent: z.number().int().positive().default(8),
       })
       .prefault({}),
     tools: z
@@ -450,6 +452,7 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_ALLOWED_HOSTS: { path: ['http', 'allowed_hosts'], kind: 'list' },
   COUNTERSIGN_PUBLIC_URL: { path: ['http', 'public_url'], kind: 'string' },
   COUNTERSIGN_MAX_BODY_BYTES: { path: ['http', 'max_body_bytes'], kind: 'int' },
+  COUNTERSIGN_MAX_STREAMS_PER_AGENT: { path: ['http', 'max_streams_per_agent'], kind: 'int' },
   COUNTERSIGN_TOOLS_PREFIX: { path: ['tools', 'prefix'], kind: 'string' },
   COUNTERSIGN_DOWNLOAD_DIR: { path: ['files', 'download_dir'], kind: 'string' },
   COUNTERSIGN_OUTBOUND_DIR: { path: ['files', 'outbound_dir'], kind: 'string' },

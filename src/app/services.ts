@@ -157,7 +157,8 @@ export async function openServices(
     );
     const firstRun = await firstRunOf({ knex: db.knex, blobs, audit, config }, options);
 
-    if (db.dialect === 'pglite') await startAdmin({ knex: db.knex, blobs, config, log }, upstreams, closers);
+    if (db.dialect === 'pglite')
+      await startAdmin({ knex: db.knex, blobs, config, log, bus: cluster.bus }, upstreams, closers);
 
     return {
       config,
@@ -191,13 +192,15 @@ export async function openServices(
  * accepted upstream pin applies here once the command has committed: the upstreams are listed again.
  */
 async function startAdmin(
-  deps: { knex: Knex; blobs: BlobStore; config: Config; log: Logger },
+  { bus, ...deps }: { knex: Knex; blobs: BlobStore; config: Config; log: Logger; bus: ClusterBus },
   upstreams: readonly Upstream[],
   closers: Closers,
 ) {
   const admin = await startAdminEndpoint({
     ...deps,
     dataDir: deps.config.data_dir,
+    // A revoked or rotated agent's open listen streams close at once (server/streams.ts).
+    agentChanged: (id) => bus.agentChangedHere(id),
     upstreamsChanged: async () => {
       await Promise.all(upstreams.map((u) => u.refresh()));
     },

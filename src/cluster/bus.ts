@@ -168,13 +168,21 @@ export async function createPgBus(knex: Knex, url: string, log: Logger): Promise
 /** One process (PGlite): the bus is the SDK's in-process one; nothing is foreign. */
 export function createLocalBus(log: Logger): ClusterBus {
   const local = new InMemoryServerEventBus((err) => log.warn({ err }, 'change-event listener failed'));
+  const agentListeners = new Set<(agentId: string) => void>();
   return {
     publish: (event) => local.publish(event),
     subscribe: (l) => local.subscribe(l),
     onForeign: () => () => undefined,
-    onAgentChanged: () => () => undefined,
-    agentChangedHere: () => undefined,
-    // Nothing announces agent changes in-process, so nothing may be cached on their strength.
+    // Every agent change is made by this process's commands, which say so (agentChangedHere).
+    onAgentChanged(l) {
+      agentListeners.add(l);
+      return () => agentListeners.delete(l);
+    },
+    agentChangedHere: (id) => {
+      for (const l of agentListeners) l(id);
+    },
+    // A command run outside this process (the CLI on a stopped server's files) is not announced, so
+    // nothing may be cached on the strength of the announcements.
     listening: () => false,
     async close() {},
   };

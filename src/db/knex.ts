@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import path from 'node:path';
 import knexFactory, { type Knex } from 'knex';
 import pg from 'pg';
 import type { Logger } from '../log.ts';
@@ -73,7 +74,7 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     ),
   );
   try {
-    fs.mkdirSync(opts.pgliteDir, { recursive: true });
+    ownerOnly(opts.pgliteDir);
     // Loaded only here: PGlite's module alone adds tens of MB to a process that talks to PostgreSQL.
     const { default: ClientPgLite } = await import('knex-pglite');
     const knex = knexFactory({
@@ -85,12 +86,14 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
       log: knexLog(opts.log),
     });
     await knex.raw('select 1');
+    ownerOnly(opts.pgliteDir);
     return {
       knex,
       dialect: 'pglite',
       async close() {
         try {
           await knex.destroy();
+          ownerOnly(opts.pgliteDir);
         } finally {
           lock.release();
         }
@@ -100,6 +103,25 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     lock.release();
     throw err;
   }
+}
+
+/**
+ * The embedded database's files are its owner's alone, whatever the umask: every directory 0700, every
+ * file 0600. PGlite writes its files as 0666 (its umask-free Emscripten file system), so this runs when
+ * the database opens and when it closes; a file it creates in between lies inside the 0700 directory,
+ * which no other user can enter.
+ */
+export function ownerOnly(dir: string): void {
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const walk = (at: string) => {
+    fs.chmodSync(at, 0o700);
+    for (const entry of fs.readdirSync(at, { withFileTypes: true })) {
+      const full = path.join(at, entry.name);
+      if (entry.isDirectory()) walk(full);
+      else if (entry.isFile()) fs.chmodSync(full, 0o600);
+    }
+  };
+  walk(dir);
 }
 
 /** Which database a knex instance (or one of its transactions) talks to. */

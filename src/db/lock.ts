@@ -69,7 +69,7 @@ export function lockDataDir(
   command: string,
   onStale: (holder: LockHolder) => void = () => undefined,
 ): DirLock {
-  fs.mkdirSync(dir, { recursive: true });
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
   const file = path.join(dir, 'countersign.lock');
   const me: LockHolder = {
     pid: process.pid,
@@ -78,7 +78,7 @@ export function lockDataDir(
     started_at: new Date().toISOString(),
   };
   const tmp = `${file}.${process.pid}.tmp`;
-  fs.writeFileSync(tmp, JSON.stringify(me));
+  fs.writeFileSync(tmp, JSON.stringify(me), { mode: 0o600 });
   try {
     for (let attempt = 0; attempt < 3; attempt++) {
       try {

@@ -16,7 +16,7 @@ export const REJECT_VIEW = 'countersign_reject';
 export const NOTE_BLOCK = 'note';
 
 /** `&`, `<` and `>` are Slack's control characters in mrkdwn; escaped, text stays text. */
-const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+export const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 /** At most `n` characters (code points), with an ellipsis when cut: Slack refuses over-long fields. */
 const cut = (s: string, n: number) => {
   const chars = Array.from(s);

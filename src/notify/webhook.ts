@@ -1,6 +1,7 @@
 import { createHmac } from 'node:crypto';
 import type { Notice } from '../approval/notify.ts';
 import { marked } from '../core/visible.ts';
+import { esc } from './slack-blocks.ts';
 
 /** Where the webhook goes and how it is signed (config web.webhook_url and web.webhook_secret). */
 export interface WebhookTarget {
@@ -9,25 +10,29 @@ export interface WebhookTarget {
   timeoutMs: number;
 }
 
-const targetOf = (n: Notice) => marked(n.target.display_name ?? n.target.target_id);
+const targetOf = (n: Notice) => esc(marked(n.target.display_name ?? n.target.target_id));
 
-/** The notice's line for people; a Slack incoming webhook shows only this. */
+/**
+ * The notice's line for people; a Slack incoming webhook shows only this. Every value in it is escaped
+ * as Slack's mrkdwn needs (`&`, `<`, `>`), as the Slack blocks are: a request's content or names can
+ * neither mention (`<!channel>`) nor disguise a link (`<https://…|text>`).
+ */
 function textOf(n: Notice): string {
-  const what = `${n.tool} to ${targetOf(n)} (${n.target.target_type} ${marked(n.target.target_id)})`;
+  const what = `${esc(n.tool)} to ${targetOf(n)} (${esc(n.target.target_type)} ${esc(marked(n.target.target_id))})`;
   const review = n.review_url
-    ? `Review: ${n.review_url}`
-    : `Decide with the CLI (no web form is served): countersign approvals approve|reject ${n.approval_request_id} --as <chair>`;
+    ? `Review: ${esc(n.review_url)}`
+    : `Decide with the CLI (no web form is served): countersign approvals approve|reject ${n.approval_request_id} --as &lt;chair&gt;`;
   switch (n.event) {
     case 'requested': {
-      const lines = [`New approval request: ${what} from agent ${n.agent ?? n.agent_id}.`, review];
-      if (n.content_text !== undefined) lines.push(`> ${marked(n.content_text)}`);
-      if (n.file) lines.push(`File: ${n.file.name} (${String(n.file.size_bytes)} bytes)`);
+      const lines = [`New approval request: ${what} from agent ${esc(n.agent ?? n.agent_id)}.`, review];
+      if (n.content_text !== undefined) lines.push(`> ${esc(marked(n.content_text))}`);
+      if (n.file) lines.push(`File: ${esc(n.file.name)} (${String(n.file.size_bytes)} bytes)`);
       return lines.join('\n');
     }
     case 'decided':
       return [
-        `Approval request ${n.approval_request_id} (${what}) was ${n.status} by ${n.decided_by ?? 'a chair'}.`,
-        ...(n.note ? [`Note: ${marked(n.note)}`] : []),
+        `Approval request ${n.approval_request_id} (${what}) was ${n.status} by ${esc(n.decided_by ?? 'a chair')}.`,
+        ...(n.note ? [`Note: ${esc(marked(n.note))}`] : []),
       ].join('\n');
     case 'expired':
       return `Approval request ${n.approval_request_id} (${what}) expired without being used.`;
@@ -57,7 +62,9 @@ export function webhookBody(n: Notice): string {
 /**
  * POSTs the notice, signed with HMAC-SHA256 over `timestamp + "." + body` in
  * `X-Countersign-Signature: sha256=…` (and the timestamp in `X-Countersign-Timestamp`), so the receiver
- * can tell it came from this server and is fresh. Anything but a 2xx answer is a failed attempt.
+ * can tell it came from this server and is fresh. Anything but a 2xx answer is a failed attempt: a
+ * redirect is not followed (the signed notice goes to the configured URL only) and is retried as any
+ * failure is.
  */
 export async function sendWebhook(target: WebhookTarget, notice: Notice): Promise<void> {
   const body = webhookBody(notice);
@@ -71,9 +78,13 @@ export async function sendWebhook(target: WebhookTarget, notice: Notice): Promis
       'x-countersign-signature': `sha256=${signature}`,
     },
     body,
+    redirect: 'manual',
     signal: AbortSignal.timeout(target.timeoutMs),
   });
   // The answer's body is not read into the audit log: it is the receiver's, and may say anything.
   await res.body?.cancel();
+  if (res.status >= 300 && res.status < 400) {
+    throw new Error(`the webhook answered a redirect (HTTP ${res.status}), which is not followed`);
+  }
   if (!res.ok) throw new Error(`the webhook answered HTTP ${res.status}`);
 }

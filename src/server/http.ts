@@ -6,8 +6,8 @@ import {
   ProtocolError,
   ProtocolErrorCode,
   type AuthInfo,
-  type ServerEventBus,
 } from '@modelcontextprotocol/server';
+import type { ClusterBus } from '../cluster/bus.ts';
 import { isAuditUnavailable, type AuditLog } from '../audit/log.ts';
 import type { Refusals } from '../audit/refusals.ts';
 import type { Config } from '../config.ts';
@@ -21,6 +21,7 @@ import { readJsonBody } from './json-body.ts';
 import { sendProblem, type Problem } from './problem.ts';
 import { withJsonLegacyExchanges } from './legacy-json.ts';
 import { createMcpServer } from './mcp.ts';
+import { createStreamRegistry } from './streams.ts';
 import type { CallPipeline } from './pipeline.ts';
 import { MAX_ARGUMENT_DEPTH, nestedDeeperThan, TOO_DEEP_ARGUMENTS } from './steps.ts';
 
@@ -67,12 +68,47 @@ function hostCheck(
   };
 }
 
-/** hostCheck as express middleware, for the pages, /healthz and /metrics. */
-export function hostGuard(config: Config) {
+/**
+ * Whether an Origin is this server's own, scheme, host and port alike: the origin the request's Host
+ * names (https when web.secure_cookies says the pages are served over TLS, else http), or that of
+ * http.public_url. A page on another port of the same host is another origin.
+ */
+function ownOrigin(config: Config): (host: string, origin: string) => boolean {
+  const scheme = config.web.secure_cookies ? 'https' : 'http';
+  const publicOrigin = config.http.public_url ? new URL(config.http.public_url).origin : undefined;
+  const originOf = (url: string) => {
+    try {
+      return new URL(url).origin;
+    } catch {
+      return undefined;
+    }
+  };
+  return (host, origin) => {
+    const given = originOf(origin);
+    return given !== undefined && (given === publicOrigin || given === originOf(`${scheme}://${host}`));
+  };
+}
+
+/**
+ * hostCheck as express middleware, for the pages, /healthz and /metrics. With `sameOrigin` (the pages,
+ * whose POSTs a session cookie authorises) an Origin must moreover be this server's own (ownOrigin).
+ */
+export function hostGuard(config: Config, opts: { sameOrigin?: boolean } = {}) {
   const check = hostCheck(config);
+  const isOwn = ownOrigin(config);
   return (req: Request, res: Response, next: NextFunction) => {
-    const problem = check(req.get('host'), req.get('origin'));
+    const host = req.get('host');
+    const origin = req.get('origin');
+    const problem = check(host, origin);
     if (problem) return sendProblem(res, problem);
+    if (opts.sameOrigin && origin !== undefined && host !== undefined && !isOwn(host, origin)) {
+      return sendProblem(res, {
+        code: 'PERMISSION_DENIED',
+        reason: 'origin_not_allowed',
+        title: 'Origin not allowed',
+        detail: `Origin "${origin}" is not this server's (scheme, host and port must match)`,
+      });
+    }
     next();
   };
 }
@@ -86,8 +122,11 @@ export interface McpHttpDeps {
   audit: AuditLog;
   /** Where refused requests are recorded: a few rows per source address and reason a minute, then counted. */
   refusals: Refusals;
-  /** Where change events go to reach `subscriptions/listen` streams on every replica. */
-  bus: ServerEventBus;
+  /**
+   * Where change events go to reach `subscriptions/listen` streams on every replica, and whence word
+   * of a changed agent comes (its open streams close once its token no longer holds).
+   */
+  bus: ClusterBus;
   config: Config;
   log: Logger;
   version: string;
@@ -144,6 +183,7 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
   // An upstream's tool list changed: every open listen stream, on every replica, hears of it.
   const unsubscribe = deps.pipeline.onListChanged(() => handler.notify.toolsChanged());
   const checkHost = hostCheck(deps.config);
+  const streams = createStreamRegistry(deps.config.http.max_streams_per_agent, deps.bus, deps.log);
 
   async function answer(req: IncomingMessage & { auth?: AuthInfo }, res: ServerResponse) {
     const refused = checkHost(req.headers.host, req.headers.origin);
@@ -161,6 +201,18 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
       extra: { agent: auth.agent },
     };
     const body = withShallowArguments(read.body);
+    if (opensStream(body)) {
+      const release = streams.open({
+        agentId: auth.agent.id,
+        stillValid: async () => {
+          const again = await authenticateBearer(deps, token);
+          return !('failure' in again) && again.agent.id === auth.agent.id;
+        },
+        close: () => res.destroy(),
+      });
+      if (!release) return tooManyStreams(deps, res, auth.agent);
+      res.once('close', release);
+    }
     // One 2025-era request (most traffic): answered here; anything else by the SDK's handlers.
     const answered = await answerPlainRequest(req, res, body, {
       authInfo,
@@ -180,10 +232,35 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
     },
     async close() {
       unsubscribe();
+      streams.close();
       await handler.close();
       await servers.close();
     },
   };
+}
+
+/** Whether a request asks for a `subscriptions/listen` stream (2026-07-28), alone or in a batch. */
+function opensStream(body: unknown): boolean {
+  const messages: unknown[] = Array.isArray(body) ? body : [body];
+  return messages.some(
+    (m) =>
+      m !== null && typeof m === 'object' && (m as { method?: unknown }).method === 'subscriptions/listen',
+  );
+}
+
+/**
+ * An agent that already holds http.max_streams_per_agent listen streams on this replica: 429, until
+ * one of them closes.
+ */
+function tooManyStreams(deps: McpHttpDeps, res: ServerResponse, agent: Agent): void {
+  const max = deps.config.http.max_streams_per_agent;
+  deps.log.warn({ agent_id: agent.id, agent_name: agent.name, max }, 'listen stream refused: too many open');
+  sendProblem(res, {
+    code: 'RATE_LIMITED',
+    reason: 'too_many_streams',
+    title: 'Too many open streams',
+    detail: `agent "${agent.name}" already holds ${max} open subscriptions/listen streams here; close one first`,
+  });
 }
 
 /** With OAuth configured, a JWT-shaped token goes to the issuer's check; a static one (cs_…) never has that shape. */

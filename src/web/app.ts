@@ -11,6 +11,7 @@ import type { BlobStore } from '../connectors/local/blobs.ts';
 import type { Logger } from '../log.ts';
 import { ROOT } from '../core/paths.ts';
 import { hostGuard } from '../server/http.ts';
+import { sendProblem } from '../server/problem.ts';
 import { mountAccountPages } from './account-pages.ts';
 import type { RunCommand } from './account-kit.ts';
 import { mountApprovalPages } from './approval-pages.ts';
@@ -47,7 +48,7 @@ export function createWebRouter(deps: WebDeps) {
   const sessions = createSessionStore(deps.knex, deps.config);
   const router = express.Router();
 
-  router.use(hostGuard(deps.config));
+  router.use(hostGuard(deps.config, { sameOrigin: true }));
   router.use(securityHeaders(deps.config));
   router.use('/static', express.static(STATIC, { fallthrough: false, index: false }));
   // Before the form parser: Slack's signature covers the raw body, which only this route reads.
@@ -105,13 +106,26 @@ function loadSession(sessions: SessionStore) {
   };
 }
 
-/** A page, not a stack trace: a form too large is the user's to fix, anything else is logged. */
+/**
+ * A page, not a stack trace: a form too large is the user's to fix; a file under /static that is not
+ * there is the same 404 as any unknown path (and its absolute path goes nowhere); anything else is logged.
+ */
 function errorPage(kit: PageKit, log: Logger) {
   return (err: Error, _req: Request, res: Response, next: NextFunction) => {
     if ((err as { type?: string }).type === 'entity.too.large') {
       return kit.render(res, 413, 'error.njk', { title: 'Too large', message: 'The form was too large.' });
     }
     if (res.headersSent) return next(err);
+    // express.static's refusals (a missing file, a dotfile, a malformed path) carry their 4xx status.
+    const status = (err as { status?: unknown }).status;
+    if (typeof status === 'number' && status >= 400 && status < 500) {
+      return sendProblem(
+        res,
+        status === 404
+          ? { code: 'NOT_FOUND', reason: 'not_found', title: 'Not found' }
+          : { code: 'INVALID_ARGUMENT', reason: 'bad_request', title: 'Bad request', status },
+      );
+    }
     log.error({ err }, 'web page failed');
     kit.render(res, 500, 'error.njk', { title: 'Something went wrong', message: 'The error was logged.' });
   };

@@ -26,7 +26,14 @@ export function safeNext(next: unknown): string {
   if (typeof next !== 'string' || next.length > 2048) return '/approvals';
   // eslint-disable-next-line no-control-regex -- control characters are exactly what must be refused
   const samePath = /^\/(?![/\\])/.test(next) && !/[\\\u0000-\u001f\u007f]/.test(next);
-  return samePath && next !== '/login' && !next.startsWith('/login?') ? next : '/approvals';
+  if (!samePath || next === '/login' || next.startsWith('/login?')) return '/approvals';
+  // It goes into headers (Location, Refresh), which hold Latin-1 only: anything beyond printable ASCII
+  // is percent-encoded as UTF-8, as a browser would; a lone surrogate has no encoding and is refused.
+  try {
+    return next.replace(/[^\x21-\x7e]+/g, (run) => encodeURIComponent(run));
+  } catch {
+    return '/approvals';
+  }
 }
 
 /**
