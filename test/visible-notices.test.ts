@@ -158,10 +158,10 @@ for (const kind of databaseKinds()) {
         text.includes('EUR ⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧00.000,05⟦U+202C POP DIRECTIONAL FORMATTING⟧'),
       );
       assert.ok(text.includes('Warning: 2 invisible or reordering characters'));
-      assert.ok(text.includes('The target looks like: Alice Martin (ct_alice)'));
+      assert.ok(text.includes('Warning: The target looks like Alice Martin (ct_alice)'));
       const mail = await mailed(id);
       assert.ok(mail.includes('WARNING: 2 invisible or reordering characters'), mail);
-      assert.ok(mail.includes('WARNING: the target looks like Alice Martin (ct_alice)'), mail);
+      assert.ok(mail.includes('WARNING: The target looks like Alice Martin (ct_alice)'), mail);
       assert.ok(mail.includes('⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧00.000,05'), mail);
       assert.ok(!mail.includes(RLO));
       const notice = await waitFor('the webhook notice', async () => hooked.find((b) => b.includes(id)));

@@ -102,6 +102,29 @@ function excerptOf(review: Record<string, unknown>): { excerpt: string; excerpt_
   return { excerpt: chars.slice(0, EXCERPT_CHARS).join(''), excerpt_truncated: chars.length > EXCERPT_CHARS };
 }
 
+/** A notice's target as every channel names it: display name, type and id, invisible characters marked. */
+export const targetLine = (n: Pick<Notice, 'target'>) =>
+  marked(`${n.target.display_name ?? n.target.target_id} (${n.target.target_type} ${n.target.target_id})`);
+
+/**
+ * What a chair is warned of before the content, one sentence each: invisible or reordering characters
+ * (shown as markers), a target that looks like another directory entry, a name that mixes scripts.
+ */
+export function noticeWarnings(n: Pick<Notice, 'hidden_count' | 'looks_like' | 'mixed_scripts'>): string[] {
+  const hidden = n.hidden_count ?? 0;
+  return [
+    ...(hidden > 0
+      ? [
+          `${hidden} invisible or reordering character${hidden === 1 ? '' : 's'} in this request, each shown as a marker such as ⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧.`,
+        ]
+      : []),
+    ...(n.looks_like ?? []).map((l) =>
+      marked(`The target looks like ${l.display_name} (${l.target_id}) in the directory.`),
+    ),
+    ...(n.mixed_scripts?.length ? [`The target's name mixes scripts: ${n.mixed_scripts.join(', ')}.`] : []),
+  ];
+}
+
 /**
  * Whether a notice shows everything a chair approves: the whole content, markers included, and no
  * file (whose bytes no message shows). Only then may a channel offer an Approve button (Slack).

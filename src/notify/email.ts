@@ -1,31 +1,10 @@
 import nodemailer from 'nodemailer';
-import { showsEverything, type Notice } from '../approval/notify.ts';
+import { noticeWarnings, showsEverything, targetLine, type Notice } from '../approval/notify.ts';
 import { marked } from '../core/visible.ts';
 import type { EmailConfig } from '../config.ts';
 
 /** Header values come from requests (a contact's display name): no line breaks may reach a header. */
 const oneLine = (s: string) => s.replace(/[\r\n\t]+/g, ' ').slice(0, 200);
-
-const targetOf = (n: Notice) =>
-  marked(`${n.target.display_name ?? n.target.target_id} (${n.target.target_type} ${n.target.target_id})`);
-
-/** The warnings a mail about a new request opens with: hidden characters, a look-alike target. */
-function warningsOf(n: Notice): string[] {
-  const hidden = n.hidden_count ?? 0;
-  return [
-    ...(hidden > 0
-      ? [
-          `WARNING: ${hidden} invisible or reordering character${hidden === 1 ? '' : 's'} in this request, each shown below as a marker such as ⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧.`,
-        ]
-      : []),
-    ...(n.looks_like ?? []).map((l) =>
-      marked(`WARNING: the target looks like ${l.display_name} (${l.target_id}) in the directory.`),
-    ),
-    ...(n.mixed_scripts?.length
-      ? [`WARNING: the target's name mixes scripts: ${n.mixed_scripts.join(', ')}.`]
-      : []),
-  ];
-}
 
 /** Why this mail is not enough to decide on: what it leaves out. */
 const notEverything = (n: Notice) =>
@@ -69,11 +48,11 @@ export function bodyOf(n: Notice): string {
   const requested = n.event === 'requested';
   return [
     head,
-    ...(requested ? warningsOf(n) : []),
+    ...(requested ? noticeWarnings(n).map((w) => `WARNING: ${w}`) : []),
     ...(requested && !showsEverything(n) ? [notEverything(n)] : []),
     '',
     `Tool:    ${n.tool}`,
-    `Target:  ${targetOf(n)}`,
+    `Target:  ${targetLine(n)}`,
     `Source:  ${n.source ?? '(not recorded)'}`,
     `Agent:   ${n.agent ?? n.agent_id}`,
     ...content,

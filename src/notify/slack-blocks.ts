@@ -1,4 +1,4 @@
-import { showsEverything, type Notice } from '../approval/notify.ts';
+import { noticeWarnings, showsEverything, targetLine, type Notice } from '../approval/notify.ts';
 import { marked } from '../core/visible.ts';
 
 /**
@@ -32,23 +32,6 @@ export function parseDecisionValue(value: string | undefined): { id: string; sha
   return m ? { id: m[1]!, sha256: m[2]! } : undefined;
 }
 
-const targetOf = (n: Notice) =>
-  marked(`${n.target.display_name ?? n.target.target_id} (${n.target.target_type} ${n.target.target_id})`);
-
-/** What the chair is warned of: invisible characters (shown as markers) and a look-alike target. */
-function warningsOf(n: Notice): string[] {
-  const hidden = n.hidden_count ?? 0;
-  return [
-    ...(hidden > 0
-      ? [
-          `Warning: ${hidden} invisible or reordering character${hidden === 1 ? '' : 's'}, each shown as a marker such as ⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧.`,
-        ]
-      : []),
-    ...(n.looks_like ?? []).map((l) => marked(`The target looks like: ${l.display_name} (${l.target_id})`)),
-    ...(n.mixed_scripts?.length ? [`The target's name mixes scripts: ${n.mixed_scripts.join(', ')}.`] : []),
-  ];
-}
-
 /** Why a message offers no Approve button: what it cannot show, and where to see it. */
 function whyNoApprove(n: Notice): string {
   const what = n.file
@@ -62,7 +45,7 @@ function whyNoApprove(n: Notice): string {
 
 /** The notification line (what a phone shows): mrkdwn, escaped. */
 export const fallbackText = (n: Notice) =>
-  esc(cut(`Approval needed: ${n.tool} to ${targetOf(n)} from agent ${n.agent ?? n.agent_id}`, 300));
+  esc(cut(`Approval needed: ${n.tool} to ${targetLine(n)} from agent ${n.agent ?? n.agent_id}`, 300));
 
 /** The message of a new request: what is to be written, where, by which agent, its hash and the buttons. */
 export function requestBlocks(n: Notice): Block[] {
@@ -83,7 +66,7 @@ export function requestBlocks(n: Notice): Block[] {
     },
   };
   const reject = { type: 'button', action_id: 'reject', style: 'danger', text: plain('Reject'), value };
-  const warnings = warningsOf(n);
+  const warnings = noticeWarnings(n).map((w) => `Warning: ${w}`);
   const content: Block[] = n.file
     ? [
         {
@@ -109,7 +92,7 @@ export function requestBlocks(n: Notice): Block[] {
     {
       type: 'section',
       fields: [
-        { type: 'mrkdwn', text: `*Target*\n${esc(cut(targetOf(n), 1900))}` },
+        { type: 'mrkdwn', text: `*Target*\n${esc(cut(targetLine(n), 1900))}` },
         { type: 'mrkdwn', text: `*Agent*\n${esc(cut(n.agent ?? n.agent_id, 200))}` },
         { type: 'mrkdwn', text: `*Source*\n${esc(cut(n.source ?? '(not recorded)', 200))}` },
       ],
