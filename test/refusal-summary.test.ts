@@ -148,19 +148,19 @@ for (const kind of databaseKinds()) {
     });
     after(async () => server?.stop());
 
-    /** Sends `total` requests, `parallel` at a time; each is refused with `status`. */
+    /** Sends `total` requests, `parallel` at a time; each is refused with `status`, or one of `statuses`. */
     async function send(
       total: number,
       parallel: number,
       one: (i: number) => Promise<Response>,
-      status = 401,
+      status: number | ((i: number) => number) = 401,
     ) {
       for (let i = 0; i < total; i += parallel) {
         const answers = await Promise.all(
           Array.from({ length: Math.min(parallel, total - i) }, (_, j) => one(i + j)),
         );
-        for (const res of answers) {
-          assert.equal(res.status, status);
+        for (const [j, res] of answers.entries()) {
+          assert.equal(res.status, typeof status === 'number' ? status : status(i + j));
           await res.body?.cancel();
         }
       }
@@ -214,11 +214,15 @@ for (const kind of databaseKinds()) {
     it('single sign-on callback GETs without their attempt: N rows a minute, the rest summed', async () => {
       const callback = (i: number) =>
         fetch(new URL(`/login/oidc/callback?code=c${i}&state=s${i}`, server.url), { redirect: 'manual' });
-      await send(300, 20, callback, 400);
+      // The first 20 (web.login_failures_per_ip) are checked and refused; the rest are over the limit.
+      await send(300, 20, callback, (i) => (i < 20 ? 400 : 429));
       await server.services.refusals.flush({ all: true });
-      const t = await tally(server.services.knex, 'user.login_failed', 'no_attempt');
-      assert.equal(t.own.length + t.summed, 300, 'every refusal counted');
-      assertBounded(t, PER_MINUTE);
+      const checked = await tally(server.services.knex, 'user.login_failed', 'no_attempt');
+      const over = await tally(server.services.knex, 'user.login_failed', 'too_many_attempts');
+      assert.equal(checked.own.length + checked.summed, 20, 'every checked refusal counted');
+      assert.equal(over.own.length + over.summed, 280, 'every refusal over the limit counted');
+      assertBounded(checked, PER_MINUTE);
+      assertBounded(over, PER_MINUTE);
     });
   });
 }

@@ -41,6 +41,10 @@ export const COPIED_TABLES = [
   { table: 'audit_checkpoints', why: 'signed checkpoints, each with its public key' },
   { table: 'audit_anchors', why: 'the time-stamp tokens of checkpoints (off-box anchors)' },
   { table: 'audit_exports', why: 'the record of exports and their manifests' },
+  {
+    table: 'refusal_counts',
+    why: "refusals counted past a minute's own rows and not yet summed: the copy writes their summaries",
+  },
 ] as const;
 
 /** Tables deliberately left behind, and why. Every table must be in one list or the other. */

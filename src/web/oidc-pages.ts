@@ -149,6 +149,13 @@ export function mountOidcPages(router: Router, kit: PageKit, deps: OidcPageDeps)
       perOrigin: deps.config.web.login_failures_per_ip,
     });
     if (reserved === undefined) {
+      // Over the limit is a refusal too: counted like the others (a few rows a minute, then the summary).
+      await deps.refusals.record(origin, {
+        kind: 'user.login_failed',
+        actor: null,
+        result: 'error',
+        details: { ip: origin, via: 'oidc', issuer: config.issuer, reason: 'too_many_attempts' },
+      });
       res.set('Retry-After', String(SIGN_IN_WINDOW_MINUTES * 60));
       return kit.render(res, 429, 'error.njk', {
         title: 'Too many sign-ins',
