@@ -125,7 +125,10 @@ for (const kind of databaseKinds()) {
         host: 'localhost',
       });
       // Every refusal's own row kept: these cases are about the limit, not the flood (refusal-summary.test.ts).
-      server = await startTestServer(kind, { ...oidcEnv(idp.issuer, port), COUNTERSIGN_DENIED_ROWS_PER_MINUTE: '100' });
+      server = await startTestServer(kind, {
+        ...oidcEnv(idp.issuer, port),
+        COUNTERSIGN_DENIED_ROWS_PER_MINUTE: '100',
+      });
       await createUser(server.services.knex, { name: 'ines', roles: ['chair'], password: 'ines password' });
     });
     after(async () => {
@@ -160,8 +163,16 @@ for (const kind of databaseKinds()) {
       const reasons = (await failedRows(server)).map(
         (r) => (typeof r.details === 'string' ? JSON.parse(r.details) : r.details) as { reason?: string },
       );
-      assert.equal(reasons.filter((d) => d.reason === 'no_attempt').length, 20, 'none checked past the limit');
-      assert.equal(reasons.filter((d) => d.reason === 'too_many_attempts').length, 1, 'the refusal is counted');
+      assert.equal(
+        reasons.filter((d) => d.reason === 'no_attempt').length,
+        20,
+        'none checked past the limit',
+      );
+      assert.equal(
+        reasons.filter((d) => d.reason === 'too_many_attempts').length,
+        1,
+        'the refusal is counted',
+      );
     });
 
     it('holds the per-address limit for simultaneous wrong passwords under many names', async () => {
