@@ -135,6 +135,14 @@ export async function checkInvariants(
     await db.close();
   }
 
+  const sentTwice = o.writes.filter((w) => w.sent_answers > 1);
+  const raced = o.writes.filter((w) => w.raced);
+  check(
+    'at most one execution answered sent per approval, however many raced',
+    sentTwice.length === 0,
+    `${raced.length} writes raced; ${sentTwice.length} answered sent more than once`,
+  );
+
   const bad = (Object.keys(o.tally.counts) as Outcome[]).filter(
     (k) => !['ok', 'refused', 'protocol', 'http_problem', ...o.allowed].includes(k) && o.tally.counts[k] > 0,
   );
@@ -148,4 +156,20 @@ export async function checkInvariants(
   for (const w of o.writes) writes[w.status] = (writes[w.status] ?? 0) + 1;
   const retried = o.writes.filter((w) => w.execute_attempts > 1).length;
   return { ok: checks.every((c) => c.ok), reconciled, retried, checks, writes };
+}
+
+/**
+ * Approvals settled as not written (failed) that have a message all the same: a write that landed
+ * after the server had concluded it never would. Checked once more after every fault has cleared.
+ */
+export async function phantomWrites(url: string): Promise<{ failed: number; phantom: string[] }> {
+  const db = await openDatabase({ url, pgliteDir: '', command: 'drill check' });
+  try {
+    const { rows } = (await db.knex.raw(`
+      select r.id, (select count(*) from messages m where m.write_key = r.approval_id::text) as messages
+        from approval_requests r where r.status = 'failed'`)) as { rows: { id: string; messages: string }[] };
+    return { failed: rows.length, phantom: rows.filter((r) => Number(r.messages) > 0).map((r) => r.id) };
+  } finally {
+    await db.close();
+  }
 }

@@ -9,9 +9,10 @@ import { BAD_GATEWAY_CODE } from './balancer.ts';
  * - http_problem: an HTTP error answered as problem JSON with a code
  * - lost: no answer at all — the connection was refused or reset, the stream ended (the server died),
  *   or the balancer answered 502 `bad_gateway` (the replica that had the request went away)
+ * - timeout: nothing came within the client's own timeout (the request may still be in flight)
  * - unstructured: anything else: an error without a code, a 500 page, a malformed result
  */
-export type Outcome = 'ok' | 'refused' | 'protocol' | 'http_problem' | 'lost' | 'unstructured';
+export type Outcome = 'ok' | 'refused' | 'protocol' | 'http_problem' | 'lost' | 'timeout' | 'unstructured';
 
 export interface Classified {
   outcome: Outcome;
@@ -22,9 +23,6 @@ export interface Classified {
 
 const LOST =
   /ECONNREFUSED|ECONNRESET|EPIPE|socket hang up|fetch failed|terminated|other side closed|Connection closed|SSE stream disconnected|aborted/i;
-
-/** The client's own verdicts that no answer came: the connection closed, or nothing came in time. */
-const NO_ANSWER = new Set<string>([SdkErrorCode.ConnectionClosed, SdkErrorCode.RequestTimeout]);
 
 export function classifyResult(result: unknown): Classified {
   const env = (result as { structuredContent?: Record<string, unknown> } | undefined)?.structuredContent;
@@ -79,7 +77,9 @@ export function classifyError(err: unknown): Classified {
     return { outcome: 'unstructured', detail: `${data?.status} ${err.message}`.slice(0, 300) };
   }
   const text = describe(err);
-  if (err instanceof SdkError && NO_ANSWER.has(err.code))
+  if (err instanceof SdkError && err.code === SdkErrorCode.RequestTimeout)
+    return { outcome: 'timeout', detail: text.slice(0, 200) };
+  if (err instanceof SdkError && err.code === SdkErrorCode.ConnectionClosed)
     return { outcome: 'lost', detail: text.slice(0, 200) };
   if (LOST.test(text)) return { outcome: 'lost', detail: text.slice(0, 200) };
   return { outcome: 'unstructured', detail: text.slice(0, 300) };
@@ -93,6 +93,7 @@ export class Tally {
     protocol: 0,
     http_problem: 0,
     lost: 0,
+    timeout: 0,
     unstructured: 0,
   };
   readonly codes: Record<string, number> = {};

@@ -1,10 +1,11 @@
 /**
- * npm run drill [-- kill|cut|soak …] [--quick] [--seconds S] [--soak-minutes M] …
+ * npm run drill [-- kill|cut|soak|chaos|abuse …] [--quick] [--seconds S] [--soak-minutes M] …
  *
  * Reliability drills against real server processes on a scratch PostgreSQL database (created on
  * BENCH_DATABASE_URL's server and dropped afterwards). Each ends with the invariant check of
  * invariants.ts and writes bench/results/drill-<name>.json. Exit code 1 when an invariant failed.
  */
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -18,7 +19,9 @@ import { callTool, connect, ROOT } from '../lib/server.ts';
 import { sleep } from '../lib/stats.ts';
 import { startBalancer, type Balancer } from './balancer.ts';
 import { startCluster, type Cluster } from './cluster.ts';
-import { checkInvariants, type InvariantReport } from './invariants.ts';
+import { abuseDrill } from './abuse.ts';
+import { checkInvariants, phantomWrites, type InvariantReport } from './invariants.ts';
+import { startPgCluster } from './pg-cluster.ts';
 import { startProxy } from './proxy.ts';
 import { startWorkload, type Workload } from './workload.ts';
 
@@ -31,15 +34,19 @@ const { values: flags, positionals } = parseArgs({
     'cut-seconds': { type: 'string' },
     'soak-minutes': { type: 'string' },
     rate: { type: 'string' },
+    flood: { type: 'string' },
     'proxy-rate': { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 });
 if (flags.help) {
-  process.stdout.write(`npm run drill -- [kill] [cut] [soak] [options]   (all three by default)
-  --quick             short versions: kill 20 s, cut 6 s of outage, soak 1 minute
-  --seconds S         kill: how long servers are killed and restarted (60); cut: load before and after the cut (15)
-  --kill-every S      kill: seconds between two SIGKILLs (4)
+  process.stdout
+    .write(`npm run drill -- [kill] [cut] [soak] [chaos] [abuse] [options]   (kill, cut and soak by default)
+  --quick             short versions: kill 20 s, cut 6 s of outage, soak 1 minute, chaos 30 s, abuse 600 bad tokens
+  --seconds S         kill: how long servers are killed and restarted (60); cut: load before and after the cut (15);
+                      chaos: how long faults go on (60; the whole cycle of faults runs at least once)
+  --kill-every S      kill: seconds between two SIGKILLs (4); chaos: between two faults (4)
+  --flood N           abuse: bad bearer tokens sent (2000); the other floods a share of it
   --cut-seconds S     cut: how long the database stays unreachable (10)
   --soak-minutes M    soak: duration (10)
   --rate N            soak: built-in read calls per second (40; 0: none)
@@ -61,8 +68,8 @@ const SERVER_ENV = {
 };
 const SETTLE_MS = 20_000;
 
-async function scratch(label: string) {
-  const db = await createScratchDatabase(adminUrl, label);
+async function scratch(label: string, on = adminUrl) {
+  const db = await createScratchDatabase(on, label);
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `countersign-drill-${label}-`));
   const seeded = await seedDatabase(db.url, dataDir, 200);
   return {
@@ -154,7 +161,8 @@ async function killDrill(): Promise<boolean> {
       tally: load.tally,
       writes: load.writes,
       settleMs: SETTLE_MS,
-      allowed: ['lost'],
+      // A killed server answers nothing, and a request it held may wait out the client's timeout.
+      allowed: ['lost', 'timeout'],
     });
     log(
       `  ${kills.length} SIGKILLs; ${load.tally.total} requests: ${JSON.stringify(load.tally.counts)}; codes ${JSON.stringify(load.tally.codes)}`,
@@ -457,11 +465,218 @@ async function soakDrill(): Promise<boolean> {
   }
 }
 
-const runs = { kill: killDrill, cut: cutDrill, soak: soakDrill } as const;
+/** Runs the built CLI against a drill's database; resolves with its exit code and output. */
+function cli(args: string[], env: Record<string, string>): Promise<{ code: number; out: string }> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [path.join(ROOT, 'dist/cli.js'), ...args],
+      { cwd: ROOT, env: { PATH: process.env.PATH ?? '', ...env }, timeout: 120_000 },
+      (err, stdout, stderr) =>
+        resolve({
+          code: err ? Number((err as { code?: unknown }).code ?? 1) || 1 : 0,
+          out: `${stdout}${stderr}`.trim(),
+        }),
+    );
+  });
+}
+
+/** Both export formats written and verified offline by the CLI, as compliance would. */
+async function exportsVerify(env: Record<string, string>, dir: string) {
+  const checks: InvariantReport['checks'] = [];
+  for (const format of ['jsonl', 'csv']) {
+    const file = path.join(dir, `drill-export.${format}`);
+    const exported = await cli(['audit', 'export', '-o', file, '--force'], env);
+    const verified = exported.code === 0 ? await cli(['audit', 'verify', file], env) : exported;
+    checks.push({
+      name: `the ${format} export verifies offline`,
+      ok: exported.code === 0 && verified.code === 0,
+      detail: verified.out.split('\n').slice(0, 3).join('; '),
+    });
+  }
+  return checks;
+}
+
+interface Fault {
+  at_s: number;
+  fault: 'sigkill' | 'sigstop' | 'pg_restart_immediate' | 'pg_stop';
+  detail: string;
+  /** How long the fault lasted (a stopped process or database), in seconds. */
+  lasted_s: number;
+}
+
+/**
+ * (iv) chaos: three servers behind the round-robin balancer on a PostgreSQL cluster of the drill's
+ * own, under reads and writes from clients of both protocol revisions, a third of the executions
+ * raced by five clients at once; meanwhile, in turn: SIGKILLs of a server (restarted), a SIGSTOP of
+ * one (continued after up to 15 s), an immediate restart of PostgreSQL, and a stop of it (up to 13 s).
+ * Then, every fault cleared: the invariants, once more the approvals that failed (no late write may
+ * land on one), and both exports verified offline.
+ */
+async function chaosDrill(): Promise<boolean> {
+  const seconds = num(flags.seconds, 60, 30);
+  const every = num(flags['kill-every'], 4, 3);
+  const pauseS = Math.min(15, Math.max(4, Math.round(seconds / 4)));
+  const pgStopS = Math.min(13, Math.max(4, Math.round(seconds / 5)));
+  log(
+    `chaos: 3 servers behind a balancer on a PostgreSQL of its own, ${seconds} s; a fault every ${every} s ` +
+      `(SIGKILL, SIGSTOP for ${pauseS} s, PostgreSQL immediate restart, PostgreSQL stopped for ${pgStopS} s)`,
+  );
+  const pgc = await startPgCluster('chaos');
+  let db: Awaited<ReturnType<typeof scratch>> | undefined;
+  let cluster: Cluster | undefined;
+  let balancer: Balancer | undefined;
+  try {
+    db = await scratch('chaos', pgc.adminUrl);
+    const env = { DATABASE_URL: db.url, COUNTERSIGN_DATA_DIR: db.dataDir };
+    cluster = await startCluster(3, { ...env, ...SERVER_ENV });
+    const servers = cluster;
+    balancer = await startBalancer(() => servers.live(), { healthCheckMs: HEALTH_CHECK_MS });
+    const load = startWorkload({
+      url: balancer.url,
+      token: db.token,
+      chair: db.chair,
+      readers: 6,
+      writers: 3,
+      paceMs: 50,
+      race: { every: 3, racers: 5 },
+    });
+    const t0 = Date.now();
+    const faults: Fault[] = [];
+    const cycle: Fault['fault'][] = [
+      'sigkill',
+      'sigstop',
+      'sigkill',
+      'pg_restart_immediate',
+      'sigkill',
+      'pg_stop',
+    ];
+    // The whole cycle at least once, however short the run; then on until the time is up.
+    for (let i = 0; i < cycle.length || Date.now() - t0 < seconds * 1000; i++) {
+      await sleep(every * 1000);
+      const fault = cycle[i % cycle.length]!;
+      const at = Date.now();
+      const slot = Math.floor(Math.random() * 3);
+      let detail = '';
+      if (fault === 'sigkill') {
+        await servers.kill(slot);
+        await sleep(500);
+        await servers.restart(slot);
+        detail = `server ${slot}, restarted`;
+      } else if (fault === 'sigstop') {
+        const child = servers.children()[slot]!.child;
+        child.kill('SIGSTOP');
+        await sleep(pauseS * 1000);
+        child.kill('SIGCONT');
+        detail = `server ${slot}, left in the balancer's rotation`;
+      } else if (fault === 'pg_restart_immediate') {
+        await pgc.stopImmediate();
+        await pgc.start();
+        detail = 'pg_ctl stop -m immediate, then start';
+      } else {
+        await pgc.stopFast();
+        await sleep(pgStopS * 1000);
+        await pgc.start();
+        detail = 'pg_ctl stop -m fast, then start';
+      }
+      const lasted = (Date.now() - at) / 1000;
+      faults.push({
+        at_s: Math.round((at - t0) / 100) / 10,
+        fault,
+        detail,
+        lasted_s: Math.round(lasted * 10) / 10,
+      });
+      log(`  ${((at - t0) / 1000).toFixed(1)} s: ${fault} (${detail}; ${lasted.toFixed(1)} s)`);
+    }
+    await load.stop();
+    await servers.heal();
+    const report = await checkInvariants(db.url, {
+      tally: load.tally,
+      writes: load.writes,
+      settleMs: SETTLE_MS,
+      // A killed server answers nothing (the balancer says so); every other request gets its answer in time.
+      allowed: ['lost'],
+    });
+    // Every fault cleared for a while: a late write on a request settled as not written would show now.
+    await sleep(LATE_WRITE_WAIT_MS);
+    const late = await phantomWrites(db.url);
+    report.checks.push({
+      name: `not written stays not written (${LATE_WRITE_WAIT_MS / 1000} s after every fault cleared)`,
+      ok: late.phantom.length === 0,
+      detail: `${late.failed} failed approvals; ${late.phantom.length} with a message (${late.phantom.slice(0, 3).join(', ')})`,
+    });
+    report.checks.push(...(await exportsVerify(env, db.dataDir)));
+    report.ok = report.checks.every((c) => c.ok);
+    log(
+      `  ${faults.length} faults; ${load.tally.total} requests: ${JSON.stringify(load.tally.counts)}; codes ${JSON.stringify(load.tally.codes)}`,
+    );
+    const raced = load.writes.filter((w) => w.raced);
+    const seen = traffic(load, balancer);
+    return summarise('chaos', report, {
+      seconds,
+      fault_every_s: every,
+      sigstop_s: pauseS,
+      pg_stop_s: pgStopS,
+      health_check_ms: HEALTH_CHECK_MS,
+      faults,
+      fault_counts: Object.fromEntries(cycle.map((f) => [f, faults.filter((x) => x.fault === f).length])),
+      approvals: load.writes.filter((w) => w.approval_id).length,
+      raced_writes: raced.length,
+      raced_answers: Object.fromEntries(
+        [...new Set(raced.flatMap((w) => w.executions))].map((k) => [
+          k,
+          raced.flatMap((w) => w.executions).filter((e) => e === k).length,
+        ]),
+      ),
+      requests: load.tally,
+      ...seen,
+    });
+  } finally {
+    await balancer?.close();
+    await cluster?.stop();
+    await db?.dispose();
+    await pgc.dispose();
+  }
+}
+
+/** How long the chaos drill waits, every fault cleared, before it looks for late writes once more. */
+const LATE_WRITE_WAIT_MS = 10_000;
+
+/** (v) abuse: the hostile callers and upstreams, one attack after another, against one server (abuse.ts). */
+async function abuseDrillRun(): Promise<boolean> {
+  const flood = num(flags.flood, 2000, 600);
+  log(
+    `abuse: one server, one attack after another (${flood} bad tokens first), a well-behaved agent all along`,
+  );
+  const db = await scratch('abuse');
+  const env = { DATABASE_URL: db.url, COUNTERSIGN_DATA_DIR: db.dataDir };
+  try {
+    const { report, extra } = await abuseDrill({
+      dbUrl: db.url,
+      dataDir: db.dataDir,
+      token: db.token,
+      env: {},
+      flood,
+      log,
+      cli: (args) => cli(args, env),
+    });
+    return summarise('abuse', report, { flood, ...extra });
+  } finally {
+    await db.dispose();
+  }
+}
+
+const runs = {
+  kill: killDrill,
+  cut: cutDrill,
+  soak: soakDrill,
+  chaos: chaosDrill,
+  abuse: abuseDrillRun,
+} as const;
 let ok = true;
 for (const name of drills) {
   const run = runs[name as keyof typeof runs];
-  if (!run) throw new Error(`unknown drill ${name}: kill, cut or soak`);
+  if (!run) throw new Error(`unknown drill ${name}: ${Object.keys(runs).join(', ')}`);
   const t0 = Date.now();
   const passed = await run();
   log(

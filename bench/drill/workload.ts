@@ -125,6 +125,10 @@ export interface WriteRecord {
   execute_attempts: number;
   /** How each execution request ended: ok, lost, or the refusal's code (e.g. APPROVAL_CONSUMED). */
   executions: string[];
+  /** Execution requests answered `sent`: never more than one, however many raced. */
+  sent_answers: number;
+  /** Whether its first execution was sent by several clients at once. */
+  raced: boolean;
 }
 
 export interface WorkloadOptions {
@@ -142,6 +146,8 @@ export interface WorkloadOptions {
   stepTimeoutMs?: number;
   /** Readers of a proxied upstream tool besides the built-in ones (the soak drives both paths). */
   proxied?: ProxiedReads;
+  /** Every `every`-th write's first execution is sent by `racers` clients at once, each its own session. */
+  race?: { every: number; racers: number };
 }
 
 /** Readers calling one upstream tool through countersign's proxy, each at its own pace. */
@@ -223,12 +229,15 @@ export function startWorkload(o: WorkloadOptions): Workload {
 
   async function write(agent: Agent, w: number, i: number) {
     const content = `drill ${run} writer ${w} message ${i}`;
+    const race = o.race && i % o.race.every === 0 ? racersOf(w, agent.revision) : undefined;
     const record: WriteRecord = {
       content,
       revision: agent.revision,
       status: 'not drafted',
       execute_attempts: 0,
       executions: [],
+      sent_answers: 0,
+      raced: race !== undefined,
     };
     writes.push(record);
     const args = { target_type: 'contact', target_id: 'ct_david', content_text: content };
@@ -259,15 +268,21 @@ export function startWorkload(o: WorkloadOptions): Workload {
     }
     if (!record.approval_id) return;
 
-    for (const until = deadline(); Date.now() < until;) {
-      record.execute_attempts++;
-      const r = await agent.call('isphere_send_message', {
-        ...args,
-        dry_run: false,
-        approval_id: record.approval_id,
-      });
-      record.executions.push(r.c.code ?? r.c.outcome);
-      if (r.c.outcome === 'ok' && r.env!.send_status === 'sent') {
+    const execute = { ...args, dry_run: false, approval_id: record.approval_id };
+    for (let round = 0, until = deadline(); Date.now() < until; round++) {
+      // The first round of a raced write: every racer at once; after that, the writer alone.
+      const callers = race && round === 0 ? race : [agent];
+      record.execute_attempts += callers.length;
+      const answers = await Promise.all(callers.map((a) => a.call('isphere_send_message', execute)));
+      let sent = false;
+      for (const r of answers) {
+        record.executions.push(r.c.code ?? r.c.outcome);
+        if (r.c.outcome === 'ok' && r.env!.send_status === 'sent') {
+          record.sent_answers++;
+          sent = true;
+        }
+      }
+      if (sent) {
         record.status = 'succeeded';
         return;
       }
@@ -305,6 +320,19 @@ export function startWorkload(o: WorkloadOptions): Workload {
   const proxied = o.proxied;
   const proxiedReaders = Array.from({ length: proxied?.readers ?? 0 }, (_, n) => agent(n, 'proxied'));
   const writers = Array.from({ length: o.writers }, (_, n) => agent(n));
+  // Each writer's racers speak its revision; made when first needed.
+  const racers = new Map<number, Agent[]>();
+  function racersOf(w: number, revision: Revision): Agent[] {
+    let set = racers.get(w);
+    if (!set) {
+      set = Array.from(
+        { length: o.race!.racers },
+        () => new Agent(o.url, o.token, revision, [tally, byRevision[revision]]),
+      );
+      racers.set(w, set);
+    }
+    return set;
+  }
   const agents = [...readers, ...proxiedReaders, ...writers];
   const loops = [
     ...readers.map((a, n) => reader(a, n, o, search(n))),
@@ -319,7 +347,7 @@ export function startWorkload(o: WorkloadOptions): Workload {
     async stop() {
       stopping = true;
       await Promise.all(loops);
-      for (const a of agents) a.close();
+      for (const a of [...agents, ...[...racers.values()].flat()]) a.close();
     },
   };
 }

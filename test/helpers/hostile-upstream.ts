@@ -129,3 +129,9 @@ export async function startHostileUpstream(opts: { json?: boolean } = {}): Promi
 if (process.argv[2] === 'stdio') {
   await hostileServer([]).connect(new StdioServerTransport());
 }
+
+// Run as its own process over HTTP (the abuse drill: its answers cost this process, not the drill's).
+if (process.argv[2] === 'http') {
+  const { url } = await startHostileUpstream({ json: process.argv[3] === 'json' });
+  process.stderr.write(`${JSON.stringify({ url })}\n`);
+}
