@@ -1,5 +1,6 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { createAgent } from '../../src/accounts/agents.ts';
@@ -226,6 +227,9 @@ export async function abuseDrill(
     {},
     /"url":"([^"]+)"/,
   );
+  // Niced: on a machine of two cores the attacker's own work (making 64 MiB answers) would otherwise be
+  // what the well-behaved agent waits for, where an attacker elsewhere would cost this server nothing.
+  os.setPriority(hostile.pid, 19);
   const configFile = path.join(o.dataDir, 'abuse-config.json');
   fs.writeFileSync(configFile, JSON.stringify({ upstreams: [{ name: 'hostile', url: hostile.url }] }));
 

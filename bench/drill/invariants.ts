@@ -154,7 +154,7 @@ export async function checkInvariants(
 
   const writes: Record<string, number> = {};
   for (const w of o.writes) writes[w.status] = (writes[w.status] ?? 0) + 1;
-  const retried = o.writes.filter((w) => w.execute_attempts > 1).length;
+  const retried = o.writes.filter((w) => w.execute_attempts > w.first_round).length;
   return { ok: checks.every((c) => c.ok), reconciled, retried, checks, writes };
 }
 

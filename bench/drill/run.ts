@@ -99,7 +99,7 @@ function traffic(load: Workload, balancer?: Balancer) {
   log(`  by protocol revision: ${JSON.stringify(byRevision)}; writes ${JSON.stringify(writes)}`);
   // Writes whose execution was sent more than once: what each request got, and how the write settled.
   const again = load.writes
-    .filter((w) => w.execute_attempts > 1)
+    .filter((w) => w.execute_attempts > w.first_round)
     .map((w) => ({ revision: w.revision, executions: w.executions, status: w.status }));
   if (again.length) log(`  executions sent again: ${JSON.stringify(again)}`);
   const seen = { by_revision: byRevision, writes_by_revision: writes, executed_again: again };

@@ -129,6 +129,8 @@ export interface WriteRecord {
   sent_answers: number;
   /** Whether its first execution was sent by several clients at once. */
   raced: boolean;
+  /** How many clients sent its first execution (1, or the racers). */
+  first_round: number;
 }
 
 export interface WorkloadOptions {
@@ -238,6 +240,7 @@ export function startWorkload(o: WorkloadOptions): Workload {
       executions: [],
       sent_answers: 0,
       raced: race !== undefined,
+      first_round: race?.length ?? 1,
     };
     writes.push(record);
     const args = { target_type: 'contact', target_id: 'ct_david', content_text: content };

@@ -18,6 +18,27 @@ const ORIGIN_LOCK = 0x5349_4f01;
 const NAME_LOCK = 0x5349_4e01;
 
 /**
+ * At most this many reservations of one process wait on their locks at once: attempts of one origin
+ * serialise on its lock anyway, and a burst of them (60 at once from one page) would otherwise hold
+ * every connection of the pool while it waits, and stall the agents' calls (the abuse drill).
+ */
+const RESERVING_AT_ONCE = 2;
+let reserving = 0;
+const waiting: (() => void)[] = [];
+async function inTurn<T>(work: () => Promise<T>): Promise<T> {
+  if (reserving >= RESERVING_AT_ONCE) await new Promise<void>((turn) => waiting.push(turn));
+  else reserving++;
+  try {
+    return await work();
+  } finally {
+    // The place passes straight to the next in line, or is given back.
+    const next = waiting.shift();
+    if (next) next();
+    else reserving--;
+  }
+}
+
+/**
  * Reserves one attempt before anything is checked: refused (undefined) when the name or the origin already
  * has its limit of attempts in the window, else the attempt's id. Attempts of one origin and of one name
  * serialise on advisory locks held until the transaction ends, and each count is a statement after the
@@ -31,6 +52,16 @@ export async function reserveAttempt(
 ): Promise<number | undefined> {
   const { bucket, origin } = attempt;
   const name = attempt.name?.slice(0, 64) || null;
+  return inTurn(() => reserve(knex, bucket, origin, name, attempt));
+}
+
+async function reserve(
+  knex: Knex,
+  bucket: AttemptBucket,
+  origin: string,
+  name: string | null,
+  attempt: { perName?: number; perOrigin: number },
+): Promise<number | undefined> {
   return knex.transaction(async (trx) => {
     await trx.raw('select pg_advisory_xact_lock(?, hashtext(?))', [ORIGIN_LOCK, origin]);
     if (name !== null) await trx.raw('select pg_advisory_xact_lock(?, hashtext(?))', [NAME_LOCK, name]);

@@ -26,16 +26,30 @@ export async function hashPassword(password: string): Promise<string> {
   );
 }
 
+/**
+ * Password checks run one at a time in a process: scrypt is work on purpose, and a burst of sign-ins
+ * (however many get past the limits at once) then takes at most one core, never every core that the
+ * agents' calls need (the abuse drill, docs/reliability.md).
+ */
+let lastCheck: Promise<unknown> = Promise.resolve();
+function oneAtATime<T>(work: () => Promise<T>): Promise<T> {
+  const run = lastCheck.then(work, work);
+  lastCheck = run.catch(() => undefined);
+  return run;
+}
+
 export async function verifyPassword(password: string, stored: string): Promise<boolean> {
   const [scheme, n, r, p, salt, hash] = stored.split('$');
   if (scheme !== 'scrypt' || !salt || !hash) return false;
   const expected = Buffer.from(hash, 'base64url');
-  const key = await scrypt(password, Buffer.from(salt, 'base64url'), expected.length, {
-    N: Number(n),
-    r: Number(r),
-    p: Number(p),
-    maxmem: 256 * Number(n) * Number(r),
-  });
+  const key = await oneAtATime(() =>
+    scrypt(password, Buffer.from(salt, 'base64url'), expected.length, {
+      N: Number(n),
+      r: Number(r),
+      p: Number(p),
+      maxmem: 256 * Number(n) * Number(r),
+    }),
+  );
   return timingSafeEqual(key, expected);
 }
 

@@ -42,12 +42,32 @@ function requestId(init: RequestInit | undefined): string | number | undefined {
   }
 }
 
-/** Where the first blank line (the end of an SSE event) in `text` ends, searching from `from`; or -1. */
-function eventEnd(text: string, from: number): number {
-  const m = /\r?\n\r?\n/g;
-  m.lastIndex = from;
-  const found = m.exec(text);
-  return found ? found.index + found[0].length : -1;
+/**
+ * Where each blank line (the end of an SSE event: two line ends, `\n` or `\r\n`) in `chunk` ends,
+ * carrying over the line ends counted at the end of the chunk before (`state.ends`). Works on bytes:
+ * an answer far past the cap is never decoded or copied into one string.
+ */
+function eventEnds(chunk: Uint8Array, state: { ends: number }): number[] {
+  const found: number[] = [];
+  // Whether chunk[from, to) holds anything but CR: a line with content between two line ends.
+  const content = (from: number, to: number) => {
+    for (let i = from; i < to; i++) if (chunk[i] !== 0x0d) return true;
+    return false;
+  };
+  for (let i = 0; i < chunk.length;) {
+    const lf = chunk.indexOf(0x0a, i);
+    if (lf < 0) {
+      if (content(i, chunk.length)) state.ends = 0;
+      break;
+    }
+    if (content(i, lf)) state.ends = 0;
+    if (++state.ends === 2) {
+      found.push(lf + 1);
+      state.ends = 0;
+    }
+    i = lf + 1;
+  }
+  return found;
 }
 
 /**
@@ -64,11 +84,9 @@ function capped(
   idOf: () => string | number | undefined,
   maxBytes: number,
 ) {
-  const decoder = new TextDecoder();
   const encoder = new TextEncoder();
-  const chunks: Uint8Array[] = []; // a JSON body so far
-  let held = ''; // an event stream's event so far
-  let scanned = 0;
+  const chunks: Uint8Array[] = []; // a JSON body so far, or an event stream's event so far
+  const lineEnds = { ends: 0 };
   let bytes = 0;
   let over = false;
   return body.pipeThrough(
@@ -79,7 +97,6 @@ function capped(
         if (bytes > maxBytes) {
           over = true;
           chunks.length = 0;
-          held = '';
           // Read only now: parsing every request's body again would cost each call.
           const id = idOf();
           if (id === undefined) {
@@ -95,21 +112,22 @@ function capped(
           chunks.push(chunk);
           return;
         }
-        held += decoder.decode(chunk, { stream: true });
-        // A blank line may straddle two chunks: look again from just before where the last look ended.
-        for (let end = eventEnd(held, Math.max(0, scanned - 3)); end >= 0; end = eventEnd(held, 0)) {
-          const event = held.slice(0, end);
-          out.enqueue(encoder.encode(event));
-          bytes -= Buffer.byteLength(event);
-          held = held.slice(end);
-          scanned = 0;
+        // Each complete event goes on, and stops counting; the rest of the chunk starts the next one.
+        let from = 0;
+        for (const end of eventEnds(chunk, lineEnds)) {
+          for (const held of chunks) out.enqueue(held);
+          chunks.length = 0;
+          out.enqueue(chunk.subarray(from, end));
+          from = end;
+          bytes = 0;
         }
-        scanned = held.length;
+        if (from < chunk.length) {
+          chunks.push(chunk.subarray(from));
+          bytes = chunks.reduce((n, c) => n + c.byteLength, 0);
+        }
       },
       flush(out) {
         for (const chunk of chunks) out.enqueue(chunk);
-        held += decoder.decode();
-        if (held) out.enqueue(encoder.encode(held));
       },
     }),
   );
