@@ -93,8 +93,7 @@ function capped(
     new TransformStream<Uint8Array, Uint8Array>({
       transform(chunk, out) {
         if (over) return;
-        bytes += chunk.byteLength;
-        if (bytes > maxBytes) {
+        const refuse = () => {
           over = true;
           chunks.length = 0;
           // Read only now: parsing every request's body again would cost each call.
@@ -106,24 +105,28 @@ function capped(
           const error = tooLarge(id, maxBytes);
           out.enqueue(encoder.encode(sse ? `event: message\ndata: ${error}\n\n` : error));
           out.terminate();
-          return;
-        }
+        };
         if (!sse) {
+          bytes += chunk.byteLength;
+          if (bytes > maxBytes) return refuse();
           chunks.push(chunk);
           return;
         }
-        // Each complete event goes on, and stops counting; the rest of the chunk starts the next one.
+        // Each complete event goes on if it is within the cap, and stops counting; the rest of the
+        // chunk starts the next one.
         let from = 0;
         for (const end of eventEnds(chunk, lineEnds)) {
+          if (bytes + (end - from) > maxBytes) return refuse();
           for (const held of chunks) out.enqueue(held);
           chunks.length = 0;
+          bytes = 0;
           out.enqueue(chunk.subarray(from, end));
           from = end;
-          bytes = 0;
         }
         if (from < chunk.length) {
+          bytes += chunk.length - from;
+          if (bytes > maxBytes) return refuse();
           chunks.push(chunk.subarray(from));
-          bytes = chunks.reduce((n, c) => n + c.byteLength, 0);
         }
       },
       flush(out) {
