@@ -13,12 +13,15 @@ import { build } from 'esbuild';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
 const common = { platform: 'node', format: 'esm', target: 'node20', logLevel: 'warning' } as const;
+// `--out DIR` builds elsewhere (the tests' own copy, test/helpers/built.ts); dist/ by default.
+const outAt = process.argv.indexOf('--out');
+const OUT = outAt > 0 ? path.resolve(process.argv[outAt + 1]!) : path.join(ROOT, 'dist');
 
-fs.rmSync(path.join(ROOT, 'dist'), { recursive: true, force: true });
+fs.rmSync(OUT, { recursive: true, force: true });
 await build({
   ...common,
   entryPoints: [path.join(ROOT, 'src/cli.ts')],
-  outdir: path.join(ROOT, 'dist'),
+  outdir: OUT,
   bundle: true,
   // Each command's modules stay their own chunk, loaded when the command runs (as from the sources).
   splitting: true,
@@ -29,7 +32,7 @@ const migrations = fs.readdirSync(path.join(ROOT, 'migrations')).filter((f) => f
 await build({
   ...common,
   entryPoints: migrations.map((f) => path.join(ROOT, 'migrations', f)),
-  outdir: path.join(ROOT, 'dist/migrations'),
+  outdir: path.join(OUT, 'migrations'),
   sourcemap: true,
 });
-process.stderr.write(`built dist/cli.js and ${migrations.length} migrations\n`);
+process.stderr.write(`built ${path.relative(ROOT, path.join(OUT, 'cli.js'))} and ${migrations.length} migrations\n`);

@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import net from 'node:net';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import pg from 'pg';
 import { startHttpServer } from '../src/app/serve-http.ts';
 import { loadConfig } from '../src/config.ts';
 import type { Faults } from '../src/core/faults.ts';
 import { createLogger } from '../src/log.ts';
+import { builtCli, childEnv } from './helpers/built.ts';
 import { runCli } from './helpers/cli.ts';
 import {
   createTestDatabase,
@@ -64,10 +64,10 @@ async function assertStarting(base: string): Promise<void> {
 }
 
 /** `countersign serve` (or `serve --stdio`) as a child process: its stderr so far and its exit code. */
-function startServe(env: Record<string, string>, args = ['serve']) {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'src/cli.ts'), ...args], {
+async function startServe(env: Record<string, string>, args = ['serve']) {
+  const child = spawn(process.execPath, [await builtCli(), ...args], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', ...env },
+    env: childEnv(env),
     stdio: ['pipe', 'pipe', 'pipe'],
   });
   let stderr = '';
@@ -182,7 +182,7 @@ describeOnPostgres('a start-up whose database is held, on PostgreSQL', () => {
   it('answers 503 starting while it waits, then serves once the database is free', async () => {
     const holder = await holdMigrations();
     const port = await freePort();
-    const server = startServe(
+    const server = await startServe(
       testEnv(db, {
         COUNTERSIGN_PORT: String(port),
         LOG_LEVEL: 'info',
@@ -207,7 +207,7 @@ describeOnPostgres('a start-up whose database is held, on PostgreSQL', () => {
   it('stops on SIGTERM while it waits, without waiting for the database', async () => {
     const holder = await holdMigrations();
     const port = await freePort();
-    const server = startServe(
+    const server = await startServe(
       testEnv(db, {
         COUNTERSIGN_PORT: String(port),
         LOG_LEVEL: 'info',
@@ -228,7 +228,7 @@ describeOnPostgres('a start-up whose database is held, on PostgreSQL', () => {
   it('exits 1 with one line naming the cause when the database stays held past database.startup_timeout_s', async () => {
     const holder = await holdMigrations();
     const port = await freePort();
-    const server = startServe(
+    const server = await startServe(
       testEnv(db, {
         COUNTERSIGN_PORT: String(port),
         LOG_LEVEL: 'info',
@@ -260,7 +260,7 @@ describe('a start-up whose PostgreSQL refuses connections', () => {
 
   for (const args of [['serve'], ['serve', '--stdio']]) {
     it(`${args.join(' ')} logs each attempt's reason, then exits 1 with one line`, async () => {
-      const server = startServe(
+      const server = await startServe(
         {
           ...testEnv(db),
           DATABASE_URL: CLOSED_PORT_URL,

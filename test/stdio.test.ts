@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { builtinTools } from '../src/tools/index.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { createTestDatabase, type TestDatabase } from './helpers/db.ts';
+import { builtCli, childEnv } from './helpers/built.ts';
 import { runCli } from './helpers/cli.ts';
 import { call, connectStdio, ERAS, newClient, ROOT, testEnv } from './helpers/server.ts';
 
@@ -22,8 +22,8 @@ async function occupy(): Promise<{ port: number; close(): Promise<void> }> {
 async function connectStdioWithoutWeb(env: Record<string, string>) {
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: ['--import', 'tsx', path.join(ROOT, 'src/cli.ts'), 'serve', '--stdio', '--no-web'],
-    env: { PATH: process.env.PATH ?? '', ...env },
+    args: [await builtCli(), 'serve', '--stdio', '--no-web'],
+    env: childEnv(env),
     cwd: ROOT,
     stderr: 'pipe',
   });

@@ -1,11 +1,16 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Knex } from 'knex';
 import { COMPILED, ROOT } from '../core/paths.ts';
 
-/** The TypeScript migrations, or their compiled copies when running the build. */
-const MIGRATIONS_DIR = COMPILED ? path.join(ROOT, 'dist/migrations') : path.join(ROOT, 'migrations');
+/**
+ * The TypeScript migrations, or, when running a build, their compiled copies beside it (the bundle's
+ * chunks and its migrations/ share one directory: dist/, or wherever `build --out` put them).
+ */
+const MIGRATIONS_DIR = COMPILED
+  ? path.join(path.dirname(fileURLToPath(import.meta.url)), 'migrations')
+  : path.join(ROOT, 'migrations');
 
 /**
  * Lists `migrations/` by name without extension, so the names recorded in knex_migrations are the same

@@ -1,7 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import type { FaultPoint } from '../../src/core/faults.ts';
+import { builtCli, childEnv } from './built.ts';
 import { ROOT } from './server.ts';
+
 
 export interface CliResult {
   code: number | null;
@@ -9,17 +11,15 @@ export interface CliResult {
   stderr: string;
 }
 
-/** Runs `countersign ARGS` as a real child process. */
-export function runCli(
+/** Runs `countersign ARGS` as a real child process (the build, as `npm start` runs it). */
+export async function runCli(
   args: string[],
   env: Record<string, string>,
   opts: { input?: string; timeoutMs?: number } = {},
 ) {
+  const cli = await builtCli();
   return new Promise<CliResult>((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'src/cli.ts'), ...args], {
-      cwd: ROOT,
-      env: { PATH: process.env.PATH ?? '', ...env },
-    });
+    const child = spawn(process.execPath, [cli, ...args], { cwd: ROOT, env: childEnv(env) });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -38,20 +38,19 @@ export function runCli(
 }
 
 /** Starts `countersign serve` in a child process and waits until it listens; resolves with its URL. */
-export function spawnServer(
+export async function spawnServer(
   env: Record<string, string>,
   opts: { crashAt?: FaultPoint } = {},
 ): Promise<{ child: ChildProcess; url: string; stderr: () => string }> {
-  // With a fault to inject, the test's own entry point (the CLI never takes one).
+  // With a fault to inject, the test's own entry point through tsx (the CLI never takes one); else the build.
   const entry = opts.crashAt
-    ? [path.join(ROOT, 'test/helpers/faulty-server.ts')]
-    : [path.join(ROOT, 'src/cli.ts'), 'serve'];
+    ? ['--import', 'tsx', path.join(ROOT, 'test/helpers/faulty-server.ts')]
+    : [await builtCli(), 'serve'];
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', ...entry], {
+    const child = spawn(process.execPath, entry, {
       cwd: ROOT,
       env: {
-        PATH: process.env.PATH ?? '',
-        ...env,
+        ...childEnv(env),
         LOG_LEVEL: 'info',
         ...(opts.crashAt ? { TEST_CRASH_AT: opts.crashAt } : {}),
       },

@@ -9,6 +9,7 @@ import { createAgent } from '../../src/accounts/agents.ts';
 import { startHttpServer, type RunningServer } from '../../src/app/serve-http.ts';
 import type { ServiceOptions } from '../../src/app/services.ts';
 import { misnamedAgentRows } from './audit-names.ts';
+import { builtCli, childEnv } from './built.ts';
 import { createTestDatabase, type DbKind, type TestDatabase } from './db.ts';
 
 export const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -98,8 +99,8 @@ export async function connectStdio(
 ): Promise<{ client: Client; stderr: () => string; exited: () => Promise<void> }> {
   const transport = new StdioClientTransport({
     command: process.execPath,
-    args: ['--import', 'tsx', path.join(ROOT, 'src/cli.ts'), 'serve', '--stdio'],
-    env: { PATH: process.env.PATH ?? '', ...env },
+    args: [await builtCli(), 'serve', '--stdio'],
+    env: childEnv(env),
     cwd: ROOT,
     stderr: 'pipe',
   });
