@@ -35,4 +35,6 @@ await build({
   outdir: path.join(OUT, 'migrations'),
   sourcemap: true,
 });
-process.stderr.write(`built ${path.relative(ROOT, path.join(OUT, 'cli.js'))} and ${migrations.length} migrations\n`);
+process.stderr.write(
+  `built ${path.relative(ROOT, path.join(OUT, 'cli.js'))} and ${migrations.length} migrations\n`,
+);

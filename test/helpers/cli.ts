@@ -4,7 +4,6 @@ import type { FaultPoint } from '../../src/core/faults.ts';
 import { builtCli, childEnv } from './built.ts';
 import { ROOT } from './server.ts';
 
-
 export interface CliResult {
   code: number | null;
   stdout: string;
