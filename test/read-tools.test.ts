@@ -182,6 +182,23 @@ for (const kind of databaseKinds()) {
         });
         assert.equal(withArchived.groups[0].archived, true);
       });
+
+      it('lists every group by name when no query is given, a page at a time', async () => {
+        const all = await call(client, 'isphere_search_groups', {});
+        assert.equal(all.ok, true);
+        const names = all.groups.map((g: { display_name: string }) => g.display_name);
+        assert.ok(names.length >= 2, `${names.length} groups`);
+        assert.ok(
+          !all.groups.some((g: { archived: boolean }) => g.archived),
+          'archived ones only on request',
+        );
+        const first = await call(client, 'isphere_search_groups', { limit: 1 });
+        assert.equal(first.groups[0].group_id, all.groups[0].group_id);
+        const second = await call(client, 'isphere_search_groups', { limit: 1, cursor: first.next_cursor });
+        assert.equal(second.groups[0].group_id, all.groups[1].group_id);
+        const blank = await call(client, 'isphere_search_groups', { query: '   ' });
+        assert.equal(blank.error.code, 'INVALID_ARGUMENT', 'a blank query is still refused: leave it out');
+      });
     });
 
     describe('isphere_receive_messages', () => {

@@ -3,7 +3,9 @@ import { cursorParam, limitParam, queryText, sourceField, sourcePreferenceParam 
 import type { ReadToolDef } from '../types.ts';
 
 const input = z.strictObject({
-  query: queryText.describe('Group name to look for (any script).'),
+  query: queryText
+    .optional()
+    .describe('Group name to look for (any script); leave it out to list every group, by name.'),
   limit: limitParam(20, 100),
   cursor: cursorParam,
   source_preference: sourcePreferenceParam,
@@ -27,18 +29,20 @@ export const searchGroups = {
   name: 'search_groups',
   title: 'Search groups',
   description:
-    'Find group conversations by name, to resolve a group before reading or drafting. Best matches first. ' +
-    'Read-only.',
+    'Find group conversations by name, to resolve a group before reading or drafting. Best matches first; ' +
+    'without a query, every group by name. Read-only.',
   facet: 'directory',
   kind: 'read',
   input,
   output,
   async handler(args, ctx) {
     const connector = ctx.connectors.pick(args.source_preference);
-    const query = { query: args.query, include_archived: args.include_archived, source: connector.source };
+    // No query: every group (the empty key matches every name, ranked alike, so ordered by name).
+    const text = args.query ?? '';
+    const query = { query: text, include_archived: args.include_archived, source: connector.source };
     const page = await ctx.cursors.page('search_groups', query, args.cursor, (after) =>
       connector.searchGroups({
-        query: args.query,
+        query: text,
         includeArchived: args.include_archived,
         limit: args.limit,
         after,
