@@ -17,11 +17,13 @@ import {
 import type { AdminCommand, AdminResult, AdminResults } from './admin/commands.ts';
 import { describePgError, postgresProblem } from './admin/pg-errors.ts';
 import { readHiddenLine } from './admin/secret.ts';
+import type { Knex } from 'knex';
 import type { FirstRun } from './admin/first-run.ts';
 import type { StdioReady } from './app/serve-stdio.ts';
 import { agentToolName } from './approval/view.ts';
 import type { Manifest } from './audit/export.ts';
 import { loadConfig, type Config } from './config.ts';
+import type { BlobStore } from './connectors/local/blobs.ts';
 import type { ImportSummary } from './connectors/local/import.ts';
 import { AppError, isAppError } from './core/errors.ts';
 import type { Role } from './core/identity.ts';
@@ -117,6 +119,10 @@ async function runData<C extends AdminCommand>(cfg: Config, command: C): Promise
     const holder = lockHolder(cfg.pglite_dir);
     if (holder) return runViaServer(cfg, command, holder.pid);
   }
+  // A command that makes the embedded database (a fresh data directory) is its first start: the first
+  // run happens here as it would in `serve` — demo data, the demo agent, the chair and the admin — and its
+  // banner goes to stderr. Claude Desktop's way in begins with `agent add`, before any serve.
+  const fresh = !cfg.database_url && command.command !== 'migrate' && !fs.existsSync(cfg.pglite_dir);
   const { openDatabase } = await import('./db/knex.ts');
   let db;
   try {
@@ -137,10 +143,9 @@ async function runData<C extends AdminCommand>(cfg: Config, command: C): Promise
       import('./connectors/local/blobs.ts'),
     ]);
     if (command.command !== 'migrate') await migrateLatest(db.knex);
-    return await runAdminCommand(
-      { knex: db.knex, blobs: createBlobStore(path.join(cfg.data_dir, 'blobs')), config: cfg },
-      command,
-    );
+    const blobs = createBlobStore(path.join(cfg.data_dir, 'blobs'));
+    if (fresh && cfg.demo) await firstRunHere(cfg, db.knex, blobs);
+    return await runAdminCommand({ knex: db.knex, blobs, config: cfg }, command);
   } finally {
     await db.close();
   }
@@ -164,7 +169,22 @@ async function readSecretLine(prompt: string): Promise<string> {
   return line;
 }
 
-const chairPassword = async () => process.env.COUNTERSIGN_PASSWORD || readSecretLine('password: ');
+/** The password of `--as USER`: COUNTERSIGN_PASSWORD, or the first line of stdin; a refusal names both. */
+const chairPassword = async () => {
+  if (process.env.COUNTERSIGN_PASSWORD) return process.env.COUNTERSIGN_PASSWORD;
+  try {
+    return await readSecretLine('password: ');
+  } catch (e) {
+    if (!isAppError(e, 'CONFIG_INVALID')) throw e;
+    throw new AppError(
+      'CONFIG_INVALID',
+      `${e.message}: --as USER signs in with a password, from COUNTERSIGN_PASSWORD or the first line of stdin ` +
+        '(typed at the prompt when stdin is a terminal)',
+      undefined,
+      { cause: e },
+    );
+  }
+};
 
 /** The contents of a file the command line names; a file that cannot be read is a plain refusal. */
 function readNamedFile(file: string): string {
@@ -232,8 +252,26 @@ async function showFirstRun(first: FirstRun | undefined, where: { mcp: string; w
     if (where.web) lines.push(`  approvals web form: ${where.web}/approvals`);
     lines.push(`  chair login (shown once): ${first.chair.name} / ${first.chair.password}`);
   }
+  if (first.admin) {
+    if (where.web) lines.push(`  audit log and administration: ${where.web}/audit`);
+    lines.push(`  admin and compliance login (shown once): ${first.admin.name} / ${first.admin.password}`);
+  }
   await errFlushed(`${lines.join('\n')}\n\n`);
   await first.markShown();
+}
+
+/** The first run of a fresh data directory, from a command other than serve; its banner on stderr. */
+async function firstRunHere(cfg: Config, knex: Knex, blobs: BlobStore): Promise<void> {
+  const [{ firstRun }, { createAuditLog }] = await Promise.all([
+    import('./admin/first-run.ts'),
+    import('./audit/log.ts'),
+  ]);
+  const first = await firstRun({ knex, blobs, audit: createAuditLog(knex), config: cfg });
+  fs.mkdirSync(cfg.files.outbound_dir, { recursive: true, mode: 0o700 });
+  await showFirstRun(first, {
+    mcp: `start the server: countersign serve (HTTP, ${cfg.http.public_url ?? `http://${cfg.http.host}:${cfg.http.port}`}/mcp) or countersign serve --stdio`,
+    web: cfg.http.public_url ?? `http://${cfg.http.host}:${cfg.http.port}`,
+  });
 }
 
 /** Where a stdio server's web form is; when it is not served, one line with the fix and the way to approve. */
@@ -600,9 +638,15 @@ async function verifyAudit(
     manifest = JSON.parse(fs.readFileSync(manifestPath, 'utf8')) as Manifest;
     fs.accessSync(file, fs.constants.R_OK);
   } catch (e) {
+    const missing = (e as NodeJS.ErrnoException).path;
+    // The manifest is looked for beside the export unless named: say so when that is what is missing.
+    const hint =
+      missing === manifestPath && opts.manifest === undefined
+        ? `; an export's manifest is written beside it as FILE.manifest.json: give another with --manifest FILE`
+        : '';
     throw new AppError(
       'NOT_FOUND',
-      `cannot read ${(e as NodeJS.ErrnoException).path ?? manifestPath}: ${(e as Error).message}`,
+      `cannot read ${missing ?? manifestPath}: ${(e as Error).message}${hint}`,
       undefined,
       { cause: e },
     );

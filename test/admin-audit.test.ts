@@ -43,6 +43,7 @@ for (const kind of databaseKinds()) {
         [
           ['agent.created', 'first-run', 'demo'],
           ['user.created', 'first-run', 'chair'],
+          ['user.created', 'first-run', 'admin'],
         ],
       );
     });

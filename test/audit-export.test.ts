@@ -253,10 +253,27 @@ for (const kind of databaseKinds()) {
         assert.equal(report.first_bad?.line, 4);
       });
 
-      it('two rows swapped: reordered', async () => {
+      it('two rows swapped: rows out of order, at the line of the first', async () => {
         const report = await tampered((ls) => (([ls[5], ls[6]] = [ls[6]!, ls[5]!]), ls));
         assert.equal(report.first_bad?.line, 6);
-        assert.match(report.first_bad!.reason, /missing row|reordered/);
+        assert.match(report.first_bad!.reason, /^rows out of order at line 6: seq \d+ comes before seq \d+$/);
+        assert.doesNotMatch(report.first_bad!.reason, /missing/);
+      });
+
+      it('one row taken out: a missing row, not rows out of order', async () => {
+        const report = await tampered((ls) => (ls.splice(5, 1), ls));
+        assert.equal(report.first_bad?.line, 6);
+        assert.match(report.first_bad!.reason, /^missing row: expected seq \d+, found \d+$/);
+      });
+
+      it("the manifest's row_count edited: the manifest was altered, the rows are intact", async () => {
+        const edited = { ...base.manifest, row_count: base.manifest.row_count + 1 };
+        const report = await tampered((ls) => ls, edited);
+        assert.equal(report.ok, false);
+        assert.equal(report.signature, 'bad signature');
+        assert.equal(report.valid, report.rows, 'every row holds');
+        assert.match(report.first_bad!.reason, /the manifest was altered after it was signed/);
+        assert.match(report.first_bad!.reason, /the rows themselves are intact/);
       });
 
       it('the tail truncated: truncated, with the first missing seq', async () => {

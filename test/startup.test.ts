@@ -98,6 +98,7 @@ for (const kind of databaseKinds()) {
         });
         assert.match(second.stderr(), /first run, continued/);
         assert.equal(shown.chair, 'chair');
+        assert.match(second.stderr(), /admin and compliance login \(shown once\): admin \/ \S+/);
         const web = new WebClient(second.url);
         const login = await web.login('chair', shown.password!);
         assert.equal(login.res.status, 303);
@@ -139,7 +140,7 @@ for (const kind of databaseKinds()) {
       const reset = await firstRunRows(env, db.dataDir, 'user.password_reset');
       assert.deepEqual(
         reset.map((r) => r.details.user),
-        ['chair'],
+        ['chair', 'admin'],
       );
     });
   });

@@ -19,7 +19,11 @@ for (const kind of databaseKinds()) {
       server = await startTestServer(kind);
       assert.equal((await cli(['user', 'add', 'ada', '--role', 'admin'], 'ada-password-1\n')).code, 0);
       assert.equal((await cli(['user', 'add', 'cleo', '--role', 'chair'], 'cleo-password-1\n')).code, 0);
+      // The first run's admin stands aside: the cases below are about ada being the last active admin.
+      assert.equal((await cli(['user', 'disable', 'admin'])).code, 0);
     });
+    const disabledRows = async (user: string) =>
+      (await rows('user.disabled')).filter((r: { details: unknown }) => detailsOf(r).user === user);
     after(async () => {
       await server?.stop();
     });
@@ -67,7 +71,7 @@ for (const kind of databaseKinds()) {
         assert.equal(refused.code, 1, args.join(' '));
         assert.match(refused.stderr, /last active admin/);
       }
-      assert.equal((await rows('user.disabled')).length, 0);
+      assert.equal((await disabledRows('ada')).length, 0);
       assert.equal((await cli(['user', 'add', 'bo', '--role', 'admin'], 'bo-password-11\n')).code, 0);
       assert.equal(
         (await cli(['user', 'set', 'ada', '--role', 'chair'])).code,
@@ -81,7 +85,7 @@ for (const kind of databaseKinds()) {
       assert.equal(disabled.code, 0, disabled.stderr);
       assert.equal((await signIn('cleo', 'cleo-password-2')).code, 1);
       assert.match((await cli(['user', 'list'])).stdout, /^cleo\tchair,compliance\tdisabled \d{4}-/m);
-      assert.equal((await rows('user.disabled')).length, 1);
+      assert.equal((await disabledRows('cleo')).length, 1);
       for (const args of [
         ['user', 'disable', 'cleo'],
         ['user', 'disable', 'nobody'],

@@ -11,6 +11,7 @@ import { createUser } from '../accounts/users.ts';
 import type { AuditLog } from '../audit/log.ts';
 import type { Config } from '../config.ts';
 import { isAppError } from '../core/errors.ts';
+import type { Role } from '../core/identity.ts';
 import { runAdminCommand } from './commands.ts';
 
 /** Credentials to show once, and the way to record that they were. */
@@ -18,6 +19,8 @@ export interface FirstRun {
   token: string;
   /** A chair login, when the first run created the chair. */
   chair?: { name: string; password: string };
+  /** An administrator and compliance login (roles admin, compliance), made with the chair. */
+  admin?: { name: string; password: string };
   /** New credentials for what an earlier start created but never showed. */
   renewed: boolean;
   /**
@@ -47,6 +50,8 @@ const SETTING = 'first_run';
 const FirstRunState = z.object({
   agent: z.string(),
   chair: z.string().nullable(),
+  // Absent in the records of first runs from before the admin user was made with the chair.
+  admin: z.string().nullable().optional(),
   generation: z.number().int().positive(),
   shown: z.boolean(),
 });
@@ -94,36 +99,49 @@ async function create(deps: FirstRunDeps): Promise<FirstRun | undefined> {
         result: 'ok',
         details: facts,
       });
-      const chair = await createChair(trx, audit);
+      const people = await createPeople(trx, audit);
       const state: FirstRunState = {
         agent: agent.name,
-        chair: chair?.name ?? null,
+        chair: people?.chair.name ?? null,
+        admin: people?.admin.name ?? null,
         generation: 1,
         shown: false,
       };
       await writeSetting(trx, SETTING, state);
-      return { token: created.token, chair, state };
+      return { token: created.token, ...people, state };
     });
-    return { token: made.token, chair: made.chair, renewed: false, markShown: marker(knex, made.state) };
+    return {
+      token: made.token,
+      chair: made.chair,
+      admin: made.admin,
+      renewed: false,
+      markShown: marker(knex, made.state),
+    };
   } catch (err) {
     if (isAppError(err, 'CONFLICT')) return undefined; // another instance created it first
     throw err;
   }
 }
 
-/** A `chair` user when there is no user yet. */
-async function createChair(trx: Knex.Transaction, audit: AuditLog) {
+/**
+ * When there is no user yet: a `chair` (approves the agents' requests) and an `admin` (roles admin and
+ * compliance: the audit pages, agents, users), so that every kind of user has a way in from the start.
+ */
+async function createPeople(trx: Knex.Transaction, audit: AuditLog) {
   const users = toCount((await trx('users').count({ n: '*' }).first())?.n);
   if (users > 0) return undefined;
-  const password = randomBytes(12).toString('base64url');
-  const user = await createUser(trx, { name: 'chair', roles: ['chair'], password });
-  await audit.appendIn(trx, {
-    kind: 'user.created',
-    actor: FIRST_RUN,
-    result: 'ok',
-    details: { user: user.name, roles: user.roles },
-  });
-  return { name: user.name, password };
+  const person = async (name: string, roles: Role[]) => {
+    const password = randomBytes(12).toString('base64url');
+    const user = await createUser(trx, { name, roles, password });
+    await audit.appendIn(trx, {
+      kind: 'user.created',
+      actor: FIRST_RUN,
+      result: 'ok',
+      details: { user: user.name, roles: user.roles },
+    });
+    return { name: user.name, password };
+  };
+  return { chair: await person('chair', ['chair']), admin: await person('admin', ['admin', 'compliance']) };
 }
 
 /**
@@ -148,20 +166,18 @@ async function renew(deps: FirstRunDeps, state: FirstRunState): Promise<FirstRun
     await replaceSetting(deps.knex, SETTING, next, { ...next, shown: true });
     return undefined;
   }
-  let chair: FirstRun['chair'];
-  if (state.chair) {
+  const reset = async (name: string | null | undefined) => {
+    if (!name) return undefined;
     const password = randomBytes(12).toString('base64url');
     try {
-      await runAdminCommand(admin, {
-        command: 'user.reset_password',
-        name: state.chair,
-        password,
-        actor: FIRST_RUN,
-      });
-      chair = { name: state.chair, password };
+      await runAdminCommand(admin, { command: 'user.reset_password', name, password, actor: FIRST_RUN });
+      return { name, password };
     } catch (err) {
-      if (!isAppError(err, 'NOT_FOUND')) throw err; // the chair was disabled meanwhile: shown without it
+      if (!isAppError(err, 'NOT_FOUND')) throw err; // disabled meanwhile: shown without it
+      return undefined;
     }
-  }
-  return { token, chair, renewed: true, markShown: marker(deps.knex, next) };
+  };
+  const chair = await reset(state.chair);
+  const adminUser = await reset(state.admin);
+  return { token, chair, admin: adminUser, renewed: true, markShown: marker(deps.knex, next) };
 }

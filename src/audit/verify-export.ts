@@ -58,40 +58,11 @@ export async function verifyExport(
   // The chain's own checkpoint rows: each must agree with the row before it and be signed by the key.
   const trust = trustOf(given.length > 0 ? given : key, manifest.checkpoint.origin);
   const chainCheckpoints = new CheckpointRows(trust);
-  let lastCheckpointRow: { seq: number; prev_hash: string } | undefined;
   // For a filtered export, the first exported row after the checkpoint row the manifest names (and
   // the first of all, should that one not hold); for an unfiltered one the tail is read off the chain.
   const named = manifest.chain_checkpoint?.seq ?? 0;
-  let firstAfterNamed: number | undefined;
-  let firstSeq: number | undefined;
-
-  const digest = createHash('sha256');
-  let prev: { seq: number; hash: string } | null = null;
-  for await (const items of readExport(file, manifest.format)) {
-    let hashes = '';
-    for (const item of items) {
-      report.rows++;
-      if ('error' in item) {
-        fail(item.line, null, item.error);
-        continue;
-      }
-      const row = item.facts;
-      hashes += `${row.hash}\n`;
-      const problem = rowProblem(row, prev, manifest.filtered);
-      if (problem) fail(item.line, row.seq, problem);
-      else if (
-        row.checkpoint &&
-        !chainCheckpoints.push({ seq: row.seq, prev_hash: row.prev_hash, ...row.checkpoint })
-      )
-        fail(item.line, row.seq, chainCheckpoints.first_bad!.detail);
-      else if (!report.first_bad) report.valid++;
-      if (row.checkpoint) lastCheckpointRow = { seq: row.seq, prev_hash: row.prev_hash };
-      firstSeq ??= row.seq;
-      if (row.seq > named) firstAfterNamed ??= row.seq;
-      prev = { seq: row.seq, hash: row.hash };
-    }
-    digest.update(hashes);
-  }
+  const read = await readRows(file, manifest, named, chainCheckpoints, report, fail);
+  const { prev, lastCheckpointRow, firstAfterNamed, firstSeq, rowFault } = read;
 
   if (report.rows < manifest.row_count) {
     fail(
@@ -101,7 +72,7 @@ export async function verifyExport(
     );
   } else if (report.rows > manifest.row_count) {
     fail(null, null, `extra rows: ${report.rows} present, the manifest lists ${manifest.row_count}`);
-  } else if (digest.digest('hex') !== manifest.rows_sha256) {
+  } else if (read.digest !== manifest.rows_sha256) {
     fail(null, null, 'rows digest mismatch: rows were added, removed or reordered');
   }
   if (
@@ -118,8 +89,84 @@ export async function verifyExport(
     const tail = from !== undefined ? unanchoredTail(from - 1, prev.seq) : undefined;
     if (tail) report.tail = tail;
   }
+  // A manifest edited after it was signed: say so, and whether the rows themselves hold.
+  if (report.signature === 'bad signature' && report.first_bad?.reason === MANIFEST_BAD) {
+    report.first_bad.reason = rowFault
+      ? `${MANIFEST_BAD}: the manifest was altered after it was signed, and the rows have problems too`
+      : `${MANIFEST_BAD}: the manifest was altered after it was signed (a field such as row_count changed); ` +
+        `the rows themselves are intact: ${report.valid}/${report.rows} valid, their hashes, links and ` +
+        'checkpoints hold. Export again for a manifest to trust';
+  }
   report.ok = !report.first_bad;
   return report;
+}
+
+const MANIFEST_BAD = 'manifest signature is not valid';
+
+/**
+ * Reads the export's rows, checking each on its own and against the one before it: the rows counted
+ * valid (up to the first with a problem of its own, whatever the manifest says), the first problem
+ * given to `fail`, and what the checks after the rows need.
+ */
+async function readRows(
+  file: string,
+  manifest: Manifest,
+  named: number,
+  chainCheckpoints: CheckpointRows,
+  report: ExportReport,
+  fail: (line: number | null, seq: number | null, reason: string) => void,
+) {
+  let lastCheckpointRow: { seq: number; prev_hash: string } | undefined;
+  let firstAfterNamed: number | undefined;
+  let firstSeq: number | undefined;
+  const digest = createHash('sha256');
+  let prev: { seq: number; hash: string } | null = null;
+  let rowFault = false;
+  const rowFail = (line: number | null, seq: number | null, reason: string) => {
+    rowFault = true;
+    fail(line, seq, reason);
+  };
+  // A row whose seq jumps ahead: a missing row, or the first of two swapped ones; the next row tells.
+  let gap: { line: number; seq: number; expected: number; reason: string } | undefined;
+  for await (const items of readExport(file, manifest.format)) {
+    let hashes = '';
+    for (const item of items) {
+      report.rows++;
+      if ('error' in item) {
+        rowFail(item.line, null, item.error);
+        continue;
+      }
+      const row = item.facts;
+      hashes += `${row.hash}\n`;
+      if (gap) {
+        rowFail(
+          gap.line,
+          gap.seq,
+          row.seq === gap.expected
+            ? `rows out of order at line ${gap.line}: seq ${gap.seq} comes before seq ${row.seq}`
+            : gap.reason,
+        );
+        gap = undefined;
+      }
+      const problem = rowProblem(row, prev, manifest.filtered);
+      if (problem?.startsWith('missing row') && !rowFault && prev)
+        gap = { line: item.line, seq: row.seq, expected: prev.seq + 1, reason: problem };
+      else if (problem) rowFail(item.line, row.seq, problem);
+      else if (
+        row.checkpoint &&
+        !chainCheckpoints.push({ seq: row.seq, prev_hash: row.prev_hash, ...row.checkpoint })
+      )
+        rowFail(item.line, row.seq, chainCheckpoints.first_bad!.detail);
+      else if (!rowFault) report.valid++;
+      if (row.checkpoint) lastCheckpointRow = { seq: row.seq, prev_hash: row.prev_hash };
+      firstSeq ??= row.seq;
+      if (row.seq > named) firstAfterNamed ??= row.seq;
+      prev = { seq: row.seq, hash: row.hash };
+    }
+    digest.update(hashes);
+  }
+  if (gap) rowFail(gap.line, gap.seq, gap.reason);
+  return { prev, lastCheckpointRow, firstAfterNamed, firstSeq, rowFault, digest: digest.digest('hex') };
 }
 
 /** The keys given, the one of them that should have signed the manifest, and the key to check it with. */
@@ -147,7 +194,7 @@ function checkSignatures(
     );
   } else if (!verifySignature(key, unsigned, signature)) {
     report.signature = 'bad signature';
-    fail(null, null, 'manifest signature is not valid');
+    fail(null, null, MANIFEST_BAD);
   }
   if (!checkpointSignatureValid(manifest.checkpoint, key) || manifest.checkpoint.key_id !== manifest.key_id) {
     report.checkpoint = 'bad signature';

@@ -16,7 +16,9 @@ const dataDirLocked = (dir: string, holder: LockHolder) =>
   new AppError(
     'LOCKED',
     `the database in ${dir} is held by another countersign process ` +
-      `(pid ${holder.pid} on ${holder.hostname}, "${holder.command}", since ${holder.started_at})`,
+      `(pid ${holder.pid} on ${holder.hostname}, "${holder.command}", since ${holder.started_at}): ` +
+      'the embedded database serves one process at a time. Stop that one first, or, to run both, ' +
+      'put the data in PostgreSQL (countersign db copy --to URL, then DATABASE_URL=URL for each)',
     'data_dir_locked',
     { details: { dir, holder } },
   );

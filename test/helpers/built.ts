@@ -50,14 +50,13 @@ export function builtCli(): Promise<string> {
       // Another test file's build got there first: the same sources, so the same build.
       fs.rmSync(tmp, { recursive: true, force: true });
     }
-    // Builds of sources as they were before stay behind: keep the newest few.
-    const old = fs
-      .readdirSync(cache)
-      .filter((d) => !d.endsWith('.tmp'))
-      .map((d) => ({ d, t: fs.statSync(path.join(cache, d)).mtimeMs }))
-      .sort((a, b) => b.t - a.t)
-      .slice(4);
-    for (const { d } of old) fs.rmSync(path.join(cache, d), { recursive: true, force: true });
+    // Builds of sources as they were before stay behind: those more than a day old go (a test run
+    // still using one, from before an edit, is never that old).
+    for (const d of fs.readdirSync(cache)) {
+      const at = path.join(cache, d);
+      if (at !== dir && Date.now() - fs.statSync(at).mtimeMs > 24 * 3600_000)
+        fs.rmSync(at, { recursive: true, force: true });
+    }
     return cli;
   })();
   return built;
