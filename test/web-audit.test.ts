@@ -51,9 +51,9 @@ for (const kind of databaseKinds()) {
       assert.match(page.html, /Head at seq <strong>\d+<\/strong>/);
       const errors = await auditor.get('/audit?result=error&kind=tool.call');
       assert.match(errors.html, /INVALID_ARGUMENT/);
-      assert.doesNotMatch(errors.html, /data-label="Kind">approval\.requested/);
+      assert.doesNotMatch(errors.html, /data-label="Kind" class="kind">approval\.<wbr>requested/);
       const byApproval = await auditor.get(`/audit?approval=${requestId}`);
-      assert.match(byApproval.html, /data-label="Kind">approval\.requested/);
+      assert.match(byApproval.html, /data-label="Kind" class="kind">approval\.<wbr>requested/);
       const byAgent = await auditor.get('/audit?agent=demo&tool=isphere_send_message');
       assert.match(byAgent.html, /isphere_send_message/);
       const seq = /href="\/audit\/rows\/(\d+)"/.exec(page.html)![1]!;

@@ -51,6 +51,11 @@ export function createWebRouter(deps: WebDeps) {
   router.use(hostGuard(deps.config, { sameOrigin: true }));
   router.use(securityHeaders(deps.config));
   router.use('/static', express.static(STATIC, { fallthrough: false, index: false }));
+  // Browsers ask for /favicon.ico whatever the page says: the same icon the pages link to.
+  router.get('/favicon.ico', (_req, res) => {
+    res.type('image/svg+xml').set('Cache-Control', 'public, max-age=86400');
+    res.sendFile(path.join(STATIC, 'favicon.svg'));
+  });
   // Before the form parser: Slack's signature covers the raw body, which only this route reads.
   const slack = deps.config.notifications.slack;
   if (slack) router.post('/slack/interactions', ...slackInteractions(deps, slack));
