@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { childEnv } from './helpers/built.ts';
 import { call, connectHttp, ROOT, waitFor } from './helpers/server.ts';
 
 /**
@@ -29,7 +30,7 @@ describe('the build that npm start runs', () => {
     assert.equal(start[0], 'node');
     child = spawn(process.execPath, start.slice(1), {
       cwd: ROOT,
-      env: { PATH: process.env.PATH ?? '', COUNTERSIGN_DATA_DIR: dataDir, COUNTERSIGN_PORT: '0' },
+      env: childEnv({ COUNTERSIGN_DATA_DIR: dataDir, COUNTERSIGN_PORT: '0' }),
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
@@ -71,7 +72,7 @@ describe('the build that npm start runs', () => {
   it('is what bin/countersign.js runs while it is as new as the sources', async () => {
     const bin = spawn(process.execPath, ['bin/countersign.js', 'agent', 'list'], {
       cwd: ROOT,
-      env: { PATH: process.env.PATH ?? '', COUNTERSIGN_DATA_DIR: dataDir },
+      env: childEnv({ COUNTERSIGN_DATA_DIR: dataDir }),
     });
     let out = '';
     bin.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));

@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { childEnv } from './helpers/built.ts';
 import { runCli } from './helpers/cli.ts';
 import { databaseKinds, itOnPostgres } from './helpers/db.ts';
 import { call, connectHttp, ROOT, startTestServer, waitFor, type TestServer } from './helpers/server.ts';
@@ -177,7 +178,7 @@ describe('CLI command line and environment', () => {
       // and the terminal has stopped echoing: typed before, it would be echoed whatever the CLI does.
       const child = spawn('script', ['-qec', cli, '/dev/null'], {
         cwd: ROOT,
-        env: { PATH: process.env.PATH ?? '', COUNTERSIGN_DATA_DIR: dir, LOG_LEVEL: 'silent' },
+        env: childEnv({ COUNTERSIGN_DATA_DIR: dir, LOG_LEVEL: 'silent' }),
       });
       const closed = new Promise<number | null>((resolve) => child.on('close', resolve));
       let screen = '';
