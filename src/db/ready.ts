@@ -37,12 +37,20 @@ export const DATABASE_NOT_READY = 'database_not_ready';
 export async function openWhenReady(opts: ReadyOptions): Promise<Database> {
   const deadline = Date.now() + opts.timeoutMs;
   let delay = FIRST_DELAY_MS;
+  // The last reason that was an answer (refused, reset, …) rather than a wait that ran out.
+  let answered: string | undefined;
   for (let attempt = 1; ; attempt++) {
     try {
       return await attemptOnce(opts, Math.max(1, Math.min(attemptMs(opts.timeoutMs), deadline - Date.now())));
     } catch (err) {
       if (!opts.url || !worthRetrying(err)) throw err;
-      const reason = reasonOf(err);
+      const timedOut = isAppError(err, 'SOURCE_UNAVAILABLE', ATTEMPT_TIMED_OUT);
+      // A last attempt cut short by the deadline says little on its own: the answer before it says more.
+      const reason =
+        timedOut && answered && answered !== reasonOf(err)
+          ? `${reasonOf(err)}; before that: ${answered}`
+          : reasonOf(err);
+      if (!timedOut) answered = reasonOf(err);
       const left = deadline - Date.now();
       if (left <= 0) {
         throw new AppError(
