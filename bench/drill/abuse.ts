@@ -33,6 +33,13 @@ export interface AttackFigures {
   good_p99_ms: number | null;
   good_calls: number;
   good_failed: number;
+  /**
+   * The server's own event-loop delay while the attack ran (prom-client's eventloop lag figures,
+   * which restart at each scrape of /metrics): how long the process itself was held, apart from the
+   * clients' share of the machine's cores.
+   */
+  server_loop_p99_ms: number | null;
+  server_loop_max_ms: number | null;
   rss_mb: number;
   /** What the attack had to show, and whether it did. */
   expect: string;
@@ -163,6 +170,16 @@ export interface AbuseOptions {
   cli: (args: string[]) => Promise<{ code: number; out: string }>;
 }
 
+/** The server's event-loop delay since the last scrape of /metrics (ms), read off a scrape. */
+async function loopDelay(base: string): Promise<{ p99: number | null; max: number | null }> {
+  const text = await fetch(new URL('/metrics', base)).then((r) => r.text());
+  const figure = (name: string) => {
+    const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
+    return m ? round(Number(m[1]) * 1000, 1) : null;
+  };
+  return { p99: figure('nodejs_eventloop_lag_p99_seconds'), max: figure('nodejs_eventloop_lag_max_seconds') };
+}
+
 /** The audit table's row count. */
 async function auditRows(dbUrl: string): Promise<number> {
   const db = await openDatabase({ url: dbUrl, pgliteDir: '', command: 'drill check' });
@@ -289,6 +306,8 @@ export async function abuseDrill(
       good_calls: 0,
       good_failed: 0,
       rss_mb: 0,
+      server_loop_p99_ms: null,
+      server_loop_max_ms: null,
       expect:
         'every probe answered: refused before it listens, then 503 starting (healthz and MCP alike), then ready; none hung',
       ok: startup.labels.every((l) =>
@@ -312,6 +331,7 @@ export async function abuseDrill(
     ) => {
       bystander.phase = name;
       const rows0 = await auditRows(o.dbUrl);
+      await loopDelay(base); // restarts the server's event-loop figures
       const t0 = Date.now();
       const labels = await run();
       const seconds = (Date.now() - t0) / 1000;
@@ -319,6 +339,7 @@ export async function abuseDrill(
       await sleep(2000);
       const answers = tally(labels);
       const seen = bystander.of(name);
+      const loop = await loopDelay(base);
       const f: AttackFigures = {
         attack: name,
         requests: labels.length,
@@ -329,13 +350,16 @@ export async function abuseDrill(
         good_calls: seen.calls,
         good_failed: seen.failed,
         rss_mb: round(statusMb(pid, 'VmRSS'), 1),
+        server_loop_p99_ms: loop.p99,
+        server_loop_max_ms: loop.max,
         expect,
         ok: judge(answers),
       };
       figures.push(f);
       o.log(
         `  ${name}: ${f.requests} requests in ${f.seconds} s ${JSON.stringify(answers)}; ${f.audit_rows} audit rows; ` +
-          `well-behaved p99 ${f.good_p99_ms} ms (${seen.failed}/${seen.calls} failed); RSS ${f.rss_mb} MB`,
+          `well-behaved p99 ${f.good_p99_ms} ms (${seen.failed}/${seen.calls} failed); ` +
+          `server event loop p99 ${f.server_loop_p99_ms} ms, max ${f.server_loop_max_ms} ms; RSS ${f.rss_mb} MB`,
       );
     };
     const n = (share: number) => Math.max(20, Math.round(o.flood * share));
