@@ -48,10 +48,10 @@ function typeOf(s: JsonSchema): string {
   if (s.minLength !== undefined && s.minLength > 0) bounds.push(`≥ ${s.minLength} chars`);
   if (s.maxLength !== undefined) bounds.push(`≤ ${s.maxLength} chars`);
   // The largest safe integer is zod's way of saying "no maximum".
-  if (s.maximum === Number.MAX_SAFE_INTEGER) delete s.maximum;
-  if (s.minimum !== undefined && s.maximum !== undefined) bounds.push(`${s.minimum}–${s.maximum}`);
+  const max = s.maximum === Number.MAX_SAFE_INTEGER ? undefined : s.maximum;
+  if (s.minimum !== undefined && max !== undefined) bounds.push(`${s.minimum}–${max}`);
   else if (s.minimum !== undefined) bounds.push(`≥ ${s.minimum}`);
-  else if (s.maximum !== undefined) bounds.push(`≤ ${s.maximum}`);
+  else if (max !== undefined) bounds.push(`≤ ${max}`);
   if (s.format) bounds.push(s.format);
   return bounds.length ? `${type} (${bounds.join(', ')})` : type;
 }

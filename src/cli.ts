@@ -22,7 +22,7 @@ import type { FirstRun } from './admin/first-run.ts';
 import type { StdioReady } from './app/serve-stdio.ts';
 import { agentToolName } from './approval/view.ts';
 import type { Manifest } from './audit/export.ts';
-import { loadConfig, type Config } from './config.ts';
+import { loadConfig, publicBaseUrl, type Config } from './config.ts';
 import type { BlobStore } from './connectors/local/blobs.ts';
 import type { ImportSummary } from './connectors/local/import.ts';
 import { AppError, isAppError } from './core/errors.ts';
@@ -267,10 +267,10 @@ async function firstRunHere(cfg: Config, knex: Knex, blobs: BlobStore): Promise<
     import('./audit/log.ts'),
   ]);
   const first = await firstRun({ knex, blobs, audit: createAuditLog(knex), config: cfg });
-  fs.mkdirSync(cfg.files.outbound_dir, { recursive: true, mode: 0o700 });
+  const web = publicBaseUrl(cfg);
   await showFirstRun(first, {
-    mcp: `start the server: countersign serve (HTTP, ${cfg.http.public_url ?? `http://${cfg.http.host}:${cfg.http.port}`}/mcp) or countersign serve --stdio`,
-    web: cfg.http.public_url ?? `http://${cfg.http.host}:${cfg.http.port}`,
+    mcp: `start the server: countersign serve (HTTP, ${web}/mcp) or countersign serve --stdio`,
+    web,
   });
 }
 

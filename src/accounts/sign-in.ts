@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { AuditLog } from '../audit/log.ts';
 import type { User } from '../core/identity.ts';
+import { limitConcurrency } from '../core/limit.ts';
 import { toCount } from '../db/knex.ts';
 import { checkCredentials } from './users.ts';
 
@@ -22,21 +23,7 @@ const NAME_LOCK = 0x5349_4e01;
  * serialise on its lock anyway, and a burst of them (60 at once from one page) would otherwise hold
  * every connection of the pool while it waits, and stall the agents' calls (the abuse drill).
  */
-const RESERVING_AT_ONCE = 2;
-let reserving = 0;
-const waiting: (() => void)[] = [];
-async function inTurn<T>(work: () => Promise<T>): Promise<T> {
-  if (reserving >= RESERVING_AT_ONCE) await new Promise<void>((turn) => waiting.push(turn));
-  else reserving++;
-  try {
-    return await work();
-  } finally {
-    // The place passes straight to the next in line, or is given back.
-    const next = waiting.shift();
-    if (next) next();
-    else reserving--;
-  }
-}
+const inTurn = limitConcurrency(2);
 
 /**
  * Reserves one attempt before anything is checked: refused (undefined) when the name or the origin already

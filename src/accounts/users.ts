@@ -9,6 +9,7 @@ import type { Knex } from 'knex';
 import { z } from 'zod';
 import { AppError } from '../core/errors.ts';
 import { Role, UserName, type User } from '../core/identity.ts';
+import { limitConcurrency } from '../core/limit.ts';
 
 const scrypt = (password: string, salt: Buffer, keylen: number, opts: ScryptOptions) =>
   new Promise<Buffer>((resolve, reject) =>
@@ -31,12 +32,7 @@ export async function hashPassword(password: string): Promise<string> {
  * (however many get past the limits at once) then takes at most one core, never every core that the
  * agents' calls need (the abuse drill, docs/reliability.md).
  */
-let lastCheck: Promise<unknown> = Promise.resolve();
-function oneAtATime<T>(work: () => Promise<T>): Promise<T> {
-  const run = lastCheck.then(work, work);
-  lastCheck = run.catch(() => undefined);
-  return run;
-}
+const oneAtATime = limitConcurrency(1);
 
 export async function verifyPassword(password: string, stored: string): Promise<boolean> {
   const [scheme, n, r, p, salt, hash] = stored.split('$');

@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
 import { z } from 'zod';
@@ -110,6 +111,8 @@ async function create(deps: FirstRunDeps): Promise<FirstRun | undefined> {
       await writeSetting(trx, SETTING, state);
       return { token: created.token, ...people, state };
     });
+    // Where isphere_send_file takes its files from: there from the first run on, for the first try.
+    fs.mkdirSync(deps.config.files.outbound_dir, { recursive: true, mode: 0o700 });
     return {
       token: made.token,
       chair: made.chair,

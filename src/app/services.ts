@@ -1,4 +1,3 @@
-import fs from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import type { Knex } from 'knex';
@@ -250,8 +249,6 @@ function agentAuth(
 /** The first run's credentials still to be shown, if any (a test may stop the process right here). */
 async function firstRunOf(deps: FirstRunDeps, options: ServiceOptions): Promise<FirstRun | undefined> {
   const first = deps.config.demo ? await seedFirstRun(deps) : undefined;
-  // Where isphere_send_file takes its files from: there from the first run on, for the first try.
-  if (first) fs.mkdirSync(deps.config.files.outbound_dir, { recursive: true, mode: 0o700 });
   await options.faults?.at('after_first_run');
   return first;
 }

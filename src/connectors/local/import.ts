@@ -89,30 +89,31 @@ export interface ImportSummary {
 /** The columns of a contacts CSV: `id` and `display_name` required, the rest optional. */
 export const CSV_COLUMNS = ['id', 'display_name', 'account', 'department', 'title', 'active'] as const;
 
-/** A CSV whose header is not ours is refused whole, with the header we expect. */
-function checkCsvHeader(fileName: string, text: string): void {
-  const first = text.replace(/^\uFEFF/, '').split(/\r?\n/, 1)[0] ?? '';
-  const header = first.split(',').map((c) => c.trim().replace(/^"(.*)"$/, '$1'));
-  const unknown = header.filter((c) => !(CSV_COLUMNS as readonly string[]).includes(c));
-  const missing = ['id', 'display_name'].filter((c) => !header.includes(c));
-  if (unknown.length === 0 && missing.length === 0) return;
-  throw new AppError(
-    'INVALID_ARGUMENT',
-    `${fileName}: the CSV header is "${first}"${missing.length ? `, without ${missing.join(' and ')}` : ''}` +
-      `${unknown.length ? `${missing.length ? ' and' : ','} with unknown column${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}` : ''}; ` +
-      `expected: ${CSV_COLUMNS.join(',')} (id and display_name required, the others optional, in any order)`,
-    'csv_header',
-  );
+/** A CSV whose header is not ours is refused whole, with the header we expect (csv-parse's `columns` callback). */
+function checkedHeader(fileName: string) {
+  return (header: string[]): string[] => {
+    const unknown = header.filter((c) => !(CSV_COLUMNS as readonly string[]).includes(c));
+    const missing = ['id', 'display_name'].filter((c) => !header.includes(c));
+    if (unknown.length === 0 && missing.length === 0) return header;
+    throw new AppError(
+      'INVALID_ARGUMENT',
+      `${fileName}: the CSV header is "${header.join(',')}"${missing.length ? `, without ${missing.join(' and ')}` : ''}` +
+        `${unknown.length ? `${missing.length ? ' and' : ','} with unknown column${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')}` : ''}; ` +
+        `expected: ${CSV_COLUMNS.join(',')} (id and display_name required, the others optional, in any order)`,
+      'csv_header',
+    );
+  };
 }
 
 /** Parses an import file by extension: JSON (the whole format) or CSV (contacts, one per row, with a header). */
 export function parseImportFile(fileName: string, text: string): ImportData {
   if (/\.csv$/i.test(fileName)) {
-    checkCsvHeader(fileName, text);
-    const rows = parseCsv(text, { columns: true, skip_empty_lines: true, trim: true, bom: true }) as Record<
-      string,
-      string
-    >[];
+    const rows = parseCsv(text, {
+      columns: checkedHeader(fileName),
+      skip_empty_lines: true,
+      trim: true,
+      bom: true,
+    }) as Record<string, string>[];
     return {
       contacts: rows.map((r) => ({
         id: r.id ?? '',
