@@ -27,6 +27,14 @@ const budgetOn = (kind: string) =>
         execute: BUDGET.execute + 1,
       };
 
+type Counts = Record<keyof typeof BUDGET, number>;
+
+/** Each step's fewest statements over several cycles. */
+const fewest = (runs: Counts[]): Counts =>
+  Object.fromEntries(
+    Object.keys(BUDGET).map((step) => [step, Math.min(...runs.map((r) => r[step as keyof Counts]))]),
+  ) as Counts;
+
 for (const kind of databaseKinds()) {
   describe(`round trips of one approval cycle on ${kind}`, () => {
     let server: TestServer;
@@ -82,8 +90,12 @@ for (const kind of databaseKinds()) {
 
     it(`takes at most ${Object.values(budgetOn(kind)).reduce((a, b) => a + b)} statements: dry run, approval, get_approval, execution`, async (t) => {
       await cycle(0); // the first append learns the chain's head; from then on the short paths apply
-      const counts = await cycle(1);
-      t.diagnostic(JSON.stringify(counts));
+      // The leader's own work (the checkpoint check each second, the outbox poll) shares the pool and
+      // can land inside a step: it only ever adds statements, so each step's fewest over three cycles
+      // is its own count, and a step that gains a statement still fails.
+      const runs = [await cycle(1), await cycle(2), await cycle(3)];
+      const counts = fewest(runs);
+      t.diagnostic(JSON.stringify(runs));
       assert.deepEqual(counts, budgetOn(kind));
     });
 
@@ -93,9 +105,9 @@ for (const kind of databaseKinds()) {
       const again = await call(agent, 'isphere_send_message', args);
       assert.equal(again.approval.approval_request_id, first.approval.approval_request_id);
       const id = first.approval.approval_request_id as string;
-      const [, statements] = await counted(() =>
-        call(agent, 'isphere_get_approval', { approval_request_id: id }),
-      );
+      const look = async () =>
+        (await counted(() => call(agent, 'isphere_get_approval', { approval_request_id: id })))[1];
+      const statements = Math.min(await look(), await look(), await look()); // fewest: as above
       assert.equal(statements, budgetOn(kind).get_approval, 'the audit append after it is one statement');
     });
 
