@@ -4,13 +4,13 @@ import knexFactory, { type Knex } from 'knex';
 import { ProtocolError, type Client } from '@modelcontextprotocol/client';
 import { AUDIT_LOCK_KEY, createAuditLog } from '../src/audit/log.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
-import { createAnswerHold } from '../src/server/answer-hold.ts';
-import { DATABASE_UNAVAILABLE } from '../src/server/pipeline.ts';
+import { createAnswerHold } from '../src/server/call-context.ts';
+import { DATABASE_UNAVAILABLE } from '../src/server/call.ts';
 import { describeOnPostgres } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, waitFor, type TestServer } from './helpers/server.ts';
 
 /**
- * A 2025-era call over HTTP prepares its answer while its audit row commits (src/server/answer-hold.ts),
+ * A 2025-era call over HTTP prepares its answer while its audit row commits (src/server/call-context.ts),
  * and sends it only once the row is committed. Here another session holds the chain's advisory lock, so
  * the call's append waits in the database for as long as the test wants.
  */

@@ -4,7 +4,9 @@ import fc from 'fast-check';
 import knexFactory, { type Knex } from 'knex';
 import { AuditInput, auditInput } from '../src/audit/chain.ts';
 import { AuditKind } from '../src/audit/kinds.ts';
-import { createAuditLog, isAuditUnavailable } from '../src/audit/log.ts';
+import { createAuditLog } from '../src/audit/log.ts';
+import { outageOf } from '../src/db/outage.ts';
+import { AppError } from '../src/core/errors.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { isConnectionError, keptConnection, named, type Database } from '../src/db/knex.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
@@ -196,7 +198,9 @@ describe('an audit append the database cannot take', () => {
     try {
       const log = createAuditLog(knex);
       const err = await log.append({ kind: 'tool.call', result: 'ok' }).catch((e: unknown) => e);
-      assert.ok(isAuditUnavailable(err), String(err));
+      assert.ok(outageOf(err), String(err));
+      assert.ok(err instanceof AppError);
+      assert.equal(err.reason, 'audit_unavailable');
       assert.equal(err.code, 'SOURCE_UNAVAILABLE');
       assert.doesNotMatch(err.message, /insert|select/i);
     } finally {

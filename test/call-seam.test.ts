@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
 import { createUser } from '../src/accounts/users.ts';
 import type { User } from '../src/core/identity.ts';
-import { MAX_ARGUMENT_DEPTH } from '../src/server/steps.ts';
+import { MAX_ARGUMENT_DEPTH } from '../src/server/call.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type Envelope, type TestServer } from './helpers/server.ts';
 

@@ -6,7 +6,7 @@ import { startProxy, type CuttableProxy } from '../bench/drill/proxy.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { loadConfig } from '../src/config.ts';
 import { createLogger } from '../src/log.ts';
-import { DATABASE_UNAVAILABLE } from '../src/server/pipeline.ts';
+import { DATABASE_UNAVAILABLE } from '../src/server/call.ts';
 import { startHttpServer, type RunningServer } from '../src/app/serve-http.ts';
 import type { Faults } from '../src/core/faults.ts';
 import { createUser } from '../src/accounts/users.ts';

@@ -9,7 +9,7 @@ import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { loadConfig } from '../src/config.ts';
 import type { Faults } from '../src/core/faults.ts';
 import { createLogger } from '../src/log.ts';
-import { DATABASE_UNAVAILABLE } from '../src/server/pipeline.ts';
+import { DATABASE_UNAVAILABLE } from '../src/server/call.ts';
 import { approveAsChair } from './helpers/approvals.ts';
 import { createTestDatabase, describeOnPostgres, type TestDatabase } from './helpers/db.ts';
 import { call, connectHttp, testEnv, waitFor } from './helpers/server.ts';

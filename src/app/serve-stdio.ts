@@ -128,13 +128,14 @@ function serveAgent(
       const server = createMcpServer({
         version: VERSION,
         pipeline: services.pipeline,
-        async authorize() {
+        // The token is checked again at each request: a revoked agent is refused at its next call.
+        async context() {
           const now = await services.authenticate(token);
           if ('failure' in now) {
             await deny(services, now);
             throw new ProtocolError(ProtocolErrorCode.InvalidRequest, `agent token refused: ${now.failure}`);
           }
-          return now.agent;
+          return { agent: now.agent };
         },
       });
       // Upstream tool lists change at run time: this connection's client is told to list again.

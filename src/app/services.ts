@@ -38,7 +38,7 @@ import {
 import { createOAuthVerifier } from '../accounts/oauth.ts';
 import { createMemoryStore } from '../tools/memory/store.ts';
 import { createMetrics, type Metrics } from '../server/metrics.ts';
-import { createCallPipeline, type CallPipeline } from '../server/pipeline.ts';
+import { createCallPipeline, type CallPipeline } from '../server/call.ts';
 import { loadProfiles } from '../server/profiles.ts';
 import { createRateLimiter } from '../server/rate-limit.ts';
 import { tracesUrl } from '../server/tracing.ts';

@@ -1,9 +1,8 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import type { z } from 'zod';
-import { isAuditUnavailable } from '../audit/log.ts';
 import { AppError } from '../core/errors.ts';
-import { isConnectionError } from '../db/knex.ts';
+import { outageOf } from '../db/outage.ts';
 import type { Faults } from '../core/faults.ts';
 import { isUuid } from '../core/ids.ts';
 import type { Agent } from '../core/identity.ts';
@@ -272,7 +271,7 @@ async function execute(
       { request_id: ctx.request_id, trace_id: ctx.trace_id, source: write.prepared.source },
     );
   } catch (err) {
-    throw isDatabaseOutage(err) ? outcomeUnknown(row, ctx, err) : err;
+    throw outageOf(err) ? outcomeUnknown(row, ctx, err) : err;
   }
   return {
     data: write.prepared.present({
@@ -292,9 +291,6 @@ async function execute(
 }
 
 type ExecutingRow = Awaited<ReturnType<Approvals['beginExecution']>>['row'];
-
-/** The database went away: a connection failure, or an audit row it could not take. */
-const isDatabaseOutage = (err: unknown) => isAuditUnavailable(err) || isConnectionError(err);
 
 /**
  * The answer to an execution the database went away from after write.started committed: the write may

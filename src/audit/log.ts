@@ -12,27 +12,10 @@ import {
   type ChainHead,
 } from './chain.ts';
 import { EXPORT_COLUMNS } from './format.ts';
-import { AppError, isAppError } from '../core/errors.ts';
+import { auditUnavailable } from '../db/outage.ts';
 
 /** The advisory lock key that serialises appends across every process on one database. */
 export const AUDIT_LOCK_KEY = 0x636f756e; // "coun"
-
-/**
- * The database would not take an audit row because it cannot be reached. The call the row records
- * must not be answered as if it had been audited; `code` is the tool-level code for an outage.
- */
-/** The audit log cannot be written because the database is unavailable (no SQL in the message). */
-const auditUnavailable = (cause: unknown) =>
-  new AppError(
-    'SOURCE_UNAVAILABLE',
-    'the audit log cannot be written: the database is unavailable',
-    'audit_unavailable',
-    {
-      cause,
-    },
-  );
-export const isAuditUnavailable = (err: unknown) =>
-  isAppError(err, 'SOURCE_UNAVAILABLE', 'audit_unavailable');
 
 /** A connection failure becomes the audit_unavailable refusal; anything else is a bug, as is. */
 const explained = (err: unknown) => (isConnectionError(err) ? auditUnavailable(err) : err);

@@ -5,13 +5,14 @@ import {
   createMcpHandler,
   ProtocolError,
   ProtocolErrorCode,
+  type McpRequestContext,
   type AuthInfo,
 } from '@modelcontextprotocol/server';
 import type { ClusterBus } from '../cluster/bus.ts';
-import { isAuditUnavailable, type AuditLog } from '../audit/log.ts';
+import type { AuditLog } from '../audit/log.ts';
 import type { Refusals } from '../audit/refusals.ts';
 import type { Config } from '../config.ts';
-import { isConnectionError } from '../db/knex.ts';
+import { outageOf } from '../db/outage.ts';
 import type { Logger } from '../log.ts';
 import type { Agent } from '../core/identity.ts';
 import { looksLikeJwt, OAUTH_FAILURE_DETAIL, OAuthFailure } from '../accounts/oauth.ts';
@@ -22,8 +23,8 @@ import { sendProblem, type Problem } from './problem.ts';
 import { withJsonLegacyExchanges } from './legacy-json.ts';
 import { createMcpServer } from './mcp.ts';
 import { createStreamRegistry } from './streams.ts';
-import type { CallPipeline } from './pipeline.ts';
-import { MAX_ARGUMENT_DEPTH, nestedDeeperThan, TOO_DEEP_ARGUMENTS } from './steps.ts';
+import { MAX_ARGUMENT_DEPTH, nestedDeeperThan, TOO_DEEP_ARGUMENTS, type CallPipeline } from './call.ts';
+import type { RequestContext } from './call-context.ts';
 
 function bearer(header: string | undefined): string | undefined {
   const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
@@ -132,9 +133,16 @@ export interface McpHttpDeps {
   version: string;
 }
 
-/** The agent the auth step put on a request, as the SDK hands it to the server factory. */
+/**
+ * The agents the auth step authenticated, by the AuthInfo it handed the SDK with each request: the
+ * SDK passes that object through to the server factory untouched (McpRequestContext.authInfo), and
+ * this map is how the factory knows the caller, typed, without a bag of extras riding on it.
+ */
+const callers = new WeakMap<AuthInfo, Agent>();
+
+/** The agent the auth step authenticated a request as, from what the SDK handed the server factory. */
 function agentOf(authInfo: AuthInfo | undefined): Agent {
-  const agent = authInfo?.extra?.agent as Agent | undefined;
+  const agent = authInfo && callers.get(authInfo);
   // The route below authenticates before it hands a request on, so this cannot happen.
   if (!agent) throw new ProtocolError(ProtocolErrorCode.InvalidRequest, 'unauthenticated request');
   return agent;
@@ -160,15 +168,16 @@ export const isMcpPath = (url: string | undefined) => {
  */
 export function createMcpEndpoint(deps: McpHttpDeps) {
   const onerror = (err: Error) => deps.log.debug({ err: err.message }, 'MCP request refused');
-  // Every request's caller comes with the request (its authInfo), whichever server answers it: a fresh
-  // one of the SDK's handler, or one kept from one plain 2025-era request to the next.
-  const serverFor = () =>
-    createMcpServer({
-      authorize: async (authInfo) => agentOf(authInfo),
-      pipeline: deps.pipeline,
-      version: deps.version,
-    });
-  const servers = new ServerPool(serverFor);
+  // Every request's caller comes with the request, whichever server answers it: a fresh one of the
+  // SDK's handler for each request (from its authInfo), or one kept from one plain 2025-era request to
+  // the next (from its exchange).
+  const serverIn = (context: () => RequestContext) =>
+    createMcpServer({ context, pipeline: deps.pipeline, version: deps.version });
+  const serverFor = (ctx: McpRequestContext) => {
+    const agent = agentOf(ctx.authInfo);
+    return serverIn(() => ({ agent }));
+  };
+  const servers = new ServerPool(serverIn);
   const maxRequestBodySize = deps.config.http.max_body_bytes;
   const handler = createMcpHandler(serverFor, {
     bus: deps.bus,
@@ -194,12 +203,8 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
     const auth = await authenticateBearer(deps, token);
     if ('failure' in auth) return refuse(deps, req, res, { ...auth, token });
     // Handed to the server factory as authInfo; the token itself goes no further.
-    const authInfo: AuthInfo = {
-      token: '',
-      clientId: auth.agent.id,
-      scopes: [],
-      extra: { agent: auth.agent },
-    };
+    const authInfo: AuthInfo = { token: '', clientId: auth.agent.id, scopes: [] };
+    callers.set(authInfo, auth.agent);
     const body = withShallowArguments(read.body);
     if (opensStream(body)) {
       const release = streams.open({
@@ -215,7 +220,7 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
     }
     // One 2025-era request (most traffic): answered here; anything else by the SDK's handlers.
     const answered = await answerPlainRequest(req, res, body, {
-      authInfo,
+      agent: auth.agent,
       servers,
       // Only tracing reads the request the handlers see (its headers): built for it alone.
       ...(deps.pipeline.tracer ? { webRequest: () => toWebRequest(req, body) } : {}),
@@ -372,7 +377,7 @@ export function protectedResourceRouter(oauth: OAuthAgents) {
 
 /** A failure before the MCP handler answered: the database gone (retryable, said so), else a crash. */
 function failed(deps: McpHttpDeps, res: ServerResponse, err: unknown): void {
-  if (isAuditUnavailable(err) || isConnectionError(err)) {
+  if (outageOf(err)) {
     // Authentication (and its audit) needs the database: a clear, retryable answer, never an HTML page.
     return sendProblem(
       res,

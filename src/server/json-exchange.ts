@@ -1,5 +1,4 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ANSWER_HOLD, createAnswerHold } from './answer-hold.ts';
 import {
   classifyInboundRequest,
   isJsonContentType,
@@ -7,7 +6,6 @@ import {
   parseJSONRPCMessage,
   PROTOCOL_VERSION_META_KEY,
   SUPPORTED_PROTOCOL_VERSIONS,
-  type AuthInfo,
   type JSONRPCMessage,
   type JSONRPCRequest,
   type MessageExtraInfo,
@@ -16,28 +14,43 @@ import {
   type Server,
   type Transport,
 } from '@modelcontextprotocol/server';
+import { createAnswerHold, type RequestContext } from './call-context.ts';
 
 /**
  * A transport that carries one JSON-RPC request at a time to the server connected to it, and settles
  * each with the server's answer to it. Anything else the server sends meanwhile (a notification) has
  * no place in a JSON answer and is dropped, as the SDK's JSON responses drop it. A server stays
  * connected to its exchange across requests (ServerPool), like a server on a long-lived connection;
- * everything a request carries (its caller, its answer hold) comes with the request itself.
+ * everything a request carries (its caller, its answer hold) comes with the request itself, as the
+ * exchange's `context` while it is answered.
  */
 class Exchange implements Transport {
   onclose?: () => void;
   onerror?: (error: Error) => void;
   onmessage?: <T extends JSONRPCMessage>(message: T, extra?: MessageExtraInfo) => void;
   private pending?: { id: RequestId; settle: (answer: JSONRPCMessage) => void };
+  private current?: RequestContext;
 
   async start(): Promise<void> {}
 
-  /** Hands `request` to the server; resolves with its answer. One request at a time. */
-  exchange(request: JSONRPCRequest, extra: MessageExtraInfo): Promise<JSONRPCMessage> {
+  /** Hands `request` to the server, in `context`; resolves with its answer. One request at a time. */
+  exchange(
+    request: JSONRPCRequest,
+    context: RequestContext,
+    extra: MessageExtraInfo,
+  ): Promise<JSONRPCMessage> {
     return new Promise((settle) => {
       this.pending = { id: request.id, settle };
+      this.current = context;
       this.onmessage?.(request, extra);
     });
+  }
+
+  /** The context of the request being answered (the server of this exchange asks it once per request). */
+  context(): RequestContext {
+    // The pool hands a request in before the server can ask, so this cannot happen.
+    if (!this.current) throw new Error('no request is being answered');
+    return this.current;
   }
 
   /**
@@ -66,18 +79,24 @@ export class ServerPool {
   private readonly free: { server: Server; exchange: Exchange }[] = [];
 
   constructor(
-    private readonly createServer: () => Server,
+    /** A server whose requests take their context from `context` (its exchange's request of the moment). */
+    private readonly createServer: (context: () => RequestContext) => Server,
     private readonly idle = 32,
   ) {}
 
-  /** Answers `request` on a server of the pool, with `extra` (its authInfo, its web request). */
-  async answer(request: JSONRPCRequest, extra: MessageExtraInfo): Promise<JSONRPCMessage> {
+  /** Answers `request` on a server of the pool, in `context`, with `extra` (its web request). */
+  async answer(
+    request: JSONRPCRequest,
+    context: RequestContext,
+    extra: MessageExtraInfo,
+  ): Promise<JSONRPCMessage> {
     let member = this.free.pop();
     if (!member) {
-      member = { server: this.createServer(), exchange: new Exchange() };
+      const exchange = new Exchange();
+      member = { server: this.createServer(() => exchange.context()), exchange };
       await member.server.connect(member.exchange);
     }
-    const response = await member.exchange.exchange(request, extra);
+    const response = await member.exchange.exchange(request, context, extra);
     if (this.free.length < this.idle) this.free.push(member);
     return response;
   }
@@ -181,7 +200,8 @@ export async function answerPlainRequest(
   res: ServerResponse,
   body: unknown,
   opts: {
-    authInfo: AuthInfo;
+    /** Who calls: the transport authenticated the request before it came here. */
+    agent: RequestContext['agent'];
     servers: ServerPool;
     webRequest?: () => Promise<Request>;
   },
@@ -190,9 +210,12 @@ export async function answerPlainRequest(
   if (!message) return false;
   // A call may hand its audit commit over (AnswerHold): the answer is prepared meanwhile, sent after.
   const hold = createAnswerHold();
-  const authInfo: AuthInfo = { ...opts.authInfo, extra: { ...opts.authInfo.extra, [ANSWER_HOLD]: hold } };
   const request = await opts.webRequest?.();
-  const response = await opts.servers.answer(message, { authInfo, ...(request ? { request } : {}) });
+  const response = await opts.servers.answer(
+    message,
+    { agent: opts.agent, hold },
+    request ? { request } : {},
+  );
   let answer = JSON.stringify(response);
   answer = await hold.settled().then(
     (instead) =>

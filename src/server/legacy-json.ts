@@ -2,6 +2,7 @@ import {
   isLegacyRequest,
   WebStandardStreamableHTTPServerTransport,
   type AuthInfo,
+  type McpRequestContext,
   type Server,
 } from '@modelcontextprotocol/server';
 
@@ -38,12 +39,12 @@ function requestIdOf(body: unknown): string | number | null {
  * logging), so the stream carries exactly one event: as JSON the answer is one body, one write, and
  * the exchange ends with it. Streamable HTTP lets a server answer a POST either way, and a client must
  * accept both (its Accept header names both). Each exchange gets a fresh server instance from
- * `createServer`, as on the modern path, and the caller with each request: nothing is kept between
- * requests.
+ * `createServer`, as on the modern path, given the request's context (its caller) as the SDK's
+ * handler gives it: nothing is kept between requests.
  */
 export function withJsonLegacyExchanges(
   modern: { fetch: Fetch },
-  createServer: () => Server,
+  createServer: (ctx: McpRequestContext) => Server,
   opts: { maxRequestBodySize: number; onerror: (err: Error) => void },
 ): { fetch: Fetch } {
   const legacy: Fetch = async (request, options) => {
@@ -51,7 +52,10 @@ export function withJsonLegacyExchanges(
     let server: Server | undefined;
     let transport: WebStandardStreamableHTTPServerTransport | undefined;
     try {
-      server = createServer();
+      server = createServer({
+        era: 'legacy',
+        ...(options?.authInfo !== undefined ? { authInfo: options.authInfo } : {}),
+      });
       transport = new WebStandardStreamableHTTPServerTransport({
         sessionIdGenerator: undefined,
         enableJsonResponse: true,

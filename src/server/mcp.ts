@@ -1,12 +1,10 @@
-import { Server, type AuthInfo } from '@modelcontextprotocol/server';
-import { isAuditUnavailable } from '../audit/log.ts';
-import { isConnectionError } from '../db/knex.ts';
-import type { Agent } from '../core/identity.ts';
-import { databaseUnavailable, type CallPipeline } from './pipeline.ts';
+import { Server } from '@modelcontextprotocol/server';
 import { newTraceId } from '../core/ids.ts';
 import type { ActiveSpan } from '../core/tracing.ts';
+import { outageOf } from '../db/outage.ts';
+import { databaseUnavailable, type CallPipeline } from './call.ts';
+import type { RequestContext } from './call-context.ts';
 import { inRequestSpan } from './tracing.ts';
-import { ANSWER_HOLD, type AnswerHold } from './answer-hold.ts';
 
 export const SERVER_NAME = 'countersign';
 
@@ -17,16 +15,17 @@ const INSTRUCTIONS =
 /**
  * A low-level MCP Server for a serving unit: an HTTP request (any protocol revision), a run of plain
  * 2025-era HTTP requests one at a time (json-exchange.ts), or a stdio connection. Only tools/list and
- * tools/call are handled; every other method gets the SDK's -32601. Each request is authorised from
- * what came with it, and the instance holds nothing a later request needs, so any replica can answer
- * any request.
+ * tools/call are handled; every other method gets the SDK's -32601. Each request's context (its caller,
+ * its answer hold) comes from `context`, asked once per request, and the instance holds nothing a later
+ * request needs, so any replica can answer any request.
  */
 export function createMcpServer(opts: {
   /**
-   * Resolves the caller of each request (auth step of the pipeline) from what the transport handed
-   * on with it, if anything; throws ProtocolError if refused.
+   * The context of the request being answered: who calls (authenticated by the transport, or here for
+   * stdio, where the token is checked again at each request) and the answer hold, if the transport has
+   * one. Throws ProtocolError if the caller is refused.
    */
-  authorize(authInfo: AuthInfo | undefined): Promise<Agent>;
+  context(): RequestContext | Promise<RequestContext>;
   pipeline: CallPipeline;
   version: string;
 }): Server {
@@ -34,32 +33,28 @@ export function createMcpServer(opts: {
     { name: SERVER_NAME, version: opts.version },
     { capabilities: { tools: { listChanged: true } }, instructions: INSTRUCTIONS },
   );
-  // Authorising needs the database: an outage is answered as such, not as an internal error.
-  const authorize = (authInfo: AuthInfo | undefined, span?: ActiveSpan) =>
-    opts.authorize(authInfo).catch((err: unknown) => {
-      if (isAuditUnavailable(err) || isConnectionError(err)) {
-        throw databaseUnavailable(span?.traceId ?? newTraceId());
-      }
+  // Authenticating may need the database: an outage is answered as such, not as an internal error.
+  const context = async (span?: ActiveSpan) => {
+    try {
+      return await opts.context();
+    } catch (err) {
+      if (outageOf(err)) throw databaseUnavailable(span?.traceId ?? newTraceId());
       throw err;
-    });
+    }
+  };
   // With tracing on, each request runs in its span (server/tracing.ts); without, as it is.
   const tracer = opts.pipeline.tracer;
   server.setRequestHandler('tools/list', async (_request, ctx) => {
     const list = async (span?: ActiveSpan) => ({
-      tools: opts.pipeline.listTools(await authorize(ctx.http?.authInfo, span)),
+      tools: opts.pipeline.listTools((await context(span)).agent),
     });
     return tracer ? inRequestSpan(tracer, server, ctx, undefined, list) : list();
   });
   server.setRequestHandler('tools/call', async (request, ctx) => {
     const run = async (span?: ActiveSpan) => {
-      const agent = await authorize(ctx.http?.authInfo, span);
-      return opts.pipeline.call(
-        agent,
-        request.params.name,
-        request.params.arguments,
-        ctx.mcpReq.signal,
-        ctx.http?.authInfo?.extra?.[ANSWER_HOLD] as AnswerHold | undefined,
-      );
+      const { agent, hold } = await context(span);
+      const { name, arguments: args } = request.params;
+      return opts.pipeline.call(agent, name, args, ctx.mcpReq.signal, hold);
     };
     return tracer ? inRequestSpan(tracer, server, ctx, request.params.name, run) : run();
   });

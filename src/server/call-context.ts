@@ -1,4 +1,16 @@
 import type { CallToolResult } from '@modelcontextprotocol/server';
+import type { Agent } from '../core/identity.ts';
+
+/**
+ * What a transport hands the call seam with each request, typed: who is calling (authenticated by the
+ * transport), and, where the transport can hold an answer back, the hold. The SDK's own per-request
+ * context (McpRequestContext) carries the HTTP side; this carries ours, so nothing of a request travels
+ * in an untyped bag.
+ */
+export interface RequestContext {
+  agent: Agent;
+  hold?: AnswerHold;
+}
 
 /**
  * A call's answer held back until the call's audit row has committed. A transport that can hold an
@@ -11,9 +23,6 @@ import type { CallToolResult } from '@modelcontextprotocol/server';
 export interface AnswerHold {
   until(committed: Promise<CallToolResult | undefined>): void;
 }
-
-/** Where a transport that holds answers puts a request's hold: a key of the request's `authInfo.extra`. */
-export const ANSWER_HOLD = 'countersign.answerHold';
 
 /** The transport's side of a hold: `settled` waits for the commit a call handed over, if any. */
 export function createAnswerHold(): AnswerHold & { settled(): Promise<CallToolResult | undefined> } {

@@ -1,0 +1,624 @@
+import { hash, randomUUID } from 'node:crypto';
+import canonicalize from 'canonicalize';
+import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
+import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
+import type { z } from 'zod';
+import { runWrite } from '../approval/gate.ts';
+import type { Approvals } from '../approval/index.ts';
+import type { AuditLog } from '../audit/log.ts';
+import type { Config } from '../config.ts';
+import type { ConnectorSet } from '../connectors/index.ts';
+import type { BlobStore } from '../connectors/local/blobs.ts';
+import type { Upstream } from '../connectors/mcp/upstream.ts';
+import { AppError, toolCodeOf, type AuditErrorCode } from '../core/errors.ts';
+import type { Faults } from '../core/faults.ts';
+import type { Agent } from '../core/identity.ts';
+import { newTraceId } from '../core/ids.ts';
+import { traced, type Tracer } from '../core/tracing.ts';
+import { outageOf } from '../db/outage.ts';
+import type { Logger } from '../log.ts';
+import type { CursorCodec } from '../tools/cursor.ts';
+import { toCallResult, type Settled } from '../tools/envelope.ts';
+import type { MemoryStore } from '../tools/memory/store.ts';
+import type { AnyToolDef, ToolOutcome } from '../tools/types.ts';
+import type { AnswerHold } from './call-context.ts';
+import { createCatalogue, type Catalogue } from './catalogue.ts';
+import { isOverrun, withDeadline } from './deadline.ts';
+import type { Metrics } from './metrics.ts';
+import type { Profile } from './profiles.ts';
+import type { RateLimiter } from './rate-limit.ts';
+import { failIfToolError } from './tracing.ts';
+
+/*
+ * The call seam: every tools/call, whatever transport brought it, runs through `runCall` below, and
+ * this file reads in the order a call moves:
+ *
+ *   1. begin     the call's own context: caller, name, arguments and their digest, ids, answer hold
+ *   2. rate      the agent's per-minute limit, before anything else looks at the call, so that calls of
+ *                unknown or denied tools count too
+ *   3. lookup    the name in the catalogue: unknown (-32602, the name stored cut), or an upstream that is
+ *                down (SOURCE_UNAVAILABLE)
+ *   4. admit     the agent's profile allows the tool's facet (else -32602, data.code TOOL_DENIED)
+ *   5. validate  the arguments against the tool's input schema (INVALID_ARGUMENT)
+ *   6. handle    the tool's own work under the call deadline; a write through the approval gate
+ *   7. record    the call's audit row, committed before the answer leaves; then the envelope
+ *
+ * Failures of 2, 5 and 6 are the tool's answer (an envelope with ok: false); every other failure is a
+ * protocol error. Every row a call writes goes through `appendCallRow`; every outage (outageOf) ends in
+ * `outage`, answered -32003, so that nothing is answered as done without its row.
+ */
+
+/** What the seam uses. Built once per process (src/app/services.ts). */
+export interface CallDeps {
+  tools: readonly AnyToolDef[];
+  /** Upstream MCP servers whose tools are re-exposed as `<upstream>__<tool>`; their lists change at run time. */
+  upstreams?: readonly Upstream[];
+  audit: AuditLog;
+  connectors: ConnectorSet;
+  cursors: CursorCodec;
+  approvals: Approvals;
+  blobs: BlobStore;
+  memory: MemoryStore;
+  /** Calls per agent per minute, counted across the cluster. */
+  limiter: RateLimiter;
+  profiles: ReadonlyMap<string, Profile>;
+  metrics: Metrics;
+  config: Config;
+  log: Logger;
+  /** Test hooks; production wiring never provides them. */
+  faults?: Faults;
+  /** Set when tracing is on (an OTLP endpoint is configured); the steps then run in child spans. */
+  tracer?: Tracer;
+}
+
+export interface CallPipeline {
+  listTools(agent: Agent): Tool[];
+  /**
+   * Runs one tools/call. Tool failures come back as `isError` results; protocol errors are thrown. With
+   * a `hold` (a transport that can hold the answer), the result may come back before its audit row has
+   * committed, the commit then in the hold (AnswerHold); with tracing on, it never does.
+   */
+  call(
+    agent: Agent,
+    name: string,
+    args: unknown,
+    signal: AbortSignal,
+    hold?: AnswerHold,
+  ): Promise<CallToolResult>;
+  /** Calls `listener` whenever the tool list changed (an upstream's tools); returns the unsubscribe. */
+  onListChanged(listener: () => void): () => void;
+  /** Set when tracing is on: the transport opens each request's span with it. */
+  readonly tracer?: Tracer;
+}
+
+/** One tools/call as it moves through the steps: its typed context, from begin to record. */
+export interface Call {
+  agent: Agent;
+  /** The tool name as the agent sent it. */
+  name: string;
+  args: unknown;
+  signal: AbortSignal;
+  request_id: string;
+  trace_id: string;
+  started: Date;
+  /** Of the canonical arguments; null when they are nested too deep to canonicalise safely. */
+  args_sha256: string | null;
+  /** Set once the catalogue knows no such tool: the name is then stored cut, with its digest. */
+  unknown?: true;
+  /** Where the transport holds the answer until the row commits, if it can (see AnswerHold). */
+  hold?: AnswerHold;
+}
+
+export function createCallPipeline(deps: CallDeps): CallPipeline {
+  const catalogue = createCatalogue({ ...deps, upstreams: deps.upstreams ?? [] });
+  return {
+    listTools: (agent) => catalogue.listFor(deps.profiles.get(agent.profile)),
+    // Chosen once: without tracing, a call takes exactly the path it always took.
+    call: deps.tracer
+      ? tracedCall(deps, catalogue, deps.tracer)
+      : (agent, name, args, signal, hold) =>
+          runCall(deps, catalogue, beginCall({ agent, name, args, signal, hold })),
+    onListChanged: catalogue.onChanged,
+    tracer: deps.tracer,
+  };
+}
+
+/** The steps, in order. */
+async function runCall(deps: CallDeps, catalogue: Catalogue, call: Call): Promise<CallToolResult> {
+  // What the call settled as, once it has: an outage that then loses its audit row answers by it.
+  let settled: Settled | undefined;
+  call = holdingFailures(deps, call, () => settled);
+  try {
+    // 2. The limiter's own failure (the database gone) is the call's answer, as a handler's would be.
+    const limited = await takeRate(deps, call).catch((err: unknown) => asFailure(deps, call, err));
+    // 3.
+    const entry = catalogue.lookup(call.name);
+    if (entry.kind === 'unknown') call = { ...call, unknown: true };
+    if (limited) return await record(deps, call, { failure: limited });
+    if (entry.kind === 'unknown') return await refuseUnknownTool(deps, call);
+    if (entry.kind === 'down') return await record(deps, call, { failure: entry.upstream.unavailable() });
+    // 4.
+    const profile = await admit(deps, call, entry.tool);
+    // 5 and 6: their failures are the tool's answer.
+    try {
+      const args = validate(entry.tool, call);
+      settled = { outcome: await handle(deps, call, entry.tool, profile, args) };
+    } catch (err) {
+      settled = { failure: await asFailure(deps, call, err) };
+    }
+    // 7.
+    return await record(deps, call, settled);
+  } catch (err) {
+    throw outage(deps, call, await crashed(deps, call, err), settled);
+  }
+}
+
+/**
+ * A call in its `execute_tool {tool}` span (the GenAI conventions' tool execution), a child of the
+ * request's span; the envelope's trace_id is the span's trace id, and a failure its error.type. No
+ * answer is held: the span ends once the row has committed.
+ */
+function tracedCall(deps: CallDeps, catalogue: Catalogue, tracer: Tracer): CallPipeline['call'] {
+  return (agent, name, args, signal) =>
+    tracer.span(
+      `execute_tool ${name}`,
+      { 'gen_ai.operation.name': 'execute_tool', 'gen_ai.tool.name': name },
+      async (span) => {
+        const call = beginCall({ agent, name, args, signal }, span.traceId);
+        span.set({ 'gen_ai.tool.call.id': call.request_id, 'countersign.agent.id': agent.id });
+        const result = await runCall(deps, catalogue, call);
+        failIfToolError(span, result);
+        return result;
+      },
+    );
+}
+
+// ---- 1. begin ----------------------------------------------------------------------------------
+
+/** Arguments nested deeper than this are refused before any step walks them (INVALID_ARGUMENT). */
+export const MAX_ARGUMENT_DEPTH = 32;
+
+/** What the HTTP transport hands on in place of arguments too deep for the SDK to walk (server/http.ts). */
+const STAND_IN_KEY = '\u0000countersign';
+export const TOO_DEEP_ARGUMENTS = Object.freeze({ [STAND_IN_KEY]: 'arguments nested too deep' });
+
+/** `trace_id` is the call's span's trace id when tracing is on. */
+function beginCall(
+  given: Pick<Call, 'agent' | 'name' | 'args' | 'signal' | 'hold'>,
+  trace_id = newTraceId(),
+): Call {
+  const args = given.args ?? {};
+  return {
+    ...given,
+    args,
+    request_id: randomUUID(),
+    trace_id,
+    started: new Date(),
+    args_sha256: tooDeep(args) ? null : hash('sha256', canonicalize(args) ?? '', 'hex'),
+  };
+}
+
+/** Whether arguments are the transport's stand-in, or nest deeper than the limit (one walk, no recursion). */
+function tooDeep(args: unknown): boolean {
+  const standIn =
+    typeof args === 'object' && args !== null && STAND_IN_KEY in args && Object.keys(args).length === 1;
+  return standIn || nestedDeeperThan(args, MAX_ARGUMENT_DEPTH);
+}
+
+/** Whether objects or arrays nest deeper than `limit` levels; iterative, so no depth can overflow it. */
+export function nestedDeeperThan(value: unknown, limit: number): boolean {
+  const pending: [unknown, number][] = [[value, 1]];
+  while (pending.length > 0) {
+    const [v, depth] = pending.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (depth > limit) return true;
+    for (const child of Object.values(v)) pending.push([child, depth + 1]);
+  }
+  return false;
+}
+
+/**
+ * The call with its hold wrapped so that a commit the transport awaits fails as the call would have:
+ * with the protocol error to answer (heldFailure), judged by what the call had settled as by then.
+ */
+function holdingFailures(deps: CallDeps, call: Call, settled: () => Settled | undefined): Call {
+  const hold = call.hold;
+  if (!hold) return call;
+  return {
+    ...call,
+    hold: {
+      until: (committed) =>
+        hold.until(
+          committed.catch(async (err: unknown) => {
+            throw await heldFailure(deps, call, err, settled());
+          }),
+        ),
+    },
+  };
+}
+
+// ---- 2. rate -----------------------------------------------------------------------------------
+
+/** Counts the call against the agent's per-minute limit; over it, the RATE_LIMITED failure with when to retry. */
+async function takeRate(deps: CallDeps, call: Call): Promise<AppError | undefined> {
+  const wait = await traced(deps.tracer, 'rate_limit.take', {}, () =>
+    deps.limiter.take(call.agent.id, call.agent.rate_limit_per_min ?? deps.config.policy.rate_limit_per_min),
+  );
+  if (wait <= 0) return undefined;
+  return new AppError('RATE_LIMITED', `too many calls: retry in ${wait} s`, 'rate_limited', {
+    details: { retry_after_s: wait },
+  });
+}
+
+// ---- 3. lookup ---------------------------------------------------------------------------------
+
+/** How much of an unknown tool's name is stored and echoed; the rest is known by its SHA-256. */
+export const MAX_UNKNOWN_TOOL_NAME = 200;
+
+/** The one metrics label every unknown tool name is counted under, so no caller can grow /metrics. */
+export const UNKNOWN_TOOL_LABEL = '(unknown)';
+
+/** The tool name as rows, answers and logs carry it: an unknown name cut to MAX_UNKNOWN_TOOL_NAME. */
+const toolNameOf = (call: Call) => (call.unknown ? call.name.slice(0, MAX_UNKNOWN_TOOL_NAME) : call.name);
+
+/** The tool label a call is counted under in /metrics. */
+const metricLabelOf = (call: Call) => (call.unknown ? UNKNOWN_TOOL_LABEL : call.name);
+
+/** A name that is neither a tool nor an upstream's: -32602, audited (the name cut, with its digest). */
+async function refuseUnknownTool(deps: CallDeps, call: Call): Promise<never> {
+  throw await protocolError(deps, call, {
+    audit: 'UNKNOWN_TOOL',
+    rpc: ProtocolErrorCode.InvalidParams,
+    message: `Unknown tool: ${toolNameOf(call)}`,
+    data: { code: 'UNKNOWN_TOOL' },
+  });
+}
+
+// ---- 4. admit ----------------------------------------------------------------------------------
+
+/** The agent's profile must allow the tool's facet; a denial is a protocol error with the profile's reason. */
+async function admit(deps: CallDeps, call: Call, tool: AnyToolDef): Promise<Profile> {
+  const profile = deps.profiles.get(call.agent.profile);
+  if (profile?.allowed.has(tool.facet)) return profile;
+  const reason = profile
+    ? (profile.deny[tool.facet] ?? `the ${tool.facet} facet is not allowed`)
+    : `this agent's profile "${call.agent.profile}" is not installed on this server`;
+  await appendCallRow(deps, call, {
+    kind: 'auth.denied',
+    details: { facet: tool.facet, profile: call.agent.profile, reason },
+    result: 'error',
+    error_code: 'TOOL_DENIED',
+  });
+  deps.metrics.denied();
+  // docs/errors.md says -32002; SDK v2 answers any handler's -32002 as -32602 on every revision
+  // (2026-07-28 reserves -32002), so it is said as it will be sent. data.code TOOL_DENIED tells it apart.
+  throw new ProtocolError(
+    ProtocolErrorCode.InvalidParams,
+    `Tool ${call.name} is not available to this agent: ${reason}`,
+    { code: 'TOOL_DENIED', reason, trace_id: call.trace_id },
+  );
+}
+
+// ---- 5. validate -------------------------------------------------------------------------------
+
+/** The arguments as the tool's input schema reads them, or INVALID_ARGUMENT naming the first problem. */
+function validate(tool: AnyToolDef, call: Call): Record<string, unknown> {
+  if (call.args_sha256 === null) {
+    throw new AppError(
+      'INVALID_ARGUMENT',
+      `arguments: nested deeper than ${MAX_ARGUMENT_DEPTH} levels`,
+      'too_deep',
+    );
+  }
+  const nul = nulPath(call.args, 'arguments');
+  if (nul) {
+    throw new AppError(
+      'INVALID_ARGUMENT',
+      `${nul.replace(/^arguments\./, '')}: contains a NUL byte`,
+      'nul_byte',
+    );
+  }
+  const parsed = tool.input.safeParse(call.args);
+  if (!parsed.success) {
+    throw new AppError('INVALID_ARGUMENT', describeIssue(parsed.error.issues[0]!), 'invalid_argument', {
+      details: { issues: parsed.error.issues.map(describeIssue) },
+    });
+  }
+  return parsed.data as Record<string, unknown>;
+}
+
+function describeIssue(issue: z.core.$ZodIssue): string {
+  const where = issue.path.length > 0 ? issue.path.join('.') : 'arguments';
+  return `${where}: ${issue.message}`;
+}
+
+/** The path of the first string (or key) holding a NUL byte, which no PostgreSQL text can store. */
+function nulPath(value: unknown, path: string): string | undefined {
+  if (typeof value === 'string') return value.includes('\0') ? path : undefined;
+  if (Array.isArray(value)) {
+    for (const [i, v] of value.entries()) {
+      const found = nulPath(v, `${path}.${i}`);
+      if (found) return found;
+    }
+  } else if (value && typeof value === 'object') {
+    for (const [k, v] of Object.entries(value)) {
+      const found = k.includes('\0') ? `${path}.${k}` : nulPath(v, `${path}.${k}`);
+      if (found) return found;
+    }
+  }
+  return undefined;
+}
+
+// ---- 6. handle ---------------------------------------------------------------------------------
+
+/**
+ * The tool's own work under the call deadline, with the context its kind may reach: a read tool cannot
+ * reach approval decisions, a memory tool only the agent's notes, and a write goes through the gate.
+ * A result that arrives after the deadline is thrown away, and counted.
+ */
+function handle(
+  deps: CallDeps,
+  call: Call,
+  tool: AnyToolDef,
+  profile: Profile,
+  args: Record<string, unknown>,
+): Promise<ToolOutcome<Record<string, unknown>>> {
+  const run = async (signal: AbortSignal): Promise<ToolOutcome<Record<string, unknown>>> => {
+    await deps.faults?.at('before_handler');
+    const base = { agent: call.agent, request_id: call.request_id, trace_id: call.trace_id, signal };
+    const { connectors, config, blobs } = deps;
+    if (tool.kind === 'write') {
+      const preparing = tool.prepare(args, { ...base, connectors, config, blobs });
+      return runWrite(tool.name, preparing, args as { dry_run: boolean }, {
+        ...base,
+        dryRunOnly: profile.dry_run_only.includes(tool.facet),
+        getApprovalTool: `${config.tools.prefix}get_approval`,
+        approvals: deps.approvals,
+        faults: deps.faults,
+      });
+    }
+    if (tool.facet === 'memory') return tool.handler(args, { ...base, memory: deps.memory });
+    return tool.handler(args, {
+      ...base,
+      connectors,
+      config,
+      blobs,
+      cursors: deps.cursors,
+      approvals: deps.approvals,
+    });
+  };
+  return withDeadline(call.signal, deps.config.limits.call_timeout_ms, run, () => deps.metrics.lateResult());
+}
+
+/**
+ * What a thrown error becomes: a tool failure (AppError, answered in the envelope), or a protocol error
+ * for a call over its deadline (-32001) or a crash (-32603, with a trace_id and no stack).
+ */
+async function asFailure(deps: CallDeps, call: Call, err: unknown): Promise<AppError> {
+  if (isOverrun(err)) {
+    deps.metrics.overrun();
+    // A write past write.started stays `executing` until reconciliation settles it: never "not sent".
+    throw await protocolError(deps, call, {
+      audit: 'CALL_TIMEOUT',
+      rpc: -32001,
+      message: `Call exceeded its deadline of ${deps.config.limits.call_timeout_ms} ms`,
+      data: { code: 'CALL_TIMEOUT' },
+    });
+  }
+  // The database went away under the handler: said as such, and audited if it is back in time.
+  const outage = outageOf(err);
+  if (outage) return outage;
+  if (err instanceof AppError) return err;
+  deps.log.error(
+    { err, trace_id: call.trace_id, tool: call.name, agent: call.agent.name },
+    'tool handler crashed',
+  );
+  throw await protocolError(deps, call, { audit: 'INTERNAL_ERROR', ...internalError(call.trace_id) });
+}
+
+// ---- 7. record ---------------------------------------------------------------------------------
+
+/** A call's result built for the seq its row was chained with. */
+interface Built {
+  seq: number;
+  result: CallToolResult;
+}
+
+/**
+ * Appends the call's audit row, counts it, and wraps the outcome in the envelope (audit_seq included).
+ * The envelope is built while the row commits, from the row as chained (rebuilt if it was chained
+ * anew). With a hold, the result is returned before the commit, which the hold then carries: the
+ * transport sends the answer only once the row is committed (AnswerHold).
+ */
+async function record(deps: CallDeps, call: Call, settled: Settled): Promise<CallToolResult> {
+  const facts = settled.outcome?.audit ?? {};
+  const failure = settled.failure;
+  const answer = (audit_seq: number) =>
+    toCallResult(
+      {
+        tool: toolNameOf(call),
+        request_id: call.request_id,
+        trace_id: call.trace_id,
+        operator_id: call.agent.id,
+        started: call.started,
+        audit_seq,
+      },
+      settled,
+    );
+  /** The result built from the row as chained, while it commits. */
+  let early: Built | undefined;
+  let built = (_: Built) => {};
+  const announced = new Promise<Built>((resolve) => (built = resolve));
+  const committed = appendCallRow(
+    deps,
+    call,
+    {
+      details: {
+        duration_ms: Date.now() - call.started.getTime(),
+        ...(failure ? { reason: failure.reason ?? null } : {}),
+        ...facts.details,
+      },
+      source: facts.source ?? null,
+      target_type: facts.target_type ?? null,
+      target_ref: facts.target_ref ?? null,
+      approval_id: facts.approval_id ?? null,
+      dry_run: facts.dry_run ?? false,
+      content_sha256: facts.content_sha256 ?? null,
+      file_sha256: facts.file_sha256 ?? null,
+      result: failure ? 'error' : 'ok',
+      error_code: failure ? toolCodeOf(failure) : null,
+    },
+    (row) => built((early = { seq: row.seq, result: answer(row.seq) })),
+  ).then((row) => {
+    // Timed at the commit, counted once the answer is on its way: no part of the call's path.
+    const took = seconds(call);
+    setImmediate(() => deps.metrics.record(metricLabelOf(call), failure ? toolCodeOf(failure) : null, took));
+    return row;
+  });
+  if (call.hold) {
+    // Announced before committed: the result goes now, the commit to the hold.
+    const sent = await Promise.race([announced, committed.then(() => undefined)]);
+    if (sent) {
+      call.hold.until(committed.then((row) => (row.seq === sent.seq ? undefined : answer(row.seq))));
+      return sent.result;
+    }
+  }
+  const row = await committed;
+  return early?.seq === row.seq ? early.result : answer(row.seq);
+}
+
+type AppendInput = Parameters<AuditLog['append']>[0];
+
+/**
+ * The one place a call's rows are appended (the call row, a denial, a protocol error's row): with the
+ * fields every row of a call carries, the agent's name among the details, and the arguments' digest;
+ * in an `audit.append` span when tracing is on.
+ */
+function appendCallRow(
+  deps: CallDeps,
+  call: Call,
+  row: Omit<AppendInput, 'kind'> & { kind?: AppendInput['kind'] },
+  onChained?: Parameters<AuditLog['append']>[1],
+) {
+  const kind = row.kind ?? 'tool.call';
+  const input: AppendInput = {
+    ...row,
+    kind,
+    request_id: call.request_id,
+    trace_id: call.trace_id,
+    agent_id: call.agent.id,
+    tool: toolNameOf(call),
+    details: {
+      ...(kind === 'tool.call' ? { args_sha256: call.args_sha256 } : {}),
+      ...row.details,
+      ...(call.unknown ? { tool_sha256: hash('sha256', call.name, 'hex') } : {}),
+      agent_name: call.agent.name,
+    },
+  };
+  return traced(deps.tracer, 'audit.append', { 'countersign.audit.kind': kind }, () =>
+    deps.audit.append(input, onChained),
+  );
+}
+
+const seconds = (call: Call) => (Date.now() - call.started.getTime()) / 1000;
+
+// ---- Protocol errors and outages ---------------------------------------------------------------
+
+/** JSON-RPC code of a call that could not be audited because the database is unavailable. */
+export const DATABASE_UNAVAILABLE = -32003;
+
+/**
+ * The database is unreachable, so the call cannot be audited and gets no tool result: a protocol error
+ * whose data carries SOURCE_UNAVAILABLE and when to retry. Nothing was written without its audit row.
+ */
+export const databaseUnavailable = (trace_id: string) =>
+  new ProtocolError(
+    DATABASE_UNAVAILABLE,
+    'The database is unavailable: the call was not completed; retry shortly',
+    {
+      code: 'SOURCE_UNAVAILABLE',
+      reason: 'database_unavailable',
+      retry_after_s: 1,
+      trace_id,
+    },
+  );
+
+/**
+ * An execution whose write.started committed, and then the database went away: the write may have been
+ * made, so the answer says the outcome is unknown and where to look, never that nothing was done.
+ */
+const outcomeUnknownUnaudited = (trace_id: string, failure: AppError) =>
+  new ProtocolError(DATABASE_UNAVAILABLE, `The database is unavailable: ${failure.message}`, {
+    code: 'OUTCOME_UNKNOWN',
+    reason: failure.reason ?? 'database_unavailable',
+    ...failure.details,
+    retry_after_s: 1,
+    trace_id,
+  });
+
+/** A crash as docs/errors.md answers it: -32603 with the trace id, and no stack trace. */
+const internalError = (trace_id: string) => ({
+  rpc: ProtocolErrorCode.InternalError,
+  message: `Internal error (trace_id ${trace_id})`,
+  data: { code: 'INTERNAL' },
+});
+
+/** An error answered as a JSON-RPC error, after its audit row is written and it is counted. */
+async function protocolError(
+  deps: CallDeps,
+  call: Call,
+  e: { audit: AuditErrorCode; rpc: number; message: string; data: Record<string, unknown> },
+) {
+  await appendCallRow(deps, call, { result: 'error', error_code: e.audit });
+  deps.metrics.record(metricLabelOf(call), e.audit, seconds(call));
+  return new ProtocolError(e.rpc, e.message, { ...e.data, trace_id: call.trace_id });
+}
+
+/**
+ * An error that escaped the steps (a database error while auditing or admitting, a bug): -32603 with
+ * data.code INTERNAL and the trace id, logged and audited — never the error's own text. Protocol errors
+ * and outages pass through as they are (`outage` answers the latter).
+ */
+async function crashed(deps: CallDeps, call: Call, err: unknown): Promise<unknown> {
+  if (err instanceof ProtocolError || outageOf(err)) return err;
+  deps.log.error(
+    { err, trace_id: call.trace_id, tool: toolNameOf(call), agent: call.agent.name },
+    'call failed',
+  );
+  try {
+    return await protocolError(deps, call, { audit: 'INTERNAL_ERROR', ...internalError(call.trace_id) });
+  } catch (again) {
+    if (outageOf(again)) return again;
+    const { rpc, message, data } = internalError(call.trace_id);
+    return new ProtocolError(rpc, message, { ...data, trace_id: call.trace_id });
+  }
+}
+
+/**
+ * An outage (a row the database could not take) is answered -32003, and counted: with OUTCOME_UNKNOWN
+ * when the call was a write that had started, else SOURCE_UNAVAILABLE (nothing was done). Anything else
+ * stays as is.
+ */
+function outage(deps: CallDeps, call: Call, err: unknown, settled?: Settled): unknown {
+  if (!outageOf(err)) return err;
+  const unknown = settled?.failure?.code === 'OUTCOME_UNKNOWN' ? settled.failure : undefined;
+  deps.metrics.record(metricLabelOf(call), unknown ? 'OUTCOME_UNKNOWN' : 'SOURCE_UNAVAILABLE', 0);
+  return unknown ? outcomeUnknownUnaudited(call.trace_id, unknown) : databaseUnavailable(call.trace_id);
+}
+
+/**
+ * A held commit's failure as the protocol error the transport answers with: an outage as -32003, and
+ * anything else (a database error, a bug) as -32603 with the trace id, logged and audited (crashed) —
+ * the transport answers it without the SDK.
+ */
+async function heldFailure(
+  deps: CallDeps,
+  call: Call,
+  err: unknown,
+  settled?: Settled,
+): Promise<ProtocolError> {
+  const failure = outage(deps, call, await crashed(deps, call, err), settled);
+  if (failure instanceof ProtocolError) return failure;
+  const { rpc, message, data } = internalError(call.trace_id);
+  return new ProtocolError(rpc, message, { ...data, trace_id: call.trace_id });
+}
