@@ -1,7 +1,7 @@
 /**
  * npm run bench [-- --quick] [--only a,b,c,d,e,f,g,h] [--clients 16] [--seconds 30] [--writers 8] …
  *
- * Measures every SPEC §12 figure beside its baseline in the same run, prints a table and writes
+ * Measures every figure of docs/performance.md beside its baseline in the same run, prints a table and writes
  * bench/results/latest.json. Runs on PostgreSQL (BENCH_DATABASE_URL, default the local server): each
  * figure gets a fresh database, created here and dropped at the end.
  */

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 
-/** The hash-chained audit log (SPEC §7). `seq` is assigned under an advisory lock: strictly increasing, no gaps. */
+/** The hash-chained audit log (docs/audit.md). `seq` is assigned under an advisory lock: strictly increasing, no gaps. */
 export async function up(knex: Knex): Promise<void> {
   await knex.schema.createTable('audit_events', (t) => {
     t.bigInteger('seq').primary();

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 
 /**
- * Memory per session (SPEC §5, the memory tools' contract): notes are keyed by agent, session_id and key,
+ * Memory per session (docs/tools.md, the memory tools): notes are keyed by agent, session_id and key,
  * and a value is a string. Notes stored before sessions existed are kept under session_id "default",
  * their JSON values as JSON text (a string value as the string itself); they expire as before.
  */

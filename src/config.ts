@@ -250,7 +250,7 @@ export const ConfigSchema = z
         required_approvers: z.record(z.string(), z.number().int().min(1).max(5)).default({}),
         /** How often expiry and reconciliation run. */
         maintenance_interval_s: z.number().int().positive().default(30),
-        /** How long an idempotency_key is remembered (SPEC §6: at least 24 h; default 7 days). */
+        /** How long an idempotency_key is remembered (README: at least 24 h; default 7 days). */
         idempotency_retention_s: z
           .number()
           .int()

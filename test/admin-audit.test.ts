@@ -8,7 +8,7 @@ import { startTestServer, type TestServer } from './helpers/server.ts';
 
 type Row = { kind: string; actor: string | null; agent_id: string | null; details: Record<string, unknown> };
 
-/** Administrative actions leave rows in the chain (SPEC §7): who did what, before and after, never a secret. */
+/** Administrative actions leave rows in the chain (docs/audit.md): who did what, before and after, never a secret. */
 for (const kind of databaseKinds()) {
   describe(`administrative audit rows on ${kind}`, () => {
     let server: TestServer;

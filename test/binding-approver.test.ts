@@ -18,7 +18,7 @@ import { call, connectHttp, startTestServer, type Envelope, type TestServer } fr
 
 const refusal = (res: Envelope) => [res.ok, res.error?.code, res.error?.reason];
 
-/** An approval whose approver is disabled before execution no longer executes (SPEC §6). */
+/** An approval whose approver is disabled before execution no longer executes. */
 for (const kind of databaseKinds()) {
   describe(`an approval by a since-disabled chair on ${kind}`, () => {
     let server: TestServer;

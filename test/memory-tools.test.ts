@@ -8,7 +8,7 @@ import { call, connectHttp, startTestServer, type TestServer } from './helpers/s
 
 const DAY_S = 24 * 3600;
 
-/** isphere_remember / isphere_recall as the memory contract states them (SPEC §5). */
+/** isphere_remember / isphere_recall as the memory contract states them (docs/tools.md). */
 for (const kind of databaseKinds()) {
   describe(`memory tools on ${kind}`, () => {
     let server: TestServer;

@@ -7,8 +7,8 @@ import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type Envelope, type TestServer } from './helpers/server.ts';
 
 /**
- * The database round trips of one write's whole cycle, counted (never timed): SPEC §12 asks for the
- * cycle's machine time, and on this stack that time follows the number of round trips. Each step's
+ * The database round trips of one write's whole cycle, counted (never timed): docs/performance.md
+ * measures the cycle's machine time, and on this stack that time follows the number of round trips. Each step's
  * budget is what its one-statement path takes; a step that falls back to its transaction path (or a
  * change that adds a query) fails here before it shows in a benchmark.
  */

@@ -124,7 +124,7 @@ export async function readFigures(o: ReadOptions): Promise<Figure[]> {
         check: { ratioAtLeast: 0.8 },
         note,
       }),
-      // SPEC §12's added latency: one client calling sequentially, countersign minus the bare server.
+      // The added latency of docs/performance.md: one client calling sequentially, countersign minus the bare server.
       figure({
         id: 'a_read_p50_added_1client_ms',
         unit: 'ms',

@@ -6,11 +6,11 @@ export interface Figure {
   id: string;
   unit: string;
   value: number;
-  /** The same-run baseline this figure is compared with; null where SPEC §12 names none. */
+  /** The same-run baseline this figure is compared with; null where docs/performance.md names none. */
   baseline: number | null;
   baseline_label: string | null;
   ratio: number | null;
-  /** SPEC §12 target as an expression over `value` and `ratio`; null for figures shown for context. */
+  /** The target in docs/performance.md, as an expression over `value` and `ratio`; null for figures shown for context. */
   target: string | null;
   met: boolean | null;
   note?: string;

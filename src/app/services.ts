@@ -353,7 +353,7 @@ async function openConnectors(db: Database, blobs: BlobStore, config: Config, lo
   return { local, bridge, connectors };
 }
 
-/** A cluster is one server (SPEC §11): one signing key, one leader for periodic work, one event bus. */
+/** A cluster is one server (docs/cluster.md): one signing key, one leader for periodic work, one event bus. */
 async function joinCluster(db: Database, audit: AuditLog, config: Config, log: Logger, closers: Closers) {
   const checkpoints = await checkpointDeps(db.knex, audit, config, log);
   await assertClusterSigningKey(db.knex, checkpoints.signer.public_key);

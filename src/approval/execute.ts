@@ -73,7 +73,7 @@ export type Replay = { row: NamedRequestRow };
 
 const EXECUTED = new Set(['executing', 'succeeded', 'failed', 'unknown']);
 
-/** A key names one write: the same key with another tool or content is refused, dry run or not (SPEC §6). */
+/** A key names one write: the same key with another tool or content is refused, dry run or not. */
 export function refuseOtherContent(
   prior: { tool: string; content_sha256: string },
   req: { tool: string; content_sha256: string },

@@ -105,7 +105,7 @@ export const ApprovalSummary = z.object({
 
 /**
  * The next step after a dry run, for the agent to relay: the chair's review page, or, where this server
- * serves no web form, the CLI command a chair runs (SPEC §6: the web form or `countersign approvals`).
+ * serves no web form, the CLI command a chair runs (the web form or `countersign approvals`).
  */
 export function nextStep(view: Pick<ApprovalView, 'approval_request_id' | 'status' | 'review_url'>): string {
   const execute =

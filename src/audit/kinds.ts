@@ -1,6 +1,6 @@
 import { z } from 'zod';
 
-/** Every kind of audit row (SPEC §7). */
+/** Every kind of audit row; docs/audit.md lists each and what its `details` hold. */
 export const AuditKind = z.enum([
   'tool.call',
   'auth.denied',

@@ -14,7 +14,8 @@ import { ChainVerifier } from './verify.ts';
  * The last head this process signed, kept outside the database: `<data dir>/audit-signed-head.json`, and
  * the newest checkpoint of the witness directory when one is configured. Before anything is signed the
  * chain must still hold that hash at that seq and link from it to the head being signed; a chain that
- * does not was rewritten or cut behind the server's back, and is never signed (SPEC §7).
+ * does not was rewritten or cut behind the server's back, and is never signed (docs/audit.md, "Anchors and
+ * the signed head").
  */
 
 export const SIGNED_HEAD_FILE = 'audit-signed-head.json';

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 
-/** Tool-level error codes (SPEC §4). */
+/** Tool-level error codes (README, "The response envelope"). */
 export const ErrorCode = z.enum([
   'INVALID_ARGUMENT',
   'SOURCE_UNAVAILABLE',
@@ -40,7 +40,7 @@ export const OperatorCode = z.enum([
 ]);
 export type OperatorCode = z.infer<typeof OperatorCode>;
 
-/** Error codes audit rows may carry: the tool codes plus the protocol-level refusals (SPEC §4, §7). */
+/** Error codes audit rows may carry: the tool codes plus the protocol-level refusals (docs/audit.md). */
 export const AuditErrorCode = z.enum([
   ...ErrorCode.options,
   'UNKNOWN_TOOL',
@@ -76,7 +76,7 @@ export function isAppError(err: unknown, code?: AppErrorCode, reason?: string): 
   );
 }
 
-/** The tool-level code an error is answered with in an envelope (SPEC §4). */
+/** The tool-level code an error is answered with in an envelope (README, "The response envelope"). */
 export const toolCodeOf = (err: AppError): ErrorCode =>
   ErrorCode.safeParse(err.code).success ? (err.code as ErrorCode) : 'INTERNAL_ERROR';
 

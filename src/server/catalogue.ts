@@ -88,7 +88,7 @@ export function createCatalogue(deps: {
   };
 }
 
-/** Annotations follow from a tool's kind, never set by hand (STYLE §3). */
+/** Annotations follow from a tool's kind, never set by hand (docs/design.md, "Floors"). */
 function annotationsFor(tool: AnyToolDef): Tool['annotations'] {
   switch (tool.kind) {
     case 'read':

@@ -69,8 +69,8 @@ export type Settled =
   | { outcome?: undefined; failure: AppError };
 
 /**
- * The tool result every call answers with (SPEC §4): the envelope as structuredContent and the same
- * JSON as text; `isError` exactly when `ok` is false.
+ * The tool result every call answers with (README, "The response envelope"): the envelope as
+ * structuredContent and the same JSON as text; `isError` exactly when `ok` is false.
  */
 export function toCallResult(call: CallFacts, settled: Settled): CallToolResult {
   const facts = settled.outcome?.audit ?? {};

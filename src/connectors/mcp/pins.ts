@@ -5,7 +5,7 @@ import type { AuditLog } from '../../audit/log.ts';
 import type { Logger } from '../../log.ts';
 
 /**
- * Pinned classes of upstream tools (SPEC §9, docs/upstreams.md). A tool's class is what its first listing
+ * Pinned classes of upstream tools (docs/upstreams.md). A tool's class is what its first listing
  * said; a later listing can make it more gated at once, never less: that change is held until an operator
  * accepts it (`countersign upstream accept`). Pins live in the database so that every replica applies the
  * same one, and every change to them is in the audit chain.
