@@ -28,7 +28,7 @@ import type { ImportSummary } from './connectors/local/import.ts';
 import { AppError, isAppError } from './core/errors.ts';
 import type { Role } from './core/identity.ts';
 import { lockedBy, lockHolder } from './db/lock.ts';
-import { VERSION } from './server/version.ts';
+import { VERSION } from './core/version.ts';
 
 /**
  * The only module that reads process.env, argv and writes to the terminal.

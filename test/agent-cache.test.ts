@@ -9,7 +9,7 @@ import { loadConfig } from '../src/config.ts';
 import { createBlobStore } from '../src/connectors/local/blobs.ts';
 import type { Database } from '../src/db/knex.ts';
 import { createLogger } from '../src/log.ts';
-import { createAgentAuth, type Authenticate } from '../src/server/agent-cache.ts';
+import { createAgentAuth, type Authenticate } from '../src/accounts/agent-cache.ts';
 import { describeOnPostgres, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
 import { waitFor } from './helpers/server.ts';
 

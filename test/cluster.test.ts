@@ -9,7 +9,7 @@ import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { createPgBus } from '../src/cluster/bus.ts';
 import { openDatabase, type Database } from '../src/db/knex.ts';
 import { createLogger } from '../src/log.ts';
-import { createAgentAuth } from '../src/server/agent-cache.ts';
+import { createAgentAuth } from '../src/accounts/agent-cache.ts';
 import { approveAsChair } from './helpers/approvals.ts';
 import { startBalancer, type Balancer } from './helpers/balancer.ts';
 import { runCli, spawnServer, stopChild } from './helpers/cli.ts';

@@ -10,7 +10,7 @@ import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/cli
 import { createAgent } from '../src/accounts/agents.ts';
 import { createUser } from '../src/accounts/users.ts';
 import type { User } from '../src/core/identity.ts';
-import { VERSION } from '../src/server/version.ts';
+import { VERSION } from '../src/core/version.ts';
 import { approveAsChair } from './helpers/approvals.ts';
 import { spawnServer, stopChild } from './helpers/cli.ts';
 import { createTestDatabase, databaseKinds, openMigratedDatabase } from './helpers/db.ts';

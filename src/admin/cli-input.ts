@@ -3,7 +3,7 @@ import { InvalidArgumentError } from 'commander';
 import { z } from 'zod';
 import { ApprovalStatus } from '../approval/view.ts';
 import { AuditKind } from '../audit/kinds.ts';
-import { loadProfiles } from '../server/profiles.ts';
+import { loadProfiles } from '../accounts/profiles.ts';
 import { Role } from '../core/identity.ts';
 
 /**

@@ -25,7 +25,7 @@ import {
   updateAgent,
 } from '../accounts/agents.ts';
 import { AppError } from '../core/errors.ts';
-import { loadProfiles } from '../server/profiles.ts';
+import { loadProfiles } from '../accounts/profiles.ts';
 import { signIn } from '../accounts/sign-in.ts';
 import {
   changeUser,

@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { AppError, ErrorCode, OperatorCode } from '../core/errors.ts';
 import { processGone } from '../db/lock.ts';
 import type { Logger } from '../log.ts';
-import { sendProblem } from '../server/problem.ts';
+import { sendProblem } from '../core/problem.ts';
 import {
   describeZodError,
   runAdminCommand,

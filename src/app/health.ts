@@ -1,6 +1,6 @@
 import { toCount } from '../db/knex.ts';
 import type { Services } from './services.ts';
-import { VERSION } from '../server/version.ts';
+import { VERSION } from '../core/version.ts';
 
 /** Liveness and counters: is the database reachable, how many calls, errors, overruns, pending approvals. */
 export async function healthOf(

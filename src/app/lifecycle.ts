@@ -2,7 +2,7 @@ import os from 'node:os';
 import type { AuditInput } from '../audit/chain.ts';
 import type { Config } from '../config.ts';
 import { configDigest } from './config-digest.ts';
-import { VERSION } from '../server/version.ts';
+import { VERSION } from '../core/version.ts';
 
 /** How the server speaks MCP. */
 export type Transport = 'http' | 'stdio';

@@ -9,10 +9,10 @@ import { healthOf } from './health.ts';
 import { answerStarting } from './starting.ts';
 import { webCommands } from './web-commands.ts';
 import { createMcpEndpoint, hostGuard, isMcpPath, protectedResourceRouter } from '../server/http.ts';
-import { sendProblem } from '../server/problem.ts';
+import { sendProblem } from '../core/problem.ts';
 import { openServices, type ServiceOptions, type Services } from './services.ts';
 import type { StopReason } from './lifecycle.ts';
-import { VERSION } from '../server/version.ts';
+import { VERSION } from '../core/version.ts';
 import { metricsGuard } from '../server/metrics-access.ts';
 
 export interface RunningServer {

@@ -11,7 +11,7 @@ import { createMcpServer } from '../server/mcp.ts';
 import type { StopReason } from './lifecycle.ts';
 import { bind, isPortInUse, serveApp, type WebServer } from './serve-http.ts';
 import { openServices, type ServiceOptions, type Services } from './services.ts';
-import { VERSION } from '../server/version.ts';
+import { VERSION } from '../core/version.ts';
 
 /** The web form of a stdio server: where it is served, or why not. */
 export type StdioWeb =

@@ -34,15 +34,15 @@ import {
   createOAuthAgentAuth,
   type Authenticate,
   type OAuthAgents,
-} from '../server/agent-cache.ts';
+} from '../accounts/agent-cache.ts';
 import { createOAuthVerifier } from '../accounts/oauth.ts';
 import { createMemoryStore } from '../tools/memory/store.ts';
 import { createMetrics, type Metrics } from '../server/metrics.ts';
 import { createCallPipeline, type CallPipeline } from '../server/call.ts';
-import { loadProfiles } from '../server/profiles.ts';
-import { createRateLimiter } from '../server/rate-limit.ts';
+import { loadProfiles } from '../accounts/profiles.ts';
+import { createRateLimiter } from '../accounts/rate-limit.ts';
 import { tracesUrl } from '../server/tracing.ts';
-import { VERSION } from '../server/version.ts';
+import { VERSION } from '../core/version.ts';
 import { startedRow, stoppedRow, type StopReason, type Transport } from './lifecycle.ts';
 
 /** Everything a transport needs, built once per process. */

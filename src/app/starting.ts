@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { sendProblem } from '../server/problem.ts';
-import { VERSION } from '../server/version.ts';
+import { sendProblem } from '../core/problem.ts';
+import { VERSION } from '../core/version.ts';
 
 /** Seconds a client is asked to wait before it tries a server that is still starting. */
 export const STARTING_RETRY_AFTER_S = 2;

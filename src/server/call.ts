@@ -25,8 +25,8 @@ import type { AnswerHold } from './call-context.ts';
 import { createCatalogue, type Catalogue } from './catalogue.ts';
 import { isOverrun, withDeadline } from './deadline.ts';
 import type { Metrics } from './metrics.ts';
-import type { Profile } from './profiles.ts';
-import type { RateLimiter } from './rate-limit.ts';
+import type { Profile } from '../accounts/profiles.ts';
+import type { RateLimiter } from '../accounts/rate-limit.ts';
 import { failIfToolError } from './tracing.ts';
 
 /*

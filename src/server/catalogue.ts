@@ -6,7 +6,7 @@ import type { Logger } from '../log.ts';
 import { envelopeSchema } from '../tools/envelope.ts';
 import type { AnyToolDef } from '../tools/types.ts';
 import { upstreamToolDefs } from '../tools/upstream.ts';
-import type { Profile } from './profiles.ts';
+import type { Profile } from '../accounts/profiles.ts';
 
 /** What a tool name stands for right now. */
 export type Entry =

@@ -3,10 +3,13 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import { toNodeHandler, toWebRequest } from '@modelcontextprotocol/node';
 import {
   createMcpHandler,
+  getOAuthProtectedResourceMetadataUrl,
   ProtocolError,
   ProtocolErrorCode,
   type McpRequestContext,
   type AuthInfo,
+  validateHostHeader,
+  validateOriginHeader,
 } from '@modelcontextprotocol/server';
 import type { ClusterBus } from '../cluster/bus.ts';
 import type { AuditLog } from '../audit/log.ts';
@@ -16,10 +19,10 @@ import { outageOf } from '../db/outage.ts';
 import type { Logger } from '../log.ts';
 import type { Agent } from '../core/identity.ts';
 import { looksLikeJwt, OAUTH_FAILURE_DETAIL, OAuthFailure } from '../accounts/oauth.ts';
-import type { Authenticate, OAuthAgents } from './agent-cache.ts';
+import type { Authenticate, OAuthAgents } from '../accounts/agent-cache.ts';
 import { answerPlainRequest, ServerPool } from './json-exchange.ts';
 import { readJsonBody } from './json-body.ts';
-import { sendProblem, type Problem } from './problem.ts';
+import { sendProblem, type Problem } from '../core/problem.ts';
 import { withJsonLegacyExchanges } from './legacy-json.ts';
 import { createMcpServer } from './mcp.ts';
 import { createStreamRegistry } from './streams.ts';
@@ -38,10 +41,10 @@ function bearer(header: string | undefined): string | undefined {
 function hostCheck(
   config: Config,
 ): (host: string | undefined, origin: string | undefined) => Problem | undefined {
-  const allowed = new Set(config.http.allowed_hosts.map((h) => h.toLowerCase()));
-  const hostOk = (host: string) => allowed.has(host.toLowerCase().replace(/:\d+$/, ''));
+  // The SDK compares hostnames as the URL parser gives them: lower case, the port left out.
+  const allowed = config.http.allowed_hosts.map((h) => h.toLowerCase());
   return (host, origin) => {
-    if (!host || !hostOk(host)) {
+    if (!validateHostHeader(host, allowed).ok) {
       return {
         code: 'PERMISSION_DENIED',
         reason: 'host_not_allowed',
@@ -49,21 +52,13 @@ function hostCheck(
         detail: `Host "${host ?? ''}" is not served here`,
       };
     }
-    if (origin) {
-      let originHost: string;
-      try {
-        originHost = new URL(origin).host;
-      } catch {
-        originHost = '';
-      }
-      if (!hostOk(originHost)) {
-        return {
-          code: 'PERMISSION_DENIED',
-          reason: 'origin_not_allowed',
-          title: 'Origin not allowed',
-          detail: `Origin "${origin}" is not allowed`,
-        };
-      }
+    if (!validateOriginHeader(origin, allowed).ok) {
+      return {
+        code: 'PERMISSION_DENIED',
+        reason: 'origin_not_allowed',
+        title: 'Origin not allowed',
+        detail: `Origin "${origin}" is not allowed`,
+      };
     }
     return undefined;
   };
@@ -340,15 +335,8 @@ async function refuse(deps: McpHttpDeps, req: IncomingMessage, res: ServerRespon
  */
 function bearerChallenge(oauth: OAuthAgents | undefined, tokenGiven: boolean): string {
   if (!oauth) return 'Bearer realm="countersign"';
-  const metadata = protectedResourceMetadataUrl(oauth.verifier.resource());
+  const metadata = getOAuthProtectedResourceMetadataUrl(new URL(oauth.verifier.resource()));
   return `Bearer resource_metadata="${metadata}"${tokenGiven ? ', error="invalid_token"' : ''}`;
-}
-
-/** Where RFC 9728 §3.1 puts a resource's metadata: the well-known path inserted before the resource's path. */
-export function protectedResourceMetadataUrl(resource: string): string {
-  const url = new URL(resource);
-  const path = url.pathname === '/' ? '' : url.pathname.replace(/\/$/, '');
-  return `${url.origin}/.well-known/oauth-protected-resource${path}`;
 }
 
 /**

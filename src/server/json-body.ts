@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import type { Problem } from './problem.ts';
+import type { Problem } from '../core/problem.ts';
 
 /** The request's parsed JSON body (undefined when it has none, or is not JSON), or why it is refused. */
 export type BodyRead = { body: unknown } | { problem: Problem };

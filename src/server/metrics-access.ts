@@ -1,6 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { NextFunction, Request, Response } from 'express';
-import { sendProblem } from './problem.ts';
+import { sendProblem } from '../core/problem.ts';
 
 /**
  * A loopback client: 127.0.0.0/8, ::1, or an IPv4 loopback address mapped into IPv6 (::ffff:127.x.y.z, as

@@ -11,7 +11,7 @@ import type { BlobStore } from '../connectors/local/blobs.ts';
 import type { Logger } from '../log.ts';
 import { ROOT } from '../core/paths.ts';
 import { hostGuard } from '../server/http.ts';
-import { sendProblem } from '../server/problem.ts';
+import { sendProblem } from '../core/problem.ts';
 import { mountAccountPages } from './account-pages.ts';
 import type { RunCommand } from './account-kit.ts';
 import { mountApprovalPages } from './approval-pages.ts';

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { SlackConfig } from '../config.ts';
 import { NOTE_BLOCK, parseDecisionValue, REJECT_VIEW, rejectModal } from '../notify/slack-blocks.ts';
 import { createSlackApi } from '../notify/slack.ts';
-import { sendProblem } from '../server/problem.ts';
+import { sendProblem } from '../core/problem.ts';
 import {
   admit,
   auditRefusal,

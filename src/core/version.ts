@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { ROOT } from '../core/paths.ts';
+import { ROOT } from './paths.ts';
 
 /** The package version, read once from package.json. */
 function readVersion(): string {

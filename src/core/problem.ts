@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http';
-import { HTTP_STATUS, type AppErrorCode } from '../core/errors.ts';
+import { HTTP_STATUS, type AppErrorCode } from './errors.ts';
 
 /** An HTTP refusal: a code from core/errors.ts, the machine reason, and words for people. */
 export interface Problem {

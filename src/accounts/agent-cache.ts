@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { ClusterBus } from '../cluster/bus.ts';
-import { authenticate, hashToken } from '../accounts/agents.ts';
-import { findAgentByName, type OAuthFailure, type OAuthVerifier } from '../accounts/oauth.ts';
+import { authenticate, hashToken } from './agents.ts';
+import { findAgentByName, type OAuthFailure, type OAuthVerifier } from './oauth.ts';
 import { type Agent } from '../core/identity.ts';
 
 /** Resolves an agent token (missing, unknown and revoked ones are failures). */
