@@ -25,10 +25,27 @@ const upward = FLOORS.flatMap(([name, path], i) =>
   })),
 );
 
+// Folders with a front door: outside the folder, only its index.ts may be imported, so that what the
+// folder offers is one file a reader can take in, and its other files can change behind it. Tests and
+// benches may reach inside (they test the parts), and so may a dynamic import (the CLI loads one part
+// of a folder for one command, where the front door would load all of it).
+const FRONT_DOORS = ['approval', 'audit', 'connectors', 'accounts'].map((folder) => ({
+  name: `front-door-${folder}`,
+  comment: `outside src/${folder}/, import src/${folder}/index.ts, not the files behind it`,
+  severity: 'error',
+  from: { path: '^src/', pathNot: `^src/${folder}/` },
+  to: {
+    path: `^src/${folder}/`,
+    pathNot: `^src/${folder}/index\\.ts$`,
+    dependencyTypesNot: ['dynamic-import'],
+  },
+}));
+
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {
   forbidden: [
     ...upward,
+    ...FRONT_DOORS,
     {
       name: 'no-circular',
       comment: 'two modules importing each other (directly or through others) are one module in disguise',

@@ -20,15 +20,14 @@ import { readHiddenLine } from './admin/secret.ts';
 import type { Knex } from 'knex';
 import type { FirstRun } from './admin/first-run.ts';
 import type { StdioReady } from './app/serve-stdio.ts';
-import { agentToolName } from './approval/view.ts';
-import type { Manifest } from './audit/export.ts';
+import type { Manifest } from './audit/index.ts';
 import { loadConfig, publicBaseUrl, type Config } from './config.ts';
-import type { BlobStore } from './connectors/local/blobs.ts';
-import type { ImportSummary } from './connectors/local/import.ts';
+import type { BlobStore, ImportSummary } from './connectors/index.ts';
 import { AppError, isAppError } from './core/errors.ts';
 import type { Role } from './core/identity.ts';
 import { lockedBy, lockHolder } from './db/lock.ts';
 import { VERSION } from './core/version.ts';
+import { agentToolName } from './core/tool-names.ts';
 
 /**
  * The only module that reads process.env, argv and writes to the terminal.

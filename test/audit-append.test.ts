@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import fc from 'fast-check';
 import knexFactory, { type Knex } from 'knex';
 import { AuditInput, auditInput } from '../src/audit/chain.ts';
-import { AuditKind } from '../src/audit/kinds.ts';
+import { AuditKind } from '../src/core/audit-kinds.ts';
 import { createAuditLog } from '../src/audit/log.ts';
 import { outageOf } from '../src/db/outage.ts';
 import { AppError } from '../src/core/errors.ts';

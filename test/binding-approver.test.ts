@@ -4,7 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
 import { createUser } from '../src/accounts/users.ts';
 import { contentSha256 } from '../src/approval/gate.ts';
-import type { Notice } from '../src/approval/notify.ts';
+import type { Notice } from '../src/approval/outbox.ts';
 import type { Agent } from '../src/core/identity.ts';
 import { isAppError } from '../src/core/errors.ts';
 import { bodyOf } from '../src/notify/email.ts';

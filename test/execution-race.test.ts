@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
-import { createApprovals } from '../src/approval/index.ts';
+import { createApprovals } from '../src/approval/approvals.ts';
 import { createAuditLog } from '../src/audit/log.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { loadConfig } from '../src/config.ts';

@@ -7,7 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import { ProtocolError } from '@modelcontextprotocol/client';
 import type { Client } from '@modelcontextprotocol/client';
 import { createAgent } from '../src/accounts/agents.ts';
-import { isProfileError, loadProfiles, PROFILES_DIR, validateProfile } from '../src/accounts/profiles.ts';
+import { isProfileError, loadProfiles, PROFILES_DIR, validateProfile } from '../src/core/profiles.ts';
 import { createRateLimiter, retryAfterSeconds } from '../src/accounts/rate-limit.ts';
 import { builtinTools } from '../src/tools/index.ts';
 import { runCli } from './helpers/cli.ts';

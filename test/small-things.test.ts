@@ -8,7 +8,7 @@ import path from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
 import pino from 'pino';
-import type { Notice } from '../src/approval/notify.ts';
+import type { Notice } from '../src/approval/outbox.ts';
 import { startHttpServer, type RunningServer } from '../src/app/serve-http.ts';
 import { loadConfig } from '../src/config.ts';
 import { sendWebhook, webhookBody } from '../src/notify/webhook.ts';

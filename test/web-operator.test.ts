@@ -3,7 +3,7 @@ import os from 'node:os';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
 import { createUser } from '../src/accounts/users.ts';
-import { agentToolName, storedToolName } from '../src/approval/view.ts';
+import { agentToolName, storedToolName } from '../src/core/tool-names.ts';
 import { isLoopback } from '../src/server/metrics-access.ts';
 import { safeNext } from '../src/web/login-pages.ts';
 import { WebClient } from './helpers/browser-less.ts';

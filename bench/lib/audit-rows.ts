@@ -2,7 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { chainHash, GENESIS_HASH, type AuditBody } from '../../src/audit/chain.ts';
 import { EXPORT_COLUMNS } from '../../src/audit/format.ts';
-import type { AuditKind } from '../../src/audit/kinds.ts';
+import type { AuditKind } from '../../src/core/audit-kinds.ts';
 import { copyIn } from './copy.ts';
 
 const TOOLS = [

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import type { AuditLog } from '../audit/log.ts';
+import type { AuditLog } from '../audit/index.ts';
 import type { OidcConfig } from '../config.ts';
 import { Role, UserName, type User } from '../core/identity.ts';
 import { claimAt, type OidcClaims, type OidcRefusal } from './oidc.ts';

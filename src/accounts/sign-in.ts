@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { AuditLog } from '../audit/log.ts';
+import type { AuditLog } from '../audit/index.ts';
 import type { User } from '../core/identity.ts';
 import { limitConcurrency } from '../core/limit.ts';
 import { toCount } from '../db/knex.ts';

@@ -1,9 +1,9 @@
 import path from 'node:path';
 import { InvalidArgumentError } from 'commander';
 import { z } from 'zod';
-import { ApprovalStatus } from '../approval/view.ts';
-import { AuditKind } from '../audit/kinds.ts';
-import { loadProfiles } from '../accounts/profiles.ts';
+import { ApprovalStatus } from '../core/schemas.ts';
+import { AuditKind } from '../core/audit-kinds.ts';
+import { loadProfiles } from '../core/profiles.ts';
 import { Role } from '../core/identity.ts';
 
 /**

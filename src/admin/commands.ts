@@ -1,20 +1,20 @@
 import os from 'node:os';
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import type { BlobStore } from '../connectors/local/blobs.ts';
-import { demoData } from '../connectors/local/demo.ts';
-import { importData, parseImportFile } from '../connectors/local/import.ts';
+import { type BlobStore, demoData, importData, parseImportFile } from '../connectors/index.ts';
 import { migrateLatest } from '../db/migrations.ts';
-import { createApprovals } from '../approval/index.ts';
-import { ApprovalStatus } from '../approval/view.ts';
-import { isDecisionRefusal } from '../approval/decide.ts';
-import { checkpointDeps, verifyDatabase } from '../audit/context.ts';
-import { ExportFilter } from '../audit/export.ts';
-import { describeAnchors } from '../audit/anchors/check.ts';
-import { verifyDatabaseAnchors } from '../audit/anchors/verify-anchors.ts';
-import { exportToFile } from '../audit/export-file.ts';
-import type { AuditInput } from '../audit/chain.ts';
-import { createAuditLog } from '../audit/log.ts';
+import { createApprovals, isDecisionRefusal } from '../approval/index.ts';
+import { ApprovalStatus } from '../core/schemas.ts';
+import {
+  checkpointDeps,
+  verifyDatabase,
+  ExportFilter,
+  describeAnchors,
+  verifyDatabaseAnchors,
+  exportToFile,
+  type AuditInput,
+  createAuditLog,
+} from '../audit/index.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import {
   createAgent,
@@ -23,18 +23,16 @@ import {
   revokeAgent,
   rotateAgentToken,
   updateAgent,
-} from '../accounts/agents.ts';
-import { AppError } from '../core/errors.ts';
-import { loadProfiles } from '../accounts/profiles.ts';
-import { signIn } from '../accounts/sign-in.ts';
-import {
+  signIn,
   changeUser,
   createUser,
   linkIdentity,
   listUsers,
   setUserEmail,
   type UserChange,
-} from '../accounts/users.ts';
+} from '../accounts/index.ts';
+import { loadProfiles } from '../core/profiles.ts';
+import { AppError } from '../core/errors.ts';
 import { AgentName, Role, UserName, type Agent, type User } from '../core/identity.ts';
 import { acceptPins, listPins } from './upstreams.ts';
 

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Knex } from 'knex';
-import { verifyDatabase } from '../audit/context.ts';
+import { verifyDatabase } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import { AppError } from '../core/errors.ts';
 import { isConnectionError, openDatabase, type Database } from '../db/knex.ts';

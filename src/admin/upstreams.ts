@@ -1,8 +1,8 @@
 import type { Knex } from 'knex';
-import { createAuditLog } from '../audit/log.ts';
+import { createAuditLog } from '../audit/index.ts';
 import { announceToolsChanged } from '../cluster/bus.ts';
 import type { Config, UpstreamToolMode } from '../config.ts';
-import { PINS, pinRowFacts, readPins, type PinRow } from '../connectors/mcp/pins.ts';
+import { PINS, pinRowFacts, readPins, type PinRow } from '../connectors/index.ts';
 import { AppError } from '../core/errors.ts';
 import { dialectOf } from '../db/knex.ts';
 

@@ -1,5 +1,5 @@
 import os from 'node:os';
-import type { AuditInput } from '../audit/chain.ts';
+import type { AuditInput } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import { configDigest } from './config-digest.ts';
 import { VERSION } from '../core/version.ts';

@@ -3,7 +3,7 @@ import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import { serveStdio as serveMcpStdio } from '@modelcontextprotocol/server/stdio';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
-import type { AuthFailure } from '../accounts/agents.ts';
+import type { AuthFailure } from '../accounts/index.ts';
 import type { FirstRun } from '../admin/first-run.ts';
 import type { Agent } from '../core/identity.ts';
 import { AppError } from '../core/errors.ts';

@@ -4,21 +4,31 @@ import type { Knex } from 'knex';
 import { startAdminEndpoint } from '../admin/endpoint.ts';
 import { firstRun as seedFirstRun, type FirstRun, type FirstRunDeps } from '../admin/first-run.ts';
 import { createApprovals, type Approvals } from '../approval/index.ts';
-import { createAuditLog, type AuditLog } from '../audit/log.ts';
-import { createRefusals, type Refusals } from '../audit/refusals.ts';
+import {
+  createAuditLog,
+  type AuditLog,
+  createRefusals,
+  type Refusals,
+  checkpointDeps,
+  checkpointIfDue,
+  type CheckpointDeps,
+} from '../audit/index.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { createConnectorSet } from '../connectors/index.ts';
-import { createBridgeConnector } from '../connectors/bridge/client.ts';
-import { createBlobStore, type BlobStore } from '../connectors/local/blobs.ts';
-import { createLocalConnector } from '../connectors/local/store.ts';
-import { fillNameSkeletons } from '../connectors/local/import.ts';
-import { connectUpstream, type Upstream } from '../connectors/mcp/upstream.ts';
-import { createUpstreamPins, type UpstreamPins } from '../connectors/mcp/pins.ts';
+import {
+  createBridgeConnector,
+  createBlobStore,
+  type BlobStore,
+  createLocalConnector,
+  fillNameSkeletons,
+  connectUpstream,
+  type Upstream,
+  createUpstreamPins,
+  type UpstreamPins,
+} from '../connectors/index.ts';
 import type { Database } from '../db/knex.ts';
 import { openWhenReady } from '../db/ready.ts';
 import { sharedValue } from '../db/settings.ts';
-import { checkpointDeps } from '../audit/context.ts';
-import { checkpointIfDue, type CheckpointDeps } from '../audit/checkpoints.ts';
 import { migrateLatest, upToDate } from '../db/migrations.ts';
 import type { Faults } from '../core/faults.ts';
 import { withSpans, type Tracer } from '../core/tracing.ts';
@@ -34,13 +44,13 @@ import {
   createOAuthAgentAuth,
   type Authenticate,
   type OAuthAgents,
-} from '../accounts/agent-cache.ts';
-import { createOAuthVerifier } from '../accounts/oauth.ts';
+  createOAuthVerifier,
+  createRateLimiter,
+} from '../accounts/index.ts';
+import { loadProfiles } from '../core/profiles.ts';
 import { createMemoryStore } from '../tools/memory/store.ts';
 import { createMetrics, type Metrics } from '../server/metrics.ts';
 import { createCallPipeline, type CallPipeline } from '../server/call.ts';
-import { loadProfiles } from '../accounts/profiles.ts';
-import { createRateLimiter } from '../accounts/rate-limit.ts';
 import { tracesUrl } from '../server/tracing.ts';
 import { VERSION } from '../core/version.ts';
 import { startedRow, stoppedRow, type StopReason, type Transport } from './lifecycle.ts';

@@ -12,7 +12,7 @@ import {
   type ApprovalDeps,
 } from './deps.ts';
 import { chain, insertFromGuard, lockingRow, updateFromGuard, withQueued } from './guarded.ts';
-import { changeAndQueue, deliveriesFor } from './notify.ts';
+import { changeAndQueue, deliveriesFor } from './outbox.ts';
 import {
   namedRequestFromDb,
   toView,

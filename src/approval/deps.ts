@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import type { Knex } from 'knex';
-import type { AuditLog } from '../audit/log.ts';
+import type { AuditLog } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import {
   namedRequestFromDb,
@@ -10,7 +10,7 @@ import {
   type NamedRequestRow,
   type RequestRow,
 } from './view.ts';
-import { changeAndQueue, deliveriesFor } from './notify.ts';
+import { changeAndQueue, deliveriesFor } from './outbox.ts';
 
 export interface ApprovalDeps {
   knex: Knex;

@@ -7,7 +7,7 @@ import type { Faults } from '../core/faults.ts';
 import { isUuid } from '../core/ids.ts';
 import type { Agent } from '../core/identity.ts';
 import { approvalRequired, type ExecutionRequest, type Preflight } from './execute.ts';
-import type { Approvals } from './index.ts';
+import type { Approvals } from './approvals.ts';
 import { nextStep, type ApprovalSummary, type Target } from './view.ts';
 
 /** The controls every write tool's input carries. */

@@ -1,49 +1,10 @@
-import type { Logger } from '../log.ts';
-import type { Agent } from '../core/identity.ts';
-import type { User } from '../core/identity.ts';
-import { decide } from './decide.ts';
-import { countByStatus, listForReview, showForReview, type QueueFilter } from './review.ts';
-import type { ApprovalDeps } from './deps.ts';
-import {
-  beginExecution,
-  finishExecution,
-  preflightExecution,
-  readApproval,
-  type ApprovedRow,
-  type ExecutionOutcome,
-  type ExecutionRequest,
-} from './execute.ts';
-import { expireDue, purgeIdempotencyKeys, reconcileStale, type WriteLookup } from './maintenance.ts';
-import { getOwnApproval, listOwnApprovals, requestApproval, type DraftWrite } from './request.ts';
-import type { ApprovalStatus, NamedRequestRow } from './view.ts';
-
-/** The approval module's one face: request, read, decide, execute, expire, reconcile. */
-export function createApprovals(deps: ApprovalDeps) {
-  return {
-    request: (draft: DraftWrite) => requestApproval(deps, draft),
-    getOwn: (agent: Agent, by: { approval_request_id?: string; approval_id?: string }) =>
-      getOwnApproval(deps, agent.id, by),
-    listOwn: (
-      agent: Agent,
-      opts: { status?: ApprovalStatus; limit: number; after?: { t: string; id: string } },
-    ) => listOwnApprovals(deps, agent.id, opts),
-    decide: (opts: { id: string; user: User; decision: 'approve' | 'reject'; note?: string | null }) =>
-      decide(deps, opts),
-    listForReview: (filter: QueueFilter) => listForReview(deps, filter),
-    countByStatus: (filter: Pick<QueueFilter, 'tool' | 'agent'>) => countByStatus(deps, filter),
-    showForReview: (id: string) => showForReview(deps, id),
-    preflight: (req: ExecutionRequest) => preflightExecution(deps, req),
-    readApproval: (approval_id: string) => readApproval(deps, approval_id),
-    beginExecution: (req: ExecutionRequest, early?: Promise<ApprovedRow>) => beginExecution(deps, req, early),
-    finishExecution: (
-      row: NamedRequestRow,
-      outcome: ExecutionOutcome,
-      ctx: { request_id?: string; trace_id?: string; source?: string },
-    ) => finishExecution(deps, row, outcome, ctx),
-    expireDue: () => expireDue(deps),
-    purgeIdempotencyKeys: () => purgeIdempotencyKeys(deps),
-    reconcile: (lookup: WriteLookup, log: Logger) => reconcileStale(deps, lookup, log),
-  };
-}
-
-export type Approvals = ReturnType<typeof createApprovals>;
+/**
+ * The approval module's front door: the only file of approval/ that modules outside it import
+ * (.dependency-cruiser.cjs holds every floor to it). Requests, decisions, the write gate, the
+ * outbox's notices and the views of a request.
+ */
+export { DECISION_CODE, isDecisionRefusal, type DecisionRefusal } from './decide.ts';
+export { runWrite, type PreparedWrite, type WriteResult } from './gate.ts';
+export { noticeWarnings, reviewShowsEverything, showsEverything, targetLine, type Notice } from './outbox.ts';
+export { ApprovalSummary, ApprovalView, Preflight, Target } from './view.ts';
+export { createApprovals, type Approvals } from './approvals.ts';

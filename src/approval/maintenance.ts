@@ -1,5 +1,5 @@
 import type { Logger } from '../log.ts';
-import { findLocalWrite } from '../connectors/local/send.ts';
+import { findLocalWrite } from '../connectors/index.ts';
 import { retryingTransaction } from '../db/retry.ts';
 import { AGENT_NAME_OF_R, expireRows, type ApprovalDeps } from './deps.ts';
 import { finishIn, type ExecutionOutcome } from './execute.ts';

@@ -12,12 +12,13 @@ import {
   viewsOf,
   type ApprovalDeps,
 } from './deps.ts';
-import { requestFromDb, toView, type ApprovalStatus, type ApprovalView, type Target } from './view.ts';
+import type { ApprovalStatus } from '../core/schemas.ts';
+import { requestFromDb, toView, type ApprovalView, type Target } from './view.ts';
 import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
 import { retryingTransaction } from '../db/retry.ts';
 import { insertFromGuard, withQueued } from './guarded.ts';
-import { changeAndQueue, deliveriesFor } from './notify.ts';
+import { changeAndQueue, deliveriesFor } from './outbox.ts';
 
 export interface DraftWrite {
   agent: Agent;

@@ -1,6 +1,7 @@
 import { toCount } from '../db/knex.ts';
 import { loadRow, viewOf, viewsOf, type ApprovalDeps } from './deps.ts';
-import { requestFromDb, type ApprovalStatus } from './view.ts';
+import type { ApprovalStatus } from '../core/schemas.ts';
+import { requestFromDb } from './view.ts';
 import { isUuid } from '../core/ids.ts';
 
 export interface QueueFilter {

@@ -1,7 +1,7 @@
 import { hash } from 'node:crypto';
 import { z } from 'zod';
 import { canonicalPicker } from './canonical.ts';
-import { AuditKind, AuditResult } from './kinds.ts';
+import { AuditKind, AuditResult } from '../core/audit-kinds.ts';
 
 export const GENESIS_HASH = '0'.repeat(64);
 

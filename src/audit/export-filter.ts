@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AuditKind, AuditResult } from './kinds.ts';
+import { AuditKind, AuditResult } from '../core/audit-kinds.ts';
 
 /** Which rows an export holds (every row when empty). */
 export const ExportFilter = z.strictObject({

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import { AuditRowFromDb, rowFromDb, type AuditRow } from './chain.ts';
-import { AuditKind, AuditResult } from './kinds.ts';
+import { AuditKind, AuditResult } from '../core/audit-kinds.ts';
 
 export const AuditQuery = z.object({
   since: z.iso.datetime({ offset: true }).optional(),

@@ -1,58 +1,24 @@
-import { z } from 'zod';
-import { AppError } from '../core/errors.ts';
-import { withSpans, type Tracer } from '../core/tracing.ts';
-import type { Connector } from './types.ts';
-
-/** `source_preference` values: the contract's, plus `local` (the built-in store). */
-export const SourcePreference = z.enum(['auto', 'local', 'bridge', 'local_readonly', 'uia', 'network']);
-export type SourcePreference = z.infer<typeof SourcePreference>;
-
-export interface ConnectorSet {
-  /** The connector for a preference; `auto` is the configured default. */
-  pick(preference: SourcePreference): Connector;
-}
-
-/** A span per connector call, `connector.<method>`: the time spent in the store, the bridge or the messenger. */
-const CONNECTOR_SPANS = {
-  searchContacts: 'connector.searchContacts',
-  searchGroups: 'connector.searchGroups',
-  getConversation: 'connector.getConversation',
-  findConversationsByName: 'connector.findConversationsByName',
-  listMessages: 'connector.listMessages',
-  listFiles: 'connector.listFiles',
-  resolveTarget: 'connector.resolveTarget',
-  sendMessage: 'connector.sendMessage',
-  sendFile: 'connector.sendFile',
-  findWrite: 'connector.findWrite',
-  openFile: 'connector.openFile',
-} satisfies Record<Exclude<keyof Connector, 'source'>, string>;
-
-/** The connectors, each call in a span when a tracer is given (tracing on); untouched otherwise. */
-export function createConnectorSet(
-  connectors: Record<string, Connector>,
-  defaultName: string,
-  tracer?: Tracer,
-): ConnectorSet {
-  const byName = tracer
-    ? Object.fromEntries(
-        Object.entries(connectors).map(([name, c]) => [
-          name,
-          withSpans(c, tracer, CONNECTOR_SPANS, { 'countersign.connector.source': c.source }),
-        ]),
-      )
-    : connectors;
-  return {
-    pick(preference) {
-      const name = preference === 'auto' ? defaultName : preference;
-      const connector = byName[name];
-      if (!connector) {
-        throw new AppError(
-          'SOURCE_UNAVAILABLE',
-          `source "${preference}" is not configured on this server (configured: ${Object.keys(byName).join(', ')})`,
-          'source_not_configured',
-        );
-      }
-      return connector;
-    },
-  };
-}
+/**
+ * The connectors' front door: the only file of connectors/ that modules outside it import
+ * (.dependency-cruiser.cjs holds every floor to it). The local store, the bridge, upstream MCP
+ * servers and the set that picks one per call.
+ */
+export { createBridgeConnector } from './bridge/client.ts';
+export { createBlobStore, type BlobStore } from './local/blobs.ts';
+export { demoData } from './local/demo.ts';
+export { fillNameSkeletons, importData, parseImportFile, type ImportSummary } from './local/import.ts';
+export { findLocalWrite } from './local/send.ts';
+export { createLocalConnector } from './local/store.ts';
+export {
+  PINS,
+  createUpstreamPins,
+  exposedName,
+  pinRowFacts,
+  readPins,
+  type PinRow,
+  type UpstreamPins,
+} from './mcp/pins.ts';
+export { upstreamValidator } from './mcp/schemas.ts';
+export { connectUpstream, errorText, type Upstream, type UpstreamTool } from './mcp/upstream.ts';
+export type { Connector, FileRecord, ResolvedTarget } from './types.ts';
+export { createConnectorSet, SourcePreference, type ConnectorSet } from './set.ts';

@@ -23,3 +23,16 @@ export const Facet = z.enum([
   'upstream_write',
 ]);
 export type Facet = z.infer<typeof Facet>;
+
+/** Where an approval request stands, from its draft to its write's outcome (docs/design.md). */
+export const ApprovalStatus = z.enum([
+  'pending',
+  'approved',
+  'executing',
+  'succeeded',
+  'failed',
+  'unknown',
+  'rejected',
+  'expired',
+]);
+export type ApprovalStatus = z.infer<typeof ApprovalStatus>;

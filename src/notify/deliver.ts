@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import type { Notice } from '../approval/notify.ts';
-import type { AuditLog } from '../audit/log.ts';
+import type { Notice } from '../approval/index.ts';
+import type { AuditLog } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 

@@ -1,5 +1,5 @@
 import nodemailer from 'nodemailer';
-import { noticeWarnings, showsEverything, targetLine, type Notice } from '../approval/notify.ts';
+import { noticeWarnings, showsEverything, targetLine, type Notice } from '../approval/index.ts';
 import { marked } from '../core/visible.ts';
 import type { EmailConfig } from '../config.ts';
 

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { AuditLog } from '../audit/log.ts';
+import type { AuditLog } from '../audit/index.ts';
 import type { Leadership } from '../cluster/leadership.ts';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';

@@ -1,4 +1,4 @@
-import { noticeWarnings, showsEverything, targetLine, type Notice } from '../approval/notify.ts';
+import { noticeWarnings, showsEverything, targetLine, type Notice } from '../approval/index.ts';
 import { marked } from '../core/visible.ts';
 
 /**

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import type { Notice } from '../approval/notify.ts';
+import type { Notice } from '../approval/index.ts';
 import type { SlackConfig } from '../config.ts';
 import type { Send } from './deliver.ts';
 import {

@@ -1,5 +1,5 @@
 import { createHmac } from 'node:crypto';
-import type { Notice } from '../approval/notify.ts';
+import type { Notice } from '../approval/index.ts';
 import { marked } from '../core/visible.ts';
 import { esc } from './slack-blocks.ts';
 

@@ -3,13 +3,11 @@ import canonicalize from 'canonicalize';
 import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import type { z } from 'zod';
-import { runWrite } from '../approval/gate.ts';
+import { runWrite } from '../approval/index.ts';
 import type { Approvals } from '../approval/index.ts';
-import type { AuditLog } from '../audit/log.ts';
+import type { AuditLog } from '../audit/index.ts';
 import type { Config } from '../config.ts';
-import type { ConnectorSet } from '../connectors/index.ts';
-import type { BlobStore } from '../connectors/local/blobs.ts';
-import type { Upstream } from '../connectors/mcp/upstream.ts';
+import type { ConnectorSet, BlobStore, Upstream } from '../connectors/index.ts';
 import { AppError, toolCodeOf, type AuditErrorCode } from '../core/errors.ts';
 import type { Faults } from '../core/faults.ts';
 import type { Agent } from '../core/identity.ts';
@@ -25,8 +23,8 @@ import type { AnswerHold } from './call-context.ts';
 import { createCatalogue, type Catalogue } from './catalogue.ts';
 import { isOverrun, withDeadline } from './deadline.ts';
 import type { Metrics } from './metrics.ts';
-import type { Profile } from '../accounts/profiles.ts';
-import type { RateLimiter } from '../accounts/rate-limit.ts';
+import type { RateLimiter } from '../accounts/index.ts';
+import type { Profile } from '../core/profiles.ts';
 import { failIfToolError } from './tracing.ts';
 
 /*

@@ -1,12 +1,12 @@
 import type { Tool } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { Config } from '../config.ts';
-import type { Upstream } from '../connectors/mcp/upstream.ts';
+import type { Upstream } from '../connectors/index.ts';
 import type { Logger } from '../log.ts';
 import { envelopeSchema } from '../tools/envelope.ts';
 import type { AnyToolDef } from '../tools/types.ts';
 import { upstreamToolDefs } from '../tools/upstream.ts';
-import type { Profile } from '../accounts/profiles.ts';
+import type { Profile } from '../core/profiles.ts';
 
 /** What a tool name stands for right now. */
 export type Entry =

@@ -12,14 +12,18 @@ import {
   validateOriginHeader,
 } from '@modelcontextprotocol/server';
 import type { ClusterBus } from '../cluster/bus.ts';
-import type { AuditLog } from '../audit/log.ts';
-import type { Refusals } from '../audit/refusals.ts';
+import type { AuditLog, Refusals } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import { outageOf } from '../db/outage.ts';
 import type { Logger } from '../log.ts';
 import type { Agent } from '../core/identity.ts';
-import { looksLikeJwt, OAUTH_FAILURE_DETAIL, OAuthFailure } from '../accounts/oauth.ts';
-import type { Authenticate, OAuthAgents } from '../accounts/agent-cache.ts';
+import {
+  looksLikeJwt,
+  OAUTH_FAILURE_DETAIL,
+  OAuthFailure,
+  type Authenticate,
+  type OAuthAgents,
+} from '../accounts/index.ts';
 import { answerPlainRequest, ServerPool } from './json-exchange.ts';
 import { readJsonBody } from './json-body.ts';
 import { sendProblem, type Problem } from '../core/problem.ts';

@@ -1,13 +1,11 @@
 import type { Tool } from '@modelcontextprotocol/server';
 import type { z } from 'zod';
-import type { PreparedWrite } from '../approval/gate.ts';
-import type { Approvals } from '../approval/index.ts';
+import type { PreparedWrite, Approvals } from '../approval/index.ts';
 import type { Config } from '../config.ts';
-import type { ConnectorSet } from '../connectors/index.ts';
-import type { BlobStore } from '../connectors/local/blobs.ts';
+import type { ConnectorSet, BlobStore } from '../connectors/index.ts';
 import type { Agent } from '../core/identity.ts';
 import type { Facet } from '../core/schemas.ts';
-export type { PreparedWrite, WriteResult } from '../approval/gate.ts';
+export type { PreparedWrite, WriteResult } from '../approval/index.ts';
 import type { MemoryStore } from './memory/store.ts';
 import type { CursorCodec } from './cursor.ts';
 

@@ -1,10 +1,14 @@
 import type { Tool, JsonSchemaType } from '@modelcontextprotocol/server';
 import { z } from 'zod';
-import { Target } from '../approval/view.ts';
+import { Target } from '../approval/index.ts';
 import type { UpstreamToolMode } from '../config.ts';
-import { errorText, type Upstream, type UpstreamTool } from '../connectors/mcp/upstream.ts';
-import { upstreamValidator } from '../connectors/mcp/schemas.ts';
-import { exposedName } from '../connectors/mcp/pins.ts';
+import {
+  errorText,
+  type Upstream,
+  type UpstreamTool,
+  upstreamValidator,
+  exposedName,
+} from '../connectors/index.ts';
 import type { Logger } from '../log.ts';
 import { AppError } from '../core/errors.ts';
 import type { AnyToolDef, ReadToolDef, WriteToolDef } from './types.ts';

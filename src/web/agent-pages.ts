@@ -1,6 +1,6 @@
 import type { Response, Router } from 'express';
 import { z } from 'zod';
-import { loadProfiles } from '../accounts/profiles.ts';
+import { loadProfiles } from '../core/profiles.ts';
 import {
   formOf,
   listUsers,

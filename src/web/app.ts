@@ -3,11 +3,9 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import helmet from 'helmet';
 import type { Knex } from 'knex';
 import type { Approvals } from '../approval/index.ts';
-import type { CheckpointDeps } from '../audit/checkpoints.ts';
-import type { AuditLog } from '../audit/log.ts';
-import type { Refusals } from '../audit/refusals.ts';
+import type { CheckpointDeps, AuditLog, Refusals } from '../audit/index.ts';
 import type { Config } from '../config.ts';
-import type { BlobStore } from '../connectors/local/blobs.ts';
+import type { BlobStore } from '../connectors/index.ts';
 import type { Logger } from '../log.ts';
 import { ROOT } from '../core/paths.ts';
 import { hostGuard } from '../server/http.ts';

@@ -1,14 +1,14 @@
 import fs from 'node:fs';
 import type { Response, Router } from 'express';
-import { isDecisionRefusal } from '../approval/decide.ts';
+import { isDecisionRefusal, type Approvals } from '../approval/index.ts';
+import { ApprovalStatus } from '../core/schemas.ts';
 import { HTTP_STATUS } from '../core/errors.ts';
 import { countHiddenIn } from '../core/visible.ts';
-import type { Approvals } from '../approval/index.ts';
-import { ApprovalStatus, storedToolName, withAgentToolName } from '../approval/view.ts';
 import type { Config } from '../config.ts';
-import type { BlobStore } from '../connectors/local/blobs.ts';
+import type { BlobStore } from '../connectors/index.ts';
 import { duration, type PageKit } from './kit.ts';
 import type { WebSession } from './sessions.ts';
+import { storedToolName, withAgentToolName } from '../core/tool-names.ts';
 
 const PAGE_SIZE = 25;
 const PREVIEW_BYTES = 64 * 1024;

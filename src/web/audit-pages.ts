@@ -3,12 +3,19 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { NextFunction, Request, RequestHandler, Response, Router } from 'express';
 import type { Knex } from 'knex';
-import { latestCheckpoint, type CheckpointDeps } from '../audit/checkpoints.ts';
-import { verifyDatabase } from '../audit/context.ts';
-import { isNothingToExport, type Manifest } from '../audit/export.ts';
-import { exportToFile } from '../audit/export-file.ts';
-import { AuditKind } from '../audit/kinds.ts';
-import { auditRow, AuditQuery, headSeq, queryAudit } from '../audit/query.ts';
+import {
+  latestCheckpoint,
+  type CheckpointDeps,
+  verifyDatabase,
+  isNothingToExport,
+  type Manifest,
+  exportToFile,
+  auditRow,
+  AuditQuery,
+  headSeq,
+  queryAudit,
+} from '../audit/index.ts';
+import { AuditKind } from '../core/audit-kinds.ts';
 import type { Config } from '../config.ts';
 import { HTTP_STATUS, isAppError } from '../core/errors.ts';
 import type { PageKit } from './kit.ts';

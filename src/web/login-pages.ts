@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import type { CookieOptions, Response, Router } from 'express';
 import type { Knex } from 'knex';
-import { signIn } from '../accounts/sign-in.ts';
-import type { AuditLog } from '../audit/log.ts';
+import { signIn } from '../accounts/index.ts';
+import type { AuditLog } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import type { PageKit } from './kit.ts';
 import { readCookies, SESSION_COOKIE, tokensMatch, type SessionStore } from './sessions.ts';

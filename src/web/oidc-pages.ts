@@ -8,11 +8,13 @@ import {
   OidcAttempt,
   type OidcClient,
   type OidcRefusal,
-} from '../accounts/oidc.ts';
-import { identityOf, signInWithOidc } from '../accounts/oidc-users.ts';
-import { releaseAttempt, reserveAttempt, SIGN_IN_WINDOW_MINUTES } from '../accounts/sign-in.ts';
-import type { AuditLog } from '../audit/log.ts';
-import type { Refusals } from '../audit/refusals.ts';
+  identityOf,
+  signInWithOidc,
+  releaseAttempt,
+  reserveAttempt,
+  SIGN_IN_WINDOW_MINUTES,
+} from '../accounts/index.ts';
+import type { AuditLog, Refusals } from '../audit/index.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { sharedValue } from '../db/settings.ts';
 import type { Logger } from '../log.ts';

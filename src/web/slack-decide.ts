@@ -1,10 +1,13 @@
 import type { Knex } from 'knex';
-import { reviewShowsEverything } from '../approval/notify.ts';
+import {
+  reviewShowsEverything,
+  DECISION_CODE,
+  isDecisionRefusal,
+  type DecisionRefusal,
+} from '../approval/index.ts';
 import { z } from 'zod';
-import { DECISION_CODE, isDecisionRefusal, type DecisionRefusal } from '../approval/decide.ts';
 import type { Approvals } from '../approval/index.ts';
-import type { AuditLog } from '../audit/log.ts';
-import type { Refusals } from '../audit/refusals.ts';
+import type { AuditLog, Refusals } from '../audit/index.ts';
 import type { Config, SlackConfig } from '../config.ts';
 import type { User } from '../core/identity.ts';
 import { isUuid } from '../core/ids.ts';

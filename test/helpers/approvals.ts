@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import type { Approvals } from '../../src/approval/index.ts';
+import type { Approvals } from '../../src/approval/approvals.ts';
 import type { User } from '../../src/core/identity.ts';
 import { runCli } from './cli.ts';
 import type { Envelope } from './server.ts';

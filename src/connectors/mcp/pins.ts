@@ -1,7 +1,6 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import type { AuditInput } from '../../audit/chain.ts';
-import type { AuditLog } from '../../audit/log.ts';
+import type { AuditInput, AuditLog } from '../../audit/index.ts';
 import type { Logger } from '../../log.ts';
 
 /**

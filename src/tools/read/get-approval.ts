@@ -1,7 +1,8 @@
 import { z } from 'zod';
-import { ApprovalView, withAgentToolName } from '../../approval/view.ts';
+import { ApprovalView } from '../../approval/index.ts';
 import { AppError } from '../../core/errors.ts';
 import type { ReadToolDef } from '../types.ts';
+import { withAgentToolName } from '../../core/tool-names.ts';
 
 const input = z
   .strictObject({

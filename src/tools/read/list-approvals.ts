@@ -1,7 +1,9 @@
 import { z } from 'zod';
-import { ApprovalStatus, ApprovalView, withAgentToolName } from '../../approval/view.ts';
+import { ApprovalView } from '../../approval/index.ts';
+import { ApprovalStatus } from '../../core/schemas.ts';
 import { cursorParam, limitParam } from '../params.ts';
 import type { ReadToolDef } from '../types.ts';
+import { withAgentToolName } from '../../core/tool-names.ts';
 
 const input = z.strictObject({
   status: ApprovalStatus.optional().describe('Only requests in this state.'),

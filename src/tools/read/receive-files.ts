@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
-import type { FileRecord } from '../../connectors/types.ts';
+import type { FileRecord } from '../../connectors/index.ts';
 import { AppError } from '../../core/errors.ts';
 import { resolveInside, safeFileName } from '../paths.ts';
 import { cursorParam, idParam, limitParam, sourceField, sourcePreferenceParam } from '../params.ts';

@@ -1,11 +1,11 @@
 import { z } from 'zod';
-import { ApprovalSummary, Preflight, Target } from '../../approval/view.ts';
+import { ApprovalSummary, Preflight, Target } from '../../approval/index.ts';
 import { SourcePreference } from '../../connectors/index.ts';
 import { MessageTargetType } from '../../core/schemas.ts';
 import { AppError } from '../../core/errors.ts';
 import { countHidden, marked, mixesScripts, scriptsOf } from '../../core/visible.ts';
 import type { Config } from '../../config.ts';
-import type { Connector, ResolvedTarget } from '../../connectors/types.ts';
+import type { Connector, ResolvedTarget } from '../../connectors/index.ts';
 import type { WriteResult } from '../types.ts';
 
 /** The inputs every write tool shares: the target, the gate's controls and the source. */

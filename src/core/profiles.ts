@@ -1,9 +1,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
-import { Facet } from '../core/schemas.ts';
-import { AppError, isAppError } from '../core/errors.ts';
-import { ROOT } from '../core/paths.ts';
+import { Facet } from './schemas.ts';
+import { AppError, isAppError } from './errors.ts';
+import { ROOT } from './paths.ts';
 
 export const FACETS = Facet.options;
 

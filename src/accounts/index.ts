@@ -1,0 +1,27 @@
+/**
+ * The accounts' front door: the only file of accounts/ that modules outside it import
+ * (.dependency-cruiser.cjs holds every floor to it). Agents and their tokens, profiles and call
+ * limits, users, sign-in and single sign-on.
+ */
+export { createAgentAuth, createOAuthAgentAuth, type Authenticate, type OAuthAgents } from './agent-cache.ts';
+export {
+  createAgent,
+  listAgents,
+  ownerNamed,
+  revokeAgent,
+  rotateAgentToken,
+  updateAgent,
+  type AuthFailure,
+} from './agents.ts';
+export { OAUTH_FAILURE_DETAIL, OAuthFailure, createOAuthVerifier, looksLikeJwt } from './oauth.ts';
+export { identityOf, signInWithOidc } from './oidc-users.ts';
+export {
+  OIDC_FAILURE_PAGE,
+  OidcAttempt,
+  createOidcClient,
+  type OidcClient,
+  type OidcRefusal,
+} from './oidc.ts';
+export { createRateLimiter, type RateLimiter } from './rate-limit.ts';
+export { SIGN_IN_WINDOW_MINUTES, releaseAttempt, reserveAttempt, signIn } from './sign-in.ts';
+export { changeUser, createUser, linkIdentity, listUsers, setUserEmail, type UserChange } from './users.ts';
