@@ -342,11 +342,15 @@ async function linkCommand(deps: AdminDeps, cmd: Command<'user.link'>) {
   });
 }
 
+/** The refusal of a command naming an agent that does not exist or is revoked. */
+const noActiveAgent = (name: string) =>
+  new AppError('NOT_FOUND', `no active agent named "${name}"`, 'unknown_agent');
+
 /** A new token for an agent; the change and its audit row commit together. */
 async function rotateCommand(deps: AdminDeps, cmd: Command<'agent.rotate'>) {
   return audited(deps, async (trx, audit) => {
     const rotated = await rotateAgentToken(trx, cmd.name);
-    if (!rotated) throw new AppError('NOT_FOUND', `no active agent named "${cmd.name}"`, 'unknown_agent');
+    if (!rotated) throw noActiveAgent(cmd.name);
     await audit({
       kind: 'agent.token_rotated',
       actor: cmd.actor,
@@ -396,7 +400,7 @@ const HANDLERS = {
     return audited(deps, async (trx, audit) => {
       const before = (await trx('agents').where({ name }).forUpdate().first()) as
         (Agent & { owner_unresolved: string | null }) | undefined;
-      if (!before) throw new AppError('NOT_FOUND', `no agent named "${name}"`);
+      if (!before) throw new AppError('NOT_FOUND', `no agent named "${name}"`, 'unknown_agent');
       // undefined: the owner stays; null: no owner from now on.
       const newOwner = typeof owner === 'string' ? await ownerNamed(trx, owner) : owner;
       await updateAgent(trx, name, { ...change, owner_id: newOwner && newOwner.id });
@@ -422,8 +426,7 @@ const HANDLERS = {
     audited(deps, async (trx, audit) => {
       const agent = (await trx('agents').where({ name: cmd.name }).whereNull('revoked_at').first()) as
         Agent | undefined;
-      if (!agent || !(await revokeAgent(trx, cmd.name)))
-        throw new AppError('NOT_FOUND', `no active agent named "${cmd.name}"`);
+      if (!agent || !(await revokeAgent(trx, cmd.name))) throw noActiveAgent(cmd.name);
       await audit({
         kind: 'agent.revoked',
         actor: cmd.actor,

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import type { z } from 'zod';
+import type { AuditFacts } from '../core/audit-kinds.ts';
 import { AppError } from '../core/errors.ts';
 import { outageOf } from '../db/outage.ts';
 import type { Faults } from '../core/faults.ts';
@@ -93,16 +94,8 @@ export interface GateContext {
 /** The audit facts of a write and the tool's own output fields. */
 export interface GateOutcome {
   data: Record<string, unknown>;
-  audit: {
-    source: string;
-    target_type: string;
-    target_ref: string;
-    dry_run: boolean;
-    content_sha256: string;
-    file_sha256: string | null;
-    approval_id?: string | null;
-    details: Record<string, unknown>;
-  };
+  /** Every fact a write reports, approval_id once there is one. */
+  audit: AuditFacts & Required<Omit<AuditFacts, 'approval_id'>>;
 }
 
 /** One write moving through the gate: what is written, its hash, and the audit facts every row repeats. */

@@ -8,6 +8,7 @@ import type { Approvals } from '../approval/index.ts';
 import type { AuditLog } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet, BlobStore, Upstream } from '../connectors/index.ts';
+import { factColumns } from '../core/audit-kinds.ts';
 import { AppError, toolCodeOf, type AuditErrorCode } from '../core/errors.ts';
 import type { Faults } from '../core/faults.ts';
 import type { Agent } from '../core/identity.ts';
@@ -456,13 +457,7 @@ async function record(deps: CallDeps, call: Call, settled: Settled): Promise<Cal
         ...(failure ? { reason: failure.reason ?? null } : {}),
         ...facts.details,
       },
-      source: facts.source ?? null,
-      target_type: facts.target_type ?? null,
-      target_ref: facts.target_ref ?? null,
-      approval_id: facts.approval_id ?? null,
-      dry_run: facts.dry_run ?? false,
-      content_sha256: facts.content_sha256 ?? null,
-      file_sha256: facts.file_sha256 ?? null,
+      ...factColumns(facts),
       result: failure ? 'error' : 'ok',
       error_code: failure ? toolCodeOf(failure) : null,
     },

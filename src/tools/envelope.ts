@@ -1,5 +1,6 @@
 import type { CallToolResult } from '@modelcontextprotocol/server';
 import { z } from 'zod';
+import { factColumns } from '../core/audit-kinds.ts';
 import { ErrorCode, toolCodeOf, type AppError } from '../core/errors.ts';
 import type { ToolOutcome } from './types.ts';
 
@@ -73,18 +74,19 @@ export type Settled =
  * structuredContent and the same JSON as text; `isError` exactly when `ok` is false.
  */
 export function toCallResult(call: CallFacts, settled: Settled): CallToolResult {
-  const facts = settled.outcome?.audit ?? {};
+  const facts = factColumns(settled.outcome?.audit ?? {});
+  // In the envelope's own order (test/__snapshots__), from the same columns as the row.
   const audit: AuditBlock = {
     tool: call.tool,
     request_id: call.request_id,
     trace_id: call.trace_id,
-    source: facts.source ?? null,
+    source: facts.source,
     operator_id: call.operator_id,
-    approval_id: facts.approval_id ?? null,
-    dry_run: facts.dry_run ?? false,
-    target_ref: facts.target_ref ?? null,
-    content_sha256: facts.content_sha256 ?? null,
-    file_sha256: facts.file_sha256 ?? null,
+    approval_id: facts.approval_id,
+    dry_run: facts.dry_run,
+    target_ref: facts.target_ref,
+    content_sha256: facts.content_sha256,
+    file_sha256: facts.file_sha256,
     started_at: call.started.toISOString(),
     finished_at: new Date().toISOString(),
     result: settled.failure ? 'error' : 'ok',

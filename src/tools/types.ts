@@ -1,5 +1,6 @@
 import type { Tool } from '@modelcontextprotocol/server';
 import type { z } from 'zod';
+import type { AuditFacts } from '../core/audit-kinds.ts';
 import type { PreparedWrite, Approvals } from '../approval/index.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet, BlobStore } from '../connectors/index.ts';
@@ -44,16 +45,7 @@ export interface ToolOutcome<T> {
   /** `empty` when a read found nothing. */
   empty?: boolean;
   next_cursor?: string | null;
-  audit?: {
-    source?: string;
-    target_type?: string | null;
-    target_ref?: string | null;
-    dry_run?: boolean;
-    content_sha256?: string | null;
-    file_sha256?: string | null;
-    approval_id?: string | null;
-    details?: Record<string, unknown>;
-  };
+  audit?: AuditFacts;
 }
 
 interface ToolBase<I extends z.ZodObject, O extends z.ZodObject> {

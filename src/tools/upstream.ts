@@ -1,6 +1,5 @@
 import type { Tool, JsonSchemaType } from '@modelcontextprotocol/server';
 import { z } from 'zod';
-import { Target } from '../approval/index.ts';
 import type { UpstreamToolMode } from '../config.ts';
 import {
   errorText,
@@ -12,7 +11,7 @@ import {
 import type { Logger } from '../log.ts';
 import { AppError } from '../core/errors.ts';
 import type { AnyToolDef, ReadToolDef, WriteToolDef } from './types.ts';
-import { writeControlParams, writeOutputFields } from './write/controls.ts';
+import { writeControlParams, writeOutput, writeOutputFields } from './write/controls.ts';
 
 /** MCP tool names: letters, digits, `_`, `-`, `.`; at most 128 characters. */
 const TOOL_NAME = /^[A-Za-z0-9_.-]{1,128}$/;
@@ -33,13 +32,8 @@ const UpstreamResult = z.object({
 
 const readOutput = UpstreamResult;
 
-const writeOutput = z.object({
-  dry_run: writeOutputFields.dry_run,
-  send_status: writeOutputFields.send_status,
-  target: Target,
-  content_sha256: writeOutputFields.content_sha256,
-  approval: writeOutputFields.approval,
-  preflight: writeOutputFields.preflight,
+const upstreamWriteOutput = z.object({
+  ...writeOutputFields,
   call: z
     .object({
       upstream: z.string(),
@@ -166,7 +160,7 @@ function writeTool(
   upstream: Upstream,
   name: string,
   u: UpstreamTool,
-): WriteToolDef<z.ZodObject, typeof writeOutput> {
+): WriteToolDef<z.ZodObject, typeof upstreamWriteOutput> {
   const t = u.tool;
   return {
     name,
@@ -175,7 +169,7 @@ function writeTool(
     facet: 'upstream_write',
     kind: 'write',
     input: inputFor(t.inputSchema, true) as unknown as z.ZodObject,
-    output: writeOutput,
+    output: upstreamWriteOutput,
     listing: {
       inputSchema: {
         ...t.inputSchema,
@@ -216,12 +210,7 @@ function writeTool(
         // No key reaches the upstream (MCP has none): the gate consumes the approval before this runs, once.
         perform: () => callThrough(upstream, t.name, callArgs, ctx.signal),
         present: (r) => ({
-          dry_run: r.dry_run,
-          send_status: r.send_status,
-          target,
-          content_sha256: r.content_sha256,
-          approval: r.approval,
-          preflight: r.preflight ?? null,
+          ...writeOutput(r, target),
           call,
           result: (r.result as z.infer<typeof UpstreamResult> | null) ?? null,
         }),

@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { cursorParam, limitParam, queryText, sourceField, sourcePreferenceParam } from '../params.ts';
+import { cursorParam, limitParam, queryText, sourcePreferenceParam } from '../params.ts';
+import { directoryEntryFields, directoryPage } from './directory.ts';
 import type { ReadToolDef } from '../types.ts';
 
 const input = z.strictObject({
@@ -17,9 +18,7 @@ const Contact = z.object({
   department: z.string().nullable(),
   title: z.string().nullable(),
   active: z.boolean(),
-  source: sourceField,
-  confidence: z.number(),
-  raw_ref: z.string(),
+  ...directoryEntryFields,
 });
 
 const output = z.object({ contacts: z.array(Contact) });
@@ -34,22 +33,19 @@ export const searchContacts = {
   kind: 'read',
   input,
   output,
-  async handler(args, ctx) {
-    const connector = ctx.connectors.pick(args.source_preference);
-    const query = { query: args.query, include_inactive: args.include_inactive, source: connector.source };
-    const page = await ctx.cursors.page('search_contacts', query, args.cursor, (after) =>
-      connector.searchContacts({
-        query: args.query,
-        includeInactive: args.include_inactive,
-        limit: args.limit,
-        after,
-      }),
-    );
-    return {
-      data: { contacts: page.items.map((c) => ({ ...c, source: connector.source })) },
-      empty: page.items.length === 0,
-      next_cursor: page.next_cursor,
-      audit: { source: connector.source, details: { count: page.items.length } },
-    };
-  },
+  handler: (args, ctx) =>
+    directoryPage(ctx, {
+      tool: 'search_contacts',
+      key: 'contacts',
+      preference: args.source_preference,
+      query: { query: args.query, include_inactive: args.include_inactive },
+      cursor: args.cursor,
+      fetch: (connector, after) =>
+        connector.searchContacts({
+          query: args.query,
+          includeInactive: args.include_inactive,
+          limit: args.limit,
+          after,
+        }),
+    }),
 } satisfies ReadToolDef<typeof input, typeof output>;

@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { cursorParam, limitParam, queryText, sourceField, sourcePreferenceParam } from '../params.ts';
+import { cursorParam, limitParam, queryText, sourcePreferenceParam } from '../params.ts';
+import { directoryEntryFields, directoryPage } from './directory.ts';
 import type { ReadToolDef } from '../types.ts';
 
 const input = z.strictObject({
@@ -18,9 +19,7 @@ const Group = z.object({
   member_count: z.number().int().nullable(),
   owner_ref: z.string().nullable(),
   archived: z.boolean(),
-  source: sourceField,
-  confidence: z.number(),
-  raw_ref: z.string(),
+  ...directoryEntryFields,
 });
 
 const output = z.object({ groups: z.array(Group) });
@@ -35,24 +34,22 @@ export const searchGroups = {
   kind: 'read',
   input,
   output,
-  async handler(args, ctx) {
-    const connector = ctx.connectors.pick(args.source_preference);
+  handler(args, ctx) {
     // No query: every group (the empty key matches every name, ranked alike, so ordered by name).
     const text = args.query ?? '';
-    const query = { query: text, include_archived: args.include_archived, source: connector.source };
-    const page = await ctx.cursors.page('search_groups', query, args.cursor, (after) =>
-      connector.searchGroups({
-        query: text,
-        includeArchived: args.include_archived,
-        limit: args.limit,
-        after,
-      }),
-    );
-    return {
-      data: { groups: page.items.map((g) => ({ ...g, source: connector.source })) },
-      empty: page.items.length === 0,
-      next_cursor: page.next_cursor,
-      audit: { source: connector.source, details: { count: page.items.length } },
-    };
+    return directoryPage(ctx, {
+      tool: 'search_groups',
+      key: 'groups',
+      preference: args.source_preference,
+      query: { query: text, include_archived: args.include_archived },
+      cursor: args.cursor,
+      fetch: (connector, after) =>
+        connector.searchGroups({
+          query: text,
+          includeArchived: args.include_archived,
+          limit: args.limit,
+          after,
+        }),
+    });
   },
 } satisfies ReadToolDef<typeof input, typeof output>;

@@ -54,8 +54,8 @@ export const writeOutputFields = {
   ),
 };
 
-/** The output fields every write tool fills the same way from the gate's result. */
-export function writeOutput(r: WriteResult, target: ResolvedTarget) {
+/** The output fields every write tool fills the same way from the gate's result (writeOutputFields). */
+export function writeOutput(r: WriteResult, target: ResolvedTarget | z.infer<typeof Target>) {
   return {
     dry_run: r.dry_run,
     send_status: r.send_status,
@@ -63,9 +63,11 @@ export function writeOutput(r: WriteResult, target: ResolvedTarget) {
     content_sha256: r.content_sha256,
     approval: r.approval,
     preflight: r.preflight ?? null,
-    message_ref: (r.result?.message_ref as string | undefined) ?? null,
   };
 }
+
+/** Where the messenger put a message once sent (send_message, send_file), else null. */
+export const messageRefOf = (r: WriteResult) => (r.result?.message_ref as string | undefined) ?? null;
 
 /**
  * Names, ids and paths are never shown with characters a person cannot see or that reorder what they

@@ -9,6 +9,7 @@ import {
   resolveWriteTarget,
   refuseHiddenText,
   writeControlParams,
+  messageRefOf,
   writeOutput,
   writeOutputFields,
   writeTargetParams,
@@ -128,6 +129,7 @@ export const sendFile = {
       },
       present: (r) => ({
         ...writeOutput(r, target),
+        message_ref: messageRefOf(r),
         file_ref: (r.result?.file_ref as string | undefined) ?? null,
         file_sha256: blob.sha256,
         file_size_bytes: blob.size,

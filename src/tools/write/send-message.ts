@@ -5,6 +5,7 @@ import {
   resolveWriteTarget,
   refuseHiddenText,
   writeControlParams,
+  messageRefOf,
   writeOutput,
   writeOutputFields,
   writeTargetParams,
@@ -56,6 +57,7 @@ export const sendMessage = {
       }),
       present: (r) => ({
         ...writeOutput(r, target),
+        message_ref: messageRefOf(r),
       }),
     };
   },
