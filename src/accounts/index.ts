@@ -25,3 +25,4 @@ export {
 export { createRateLimiter, type RateLimiter } from './rate-limit.ts';
 export { SIGN_IN_WINDOW_MINUTES, releaseAttempt, reserveAttempt, signIn } from './sign-in.ts';
 export { changeUser, createUser, linkIdentity, listUsers, setUserEmail, type UserChange } from './users.ts';
+export { createAgentMemory } from './agent-memory.ts';

@@ -1,10 +1,9 @@
-import { toCount } from '../db/knex.ts';
 import type { Services } from './services.ts';
 import { VERSION } from '../core/version.ts';
 
 /** Liveness and counters: is the database reachable, how many calls, errors, overruns, pending approvals. */
 export async function healthOf(
-  s: Pick<Services, 'knex' | 'db' | 'metrics' | 'startedAt' | 'upstreams' | 'checkpoints'>,
+  s: Pick<Services, 'approvals' | 'audit' | 'db' | 'metrics' | 'startedAt' | 'upstreams' | 'checkpoints'>,
 ) {
   let database: { reachable: boolean; dialect: string; error?: string } = {
     reachable: true,
@@ -13,12 +12,7 @@ export async function healthOf(
   let pending: number | null = null;
   let head: number | null = null;
   try {
-    const [p, h] = await Promise.all([
-      s.knex('approval_requests').where('status', 'pending').count({ n: '*' }).first(),
-      s.knex('audit_events').max({ m: 'seq' }).first(),
-    ]);
-    pending = toCount((p as { n: unknown } | undefined)?.n);
-    head = Number((h as { m: unknown } | undefined)?.m ?? 0);
+    [pending, head] = await Promise.all([s.approvals.countPending(), s.audit.headSeq()]);
   } catch (err) {
     database = { reachable: false, dialect: s.db.dialect, error: (err as Error).message.slice(0, 200) };
   }

@@ -41,6 +41,7 @@ import { createLeadership, soleLeader, type Leadership } from '../cluster/leader
 import { assertClusterSigningKey } from '../cluster/signing-key.ts';
 import {
   createAgentAuth,
+  createAgentMemory,
   createOAuthAgentAuth,
   type Authenticate,
   type OAuthAgents,
@@ -48,7 +49,7 @@ import {
   createRateLimiter,
 } from '../accounts/index.ts';
 import { loadProfiles } from '../core/profiles.ts';
-import { createMemoryStore } from '../tools/memory/store.ts';
+import type { MemoryStore } from '../tools/memory/store.ts';
 import { createMetrics, type Metrics } from '../server/metrics.ts';
 import { createCallPipeline, type CallPipeline } from '../server/call.ts';
 import { tracesUrl } from '../server/tracing.ts';
@@ -149,7 +150,7 @@ export async function openServices(
       reviewUrl: lifecycle.reviewUrl,
       onQueued: notifications?.kick,
     });
-    const memory = createMemoryStore(db.knex);
+    const memory = createAgentMemory(db.knex) satisfies MemoryStore;
     const metrics = createMetrics();
     db.knex.on('query', () => metrics.statement());
     const pins = createUpstreamPins({ knex: db.knex, audit, log });
@@ -411,7 +412,7 @@ interface PeriodicDeps {
   approvals: Approvals;
   local: ReturnType<typeof createLocalConnector>;
   bridge: ReturnType<typeof createBridgeConnector> | undefined;
-  memory: ReturnType<typeof createMemoryStore>;
+  memory: ReturnType<typeof createAgentMemory>;
   limiter: ReturnType<typeof createRateLimiter>;
   checkpoints: CheckpointDeps;
 }

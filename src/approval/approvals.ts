@@ -1,7 +1,7 @@
 import type { Logger } from '../log.ts';
 import type { Agent, User } from '../core/identity.ts';
 import { decide } from './decide.ts';
-import { countByStatus, listForReview, showForReview, type QueueFilter } from './review.ts';
+import { countByStatus, countPending, listForReview, showForReview, type QueueFilter } from './review.ts';
 import type { ApprovalDeps } from './deps.ts';
 import {
   beginExecution,
@@ -31,6 +31,7 @@ export function createApprovals(deps: ApprovalDeps) {
       decide(deps, opts),
     listForReview: (filter: QueueFilter) => listForReview(deps, filter),
     countByStatus: (filter: Pick<QueueFilter, 'tool' | 'agent'>) => countByStatus(deps, filter),
+    countPending: () => countPending(deps),
     showForReview: (id: string) => showForReview(deps, id),
     preflight: (req: ExecutionRequest) => preflightExecution(deps, req),
     readApproval: (approval_id: string) => readApproval(deps, approval_id),

@@ -30,6 +30,14 @@ export async function listForReview(deps: ApprovalDeps, f: QueueFilter) {
 }
 
 /** How many requests are in each status (for the queue's counts), with tool and agent filters applied. */
+/** How many requests wait for a decision, of every agent and tool. */
+export async function countPending(deps: ApprovalDeps): Promise<number> {
+  const row = (await deps.knex('approval_requests').where('status', 'pending').count({ n: '*' }).first()) as
+    | { n: unknown }
+    | undefined;
+  return toCount(row?.n);
+}
+
 export async function countByStatus(deps: ApprovalDeps, f: Pick<QueueFilter, 'tool' | 'agent'>) {
   const q = deps
     .knex('approval_requests as r')

@@ -12,6 +12,7 @@ import {
   type ChainHead,
 } from './chain.ts';
 import { EXPORT_COLUMNS } from './format.ts';
+import { headSeq } from './query.ts';
 import { auditUnavailable } from '../db/outage.ts';
 
 /** The advisory lock key that serialises appends across every process on one database. */
@@ -80,6 +81,8 @@ export interface AuditLog {
    * in the pool (a later append takes one again).
    */
   drain(): Promise<void>;
+  /** The seq of the newest committed row (0 for an empty log), as the database has it now. */
+  headSeq(): Promise<number>;
 }
 
 /**
@@ -440,5 +443,6 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
       while (flushing) await flushing;
       await statements.release();
     },
+    headSeq: () => headSeq(knex),
   };
 }

@@ -1,40 +1,41 @@
-import type { Knex } from 'knex';
-
 /** A note as stored: upserted by agent, session and key; readable until it expires. */
 export interface Note {
   value: string;
   expires_at: string;
 }
 
-/** The notes an agent keeps per session (the `agent_memory` table; this module is its only user). */
-export function createMemoryStore(knex: Knex) {
+/**
+ * The notes countersign keeps for an agent, per session: all a memory tool can reach. Tools never touch
+ * the database; the store behind this is accounts' (`agent_memory`), and tests give the tools the
+ * in-memory twin below.
+ */
+export interface MemoryStore {
+  /** Keeps `value` under the agent, session and key for `ttlS` seconds (replacing what was there). */
+  remember(
+    agentId: string,
+    sessionId: string,
+    key: string,
+    value: string,
+    ttlS: number,
+  ): Promise<{ expires_at: string }>;
+  /** The note, unless there is none or it has expired. */
+  recall(agentId: string, sessionId: string, key: string): Promise<Note | undefined>;
+}
+
+/** The store's twin in memory, on the clock `now`: the same contract (test/memory-store.test.ts holds both to it). */
+export function inMemoryNotes(now: () => Date = () => new Date()): MemoryStore {
+  const notes = new Map<string, Note>();
+  const keyOf = (agentId: string, sessionId: string, key: string) =>
+    JSON.stringify([agentId, sessionId, key]);
   return {
-    async remember(agentId: string, sessionId: string, key: string, value: string, ttlS: number) {
-      const now = new Date();
-      const expires_at = new Date(now.getTime() + ttlS * 1000).toISOString();
-      await knex('agent_memory')
-        .insert({
-          agent_id: agentId,
-          session_id: sessionId,
-          key,
-          value,
-          expires_at,
-          updated_at: now.toISOString(),
-        })
-        .onConflict(['agent_id', 'session_id', 'key'])
-        .merge();
+    async remember(agentId, sessionId, key, value, ttlS) {
+      const expires_at = new Date(now().getTime() + ttlS * 1000).toISOString();
+      notes.set(keyOf(agentId, sessionId, key), { value, expires_at });
       return { expires_at };
     },
-    async recall(agentId: string, sessionId: string, key: string): Promise<Note | undefined> {
-      const row = (await knex('agent_memory')
-        .select('value', 'expires_at')
-        .where({ agent_id: agentId, session_id: sessionId, key })
-        .where('expires_at', '>', new Date().toISOString())
-        .first()) as { value: string; expires_at: Date | string } | undefined;
-      return row && { value: row.value, expires_at: new Date(row.expires_at).toISOString() };
+    async recall(agentId, sessionId, key) {
+      const note = notes.get(keyOf(agentId, sessionId, key));
+      return note && note.expires_at > now().toISOString() ? { ...note } : undefined;
     },
-    /** Drops expired notes (run with the periodic maintenance). */
-    purge: () => knex('agent_memory').where('expires_at', '<=', new Date().toISOString()).delete(),
   };
 }
-export type MemoryStore = ReturnType<typeof createMemoryStore>;
