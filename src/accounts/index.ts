@@ -24,5 +24,15 @@ export {
 } from './oidc.ts';
 export { createRateLimiter, type RateLimiter } from './rate-limit.ts';
 export { SIGN_IN_WINDOW_MINUTES, releaseAttempt, reserveAttempt, signIn } from './sign-in.ts';
-export { changeUser, createUser, linkIdentity, listUsers, setUserEmail, type UserChange } from './users.ts';
+export {
+  changeUser,
+  createUser,
+  linkIdentity,
+  listUsers,
+  setUserEmail,
+  type UserChange,
+  createUserDirectory,
+  type UserDirectory,
+} from './users.ts';
 export { createAgentMemory } from './agent-memory.ts';
+export { createSessionStore, type SessionStore, type WebSession } from './sessions.ts';

@@ -238,3 +238,36 @@ async function otherActiveAdmins(trx: Knex.Transaction, id: string): Promise<num
   }[];
   return rows.filter((r) => rolesOf(r.roles).includes('admin')).length;
 }
+
+/**
+ * Who an outside identity names among the active users (the Slack mapping asks it), without the
+ * database: a name (unique ignoring case), or an e-mail address — `limit` of them, so that a caller
+ * can tell one from several.
+ */
+export interface UserDirectory {
+  activeNamed(name: string): Promise<User | undefined>;
+  activeWithEmail(email: string, limit: number): Promise<User[]>;
+}
+
+export function createUserDirectory(knex: Knex): UserDirectory {
+  const active = () => knex('users').select('id', 'name', 'roles').whereNull('disabled_at');
+  const userOf = (r: { id: string; name: string; roles: unknown }): User => ({
+    id: r.id,
+    name: r.name,
+    roles: rolesOf(r.roles),
+  });
+  return {
+    async activeNamed(name) {
+      const rows = (await active().whereRaw('lower(name) = lower(?)', [name])) as Parameters<
+        typeof userOf
+      >[0][];
+      return rows.length === 1 ? userOf(rows[0]!) : undefined;
+    },
+    async activeWithEmail(email, limit) {
+      const rows = (await active().whereRaw('lower(email) = lower(?)', [email]).limit(limit)) as Parameters<
+        typeof userOf
+      >[0][];
+      return rows.map(userOf);
+    },
+  };
+}

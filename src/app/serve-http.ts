@@ -61,6 +61,9 @@ export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
   app.use(
     createWebRouter({
       knex: services.knex,
+      sessions: services.sessions,
+      people: services.people,
+      slackStore: services.slackStore,
       audit: services.audit,
       refusals: services.refusals,
       approvals: services.approvals,

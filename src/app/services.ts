@@ -42,6 +42,10 @@ import { assertClusterSigningKey } from '../cluster/signing-key.ts';
 import {
   createAgentAuth,
   createAgentMemory,
+  createSessionStore,
+  type SessionStore,
+  createUserDirectory,
+  type UserDirectory,
   createOAuthAgentAuth,
   type Authenticate,
   type OAuthAgents,
@@ -50,6 +54,7 @@ import {
 } from '../accounts/index.ts';
 import { loadProfiles } from '../core/profiles.ts';
 import type { MemoryStore } from '../tools/memory/store.ts';
+import { createSlackStore, type SlackStore } from '../notify/slack-store.ts';
 import { createMetrics, type Metrics } from '../server/metrics.ts';
 import { createCallPipeline, type CallPipeline } from '../server/call.ts';
 import { tracesUrl } from '../server/tracing.ts';
@@ -82,6 +87,12 @@ export interface Services {
   /** OAuth access tokens for agents on HTTP, when `oauth` is configured. */
   oauth?: OAuthAgents;
   startedAt: Date;
+  /** The people's web sessions (accounts'). */
+  sessions: SessionStore;
+  /** Who an outside identity (a Slack user) is among the active users (accounts'). */
+  people: UserDirectory;
+  /** The Slack app's messages and signed callbacks seen (notify's): a replay is refused on every replica. */
+  slackStore: SlackStore;
   /**
    * Tells the services where this process serves the web form (used for links unless http.public_url is
    * set). Until then, and for good in a stdio server without one, review links are null and the dry run
@@ -186,6 +197,7 @@ export async function openServices(
       metrics,
       ...agentAuth(config, log, db.knex, cluster.bus, lifecycle.baseUrl),
       startedAt: lifecycle.startedAt,
+      ...pageStores(db.knex, config),
       maintain,
       listeningAt: lifecycle.listeningAt,
       recordStart: lifecycle.recordStart,
@@ -362,6 +374,18 @@ async function openConnectors(db: Database, blobs: BlobStore, config: Config, lo
   const set = { local, ...(bridge ? { bridge } : {}) };
   const connectors = createConnectorSet(set, config.connectors.default, tracer);
   return { local, bridge, connectors };
+}
+
+/** The stores the people's pages use in place of the database: sessions, the user directory, Slack's. */
+function pageStores(knex: Knex, config: Config) {
+  return {
+    sessions: createSessionStore(knex, {
+      idleMs: config.web.session_idle_s * 1000,
+      absoluteMs: config.web.session_absolute_s * 1000,
+    }),
+    people: createUserDirectory(knex),
+    slackStore: createSlackStore(knex),
+  };
 }
 
 /** A cluster is one server (docs/cluster.md): one signing key, one leader for periodic work, one event bus. */

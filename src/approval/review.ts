@@ -33,8 +33,7 @@ export async function listForReview(deps: ApprovalDeps, f: QueueFilter) {
 /** How many requests wait for a decision, of every agent and tool. */
 export async function countPending(deps: ApprovalDeps): Promise<number> {
   const row = (await deps.knex('approval_requests').where('status', 'pending').count({ n: '*' }).first()) as
-    | { n: unknown }
-    | undefined;
+    { n: unknown } | undefined;
   return toCount(row?.n);
 }
 

@@ -6,6 +6,7 @@ import type { Logger } from '../log.ts';
 import { CLAIM_BATCH, deliverDue, type DeliveryDeps } from './deliver.ts';
 import { createMailer } from './email.ts';
 import { createSlackApi, createSlackChannel } from './slack.ts';
+import { createSlackStore } from './slack-store.ts';
 import { sendWebhook } from './webhook.ts';
 
 export interface Notifications {
@@ -37,7 +38,11 @@ function openChannels(config: Config, knex: Knex) {
   }
   const slack = config.notifications.slack;
   if (slack) {
-    channels.slack = createSlackChannel({ knex, api: createSlackApi(slack, timeoutMs) });
+    channels.slack = createSlackChannel({
+      knex,
+      store: createSlackStore(knex),
+      api: createSlackApi(slack, timeoutMs),
+    });
     secrets.push(slack.bot_token, slack.signing_secret);
   }
   return { channels, secrets, close: () => closers.forEach((c) => c()) };

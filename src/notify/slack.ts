@@ -11,6 +11,7 @@ import {
   type Block,
   type Outcome,
 } from './slack-blocks.ts';
+import { postedOf, type SlackStore } from './slack-store.ts';
 
 /** The Web API methods countersign calls. users.info is a read method: Slack takes it form-encoded only. */
 export type SlackMethod =
@@ -94,16 +95,9 @@ export function createSlackApi(
   };
 }
 
-const Posted = z.object({ channel: z.string().min(1), ts: z.string().min(1) });
-const StoredMessage = Posted.extend({
-  blocks: z
-    .unknown()
-    .transform((v) => (typeof v === 'string' ? (JSON.parse(v) as unknown) : v))
-    .pipe(z.array(z.record(z.string(), z.unknown()))),
-});
-
 export interface SlackDeps {
-  knex: Knex;
+  /** The messages posted, per request (notify's slack_messages). */
+  store: Pick<SlackStore, 'postedFor' | 'savePosted'>;
   api: SlackApi;
 }
 
@@ -112,9 +106,8 @@ export interface SlackDeps {
  * posted for it (none recorded).
  */
 export async function updateWithOutcome(deps: SlackDeps, id: string, outcome: Outcome): Promise<boolean> {
-  const raw = (await deps.knex('slack_messages').where({ approval_request_id: id }).first()) as unknown;
-  if (!raw) return false;
-  const message = StoredMessage.parse(raw);
+  const message = await deps.store.postedFor(id);
+  if (!message) return false;
   await deps.api.call('chat.update', {
     channel: message.channel,
     ts: message.ts,
@@ -130,7 +123,7 @@ export async function updateWithOutcome(deps: SlackDeps, id: string, outcome: Ou
  * in the outbox, the update fails and is tried again after it; when it was never posted, there is
  * nothing to update.
  */
-export function createSlackChannel(deps: SlackDeps): Send {
+export function createSlackChannel(deps: SlackDeps & { knex: Knex }): Send {
   return async (channel: string, notice: Notice) => {
     const id = notice.approval_request_id;
     if (notice.event === 'requested') {
@@ -142,12 +135,7 @@ export function createSlackChannel(deps: SlackDeps): Send {
         unfurl_links: false,
         unfurl_media: false,
       });
-      const posted = Posted.parse(answer);
-      await deps
-        .knex('slack_messages')
-        .insert({ approval_request_id: id, ...posted, blocks: JSON.stringify(blocks) })
-        .onConflict('approval_request_id')
-        .merge();
+      await deps.store.savePosted(id, postedOf(answer), blocks);
       return;
     }
     const outcome = { status: notice.status, by: notice.decided_by, note: notice.note };

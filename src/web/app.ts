@@ -17,13 +17,21 @@ import { mountAuditPages } from './audit-pages.ts';
 import { createPageKit, type PageKit } from './kit.ts';
 import { mountLoginPages } from './login-pages.ts';
 import { mountOidcPages } from './oidc-pages.ts';
-import { createSessionStore, readCookies, SESSION_COOKIE, type SessionStore } from './sessions.ts';
+import { readCookies, SESSION_COOKIE, type SessionStore } from './sessions.ts';
 import { slackInteractions } from './slack-pages.ts';
+import type { UserDirectory } from '../accounts/index.ts';
+import type { SlackStore } from '../notify/slack-store.ts';
 
 const STATIC = path.join(ROOT, 'src/web/static');
 
 export interface WebDeps {
   knex: Knex;
+  /** The people's sessions (accounts'): the cookie names one. */
+  sessions: SessionStore;
+  /** Who a Slack user is among the active users (accounts'). */
+  people: UserDirectory;
+  /** The Slack app's messages and signed callbacks seen (notify's). */
+  slackStore: SlackStore;
   checkpoints: CheckpointDeps;
   audit: AuditLog;
   /** Refusals of requests from nobody known yet: a few rows per address and reason a minute, then counted. */
@@ -43,7 +51,7 @@ export interface WebDeps {
  */
 export function createWebRouter(deps: WebDeps) {
   const kit = createPageKit();
-  const sessions = createSessionStore(deps.knex, deps.config);
+  const { sessions } = deps;
   const router = express.Router();
 
   router.use(hostGuard(deps.config, { sameOrigin: true }));

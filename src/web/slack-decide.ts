@@ -1,4 +1,3 @@
-import type { Knex } from 'knex';
 import {
   reviewShowsEverything,
   DECISION_CODE,
@@ -14,6 +13,8 @@ import { isUuid } from '../core/ids.ts';
 import type { Logger } from '../log.ts';
 import { updateWithOutcome, type SlackApi } from '../notify/slack.ts';
 import { mapSlackUser } from './slack-users.ts';
+import type { UserDirectory } from '../accounts/index.ts';
+import type { SlackStore } from '../notify/slack-store.ts';
 
 /**
  * A decision taken from a Slack callback whose signature already held: who the Slack user is, whether
@@ -50,7 +51,10 @@ export const Target = z.object({ id: z.string(), sha256: z.string() });
 export type Target = z.infer<typeof Target>;
 
 export interface SlackPageDeps {
-  knex: Knex;
+  /** Who a Slack user is among the active users (accounts'). */
+  people: UserDirectory;
+  /** The Slack app's messages and the signed callbacks seen (a replay is refused on every replica). */
+  slackStore: SlackStore;
   audit: AuditLog;
   /** Where callbacks refused before anyone is known are counted (auth.denied_summary past a few a minute). */
   refusals: Refusals;
@@ -166,9 +170,11 @@ export async function decideFor(
       return { ok: `Your approval is recorded: ${view.approvers.length} of ${view.required_approvers}.` };
     }
     const by = view.status === 'approved' ? view.approvers.join(', ') : user.name;
-    await updateWithOutcome(ctx, target.id, { status: view.status, by, note: view.note }).catch(
-      (err: unknown) => fail(ctx, err),
-    );
+    await updateWithOutcome({ store: ctx.slackStore, api: ctx.api }, target.id, {
+      status: view.status,
+      by,
+      note: view.note,
+    }).catch((err: unknown) => fail(ctx, err));
     return { ok: `Done: the request is ${view.status}.` };
   } catch (err) {
     if (!isDecisionRefusal(err)) throw err;

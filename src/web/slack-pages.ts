@@ -14,7 +14,7 @@ import {
   type Ctx,
   type SlackPageDeps,
 } from './slack-decide.ts';
-import { checkSignature, firstSighting, type SignatureCheck } from './slack-verify.ts';
+import { checkSignature, type SignatureCheck } from './slack-verify.ts';
 
 export type { SlackPageDeps };
 
@@ -71,7 +71,7 @@ export function slackInteractions(deps: SlackPageDeps, slack: SlackConfig): Requ
       body,
       Date.now(),
     );
-    if (check === 'ok' && !(await firstSighting(deps.knex, timestamp!, signature!))) check = 'replayed';
+    if (check === 'ok' && !(await deps.slackStore.firstSighting(timestamp!, signature!))) check = 'replayed';
     if (check !== 'ok') {
       await countRefusal(ctx, check);
       return sendProblem(res, {

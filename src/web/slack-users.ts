@@ -1,6 +1,6 @@
-import type { Knex } from 'knex';
 import { z } from 'zod';
-import { Role, type User } from '../core/identity.ts';
+import type { UserDirectory } from '../accounts/index.ts';
+import type { User } from '../core/identity.ts';
 import type { SlackConfig } from '../config.ts';
 import type { SlackApi } from '../notify/slack.ts';
 
@@ -9,15 +9,6 @@ const LOOKUP_MS = 1500;
 
 const UsersInfo = z.object({
   user: z.object({ profile: z.object({ email: z.string().optional() }).optional() }),
-});
-
-const UserRow = z.object({
-  id: z.string(),
-  name: z.string(),
-  roles: z
-    .unknown()
-    .transform((v) => (typeof v === 'string' ? (JSON.parse(v) as unknown) : v))
-    .pipe(z.array(Role)),
 });
 
 export type SlackMapping =
@@ -35,16 +26,16 @@ const UNMAPPED =
  * an address maps to nobody.
  */
 export async function mapSlackUser(
-  deps: { knex: Knex; api: SlackApi; slack: SlackConfig },
+  deps: { people: UserDirectory; api: Pick<SlackApi, 'call'>; slack: SlackConfig },
   slackUser: string,
 ): Promise<SlackMapping> {
-  const active = () => deps.knex('users').select('id', 'name', 'roles').whereNull('disabled_at');
   const named = deps.slack.users[slackUser];
-  let rows: unknown[];
+  let users: User[];
   let email: string | undefined;
   if (named) {
     // The person the configured name names: user names are unique ignoring case.
-    rows = (await active().whereRaw('lower(name) = lower(?)', [named])) as unknown[];
+    const user = await deps.people.activeNamed(named);
+    users = user ? [user] : [];
   } else {
     try {
       email = UsersInfo.parse(await deps.api.call('users.info', { user: slackUser }, LOOKUP_MS)).user.profile
@@ -55,9 +46,9 @@ export async function mapSlackUser(
         message: 'countersign could not ask Slack who you are just now. Please try again.',
       };
     }
-    rows = email ? ((await active().whereRaw('lower(email) = lower(?)', [email]).limit(2)) as unknown[]) : [];
+    // Two are enough to tell one person from several.
+    users = email ? await deps.people.activeWithEmail(email, 2) : [];
   }
-  if (rows.length !== 1) return { refused: 'unmapped_user', message: UNMAPPED, ...(email ? { email } : {}) };
-  const row = UserRow.parse(rows[0]);
-  return { user: { id: row.id, name: row.name, roles: row.roles } };
+  if (users.length !== 1) return { refused: 'unmapped_user', message: UNMAPPED, ...(email ? { email } : {}) };
+  return { user: users[0]! };
 }

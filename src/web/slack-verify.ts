@@ -1,10 +1,7 @@
-import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
-import type { Knex } from 'knex';
+import { createHmac, timingSafeEqual } from 'node:crypto';
 
 /** How far a callback's timestamp may be from this server's clock (Slack's own advice: five minutes). */
 export const MAX_SKEW_S = 5 * 60;
-/** How long a seen signature is kept: past the skew on either side, a replay is refused as stale anyway. */
-const SEEN_KEEP_MS = 10 * 60 * 1000;
 
 export type SignatureCheck = 'ok' | 'bad_signature' | 'stale_timestamp';
 
@@ -28,22 +25,4 @@ export function checkSignature(
   const given = Buffer.from(signature);
   if (given.length !== expected.length || !timingSafeEqual(given, expected)) return 'bad_signature';
   return Math.abs(nowMs / 1000 - Number(timestamp)) > MAX_SKEW_S ? 'stale_timestamp' : 'ok';
-}
-
-/**
- * Records a signed callback as seen; false when it was seen before (a replay), on any replica: the
- * database's primary key settles it. Rows past SEEN_KEEP_MS are purged on the way.
- */
-export async function firstSighting(knex: Knex, timestamp: string, signature: string): Promise<boolean> {
-  const now = Date.now();
-  await knex('slack_callbacks_seen')
-    .where('seen_at', '<', new Date(now - SEEN_KEEP_MS).toISOString())
-    .delete();
-  const key = createHash('sha256').update(`${timestamp}:${signature}`).digest('hex');
-  const inserted = (await knex('slack_callbacks_seen')
-    .insert({ signature_sha256: key, seen_at: new Date(now).toISOString() })
-    .onConflict('signature_sha256')
-    .ignore()
-    .returning('signature_sha256')) as unknown[];
-  return inserted.length === 1;
 }

@@ -1,0 +1,75 @@
+import { createHash, randomBytes } from 'node:crypto';
+import type { Knex } from 'knex';
+import { z } from 'zod';
+import { named } from '../db/knex.ts';
+import { Role, type User } from '../core/identity.ts';
+
+const hashId = (id: string) => createHash('sha256').update(id).digest('hex');
+
+export interface WebSession {
+  user: User;
+  csrf: string;
+}
+
+/**
+ * The people's web sessions (table web_sessions, accounts' own: a user's change drops them in the same
+ * transaction). They live in the database, shared by every instance; the cookie holds a random id,
+ * stored hashed. A session ends `idleMs` after it was last seen, or `absoluteMs` after it began.
+ */
+export function createSessionStore(knex: Knex, lifetime: { idleMs: number; absoluteMs: number }) {
+  const { idleMs, absoluteMs } = lifetime;
+
+  return {
+    /** A brand-new session id at every login: a session id planted before login is worthless. */
+    async create(user: User): Promise<{ id: string; csrf: string }> {
+      const id = randomBytes(32).toString('base64url');
+      const csrf = randomBytes(32).toString('base64url');
+      const now = new Date().toISOString();
+      await knex('web_sessions').insert({
+        id_hash: hashId(id),
+        user_id: user.id,
+        csrf_token: csrf,
+        created_at: now,
+        last_seen_at: now,
+      });
+      return { id, csrf };
+    },
+
+    /** The live session for a cookie value, touching its idle clock; expired sessions are deleted. */
+    async load(id: string | undefined): Promise<WebSession | undefined> {
+      if (!id || id.length > 100) return undefined;
+      const query = knex('web_sessions as s')
+        .join('users as u', 'u.id', 's.user_id')
+        .whereNull('u.disabled_at')
+        .where('s.id_hash', hashId(id))
+        .select('s.*', 'u.name', 'u.roles')
+        .first();
+      const row = (await named(knex, 'countersign_web_session', query)) as
+        Record<string, unknown> | undefined;
+      if (!row) return undefined;
+      const now = Date.now();
+      const created = new Date(row.created_at as string).getTime();
+      const seen = new Date(row.last_seen_at as string).getTime();
+      if (now - seen > idleMs || now - created > absoluteMs) {
+        await knex('web_sessions').where('id_hash', String(row.id_hash)).delete();
+        return undefined;
+      }
+      if (now - seen > 10_000) {
+        await knex('web_sessions')
+          .where('id_hash', String(row.id_hash))
+          .update({ last_seen_at: new Date(now).toISOString() });
+      }
+      const roles = z.array(Role).parse(typeof row.roles === 'string' ? JSON.parse(row.roles) : row.roles);
+      return {
+        user: { id: String(row.user_id), name: String(row.name), roles },
+        csrf: String(row.csrf_token),
+      };
+    },
+
+    async destroy(id: string | undefined): Promise<void> {
+      if (id) await knex('web_sessions').where('id_hash', hashId(id)).delete();
+    },
+  };
+}
+
+export type SessionStore = ReturnType<typeof createSessionStore>;
