@@ -1,5 +1,6 @@
 import { hash, randomBytes, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
+import { toCount } from '../db/knex.ts';
 import { AppError } from '../core/errors.ts';
 import { AgentName, type Agent } from '../core/identity.ts';
 
@@ -159,4 +160,38 @@ export async function updateAgent(
       .where({ name })
       .update({ ...defined, ...owner })) > 0
   );
+}
+
+type Query = Knex | Knex.Transaction;
+
+/** The agent as its row holds it, with the owner it was given by a name that resolved to nobody. */
+export type AgentRecord = Agent & { owner_unresolved: string | null; revoked_at: Date | string | null };
+
+/** The agent named `name`, revoked or not; locked for update inside `trx` (a change to it follows). */
+export async function agentNamedForUpdate(trx: Knex.Transaction, name: string) {
+  return (await trx('agents').where({ name }).forUpdate().first()) as AgentRecord | undefined;
+}
+
+/** The active (unrevoked) agent named `name`. */
+export async function activeAgentNamed(q: Query, name: string) {
+  return (await q('agents').where({ name }).whereNull('revoked_at').first()) as AgentRecord | undefined;
+}
+
+/** The agent with id `id`, revoked or not. */
+export async function agentById(q: Query, id: string) {
+  return (await q('agents').where({ id }).first()) as AgentRecord | undefined;
+}
+
+/** An agent's name with its owner's (null: none, or a name that resolved to nobody, kept as given). */
+export async function agentWithOwner(q: Query, id: string) {
+  return (await q('agents as a')
+    .leftJoin('users as u', 'u.id', 'a.owner_id')
+    .select('a.name', 'u.name as owner', 'a.owner_unresolved')
+    .where('a.id', id)
+    .first()) as { name: string; owner: string | null; owner_unresolved: string | null } | undefined;
+}
+
+/** How many agents there are, revoked ones included. */
+export async function countAgents(q: Query): Promise<number> {
+  return toCount((await q('agents').count({ n: '*' }).first())?.n);
 }

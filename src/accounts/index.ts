@@ -36,3 +36,12 @@ export {
 } from './users.ts';
 export { createAgentMemory } from './agent-memory.ts';
 export { createSessionStore, type SessionStore, type WebSession } from './sessions.ts';
+export {
+  activeAgentNamed,
+  agentById,
+  agentNamedForUpdate,
+  agentWithOwner,
+  countAgents,
+  type AgentRecord,
+} from './agents.ts';
+export { countUsers, userNameOf } from './users.ts';

@@ -6,6 +6,7 @@ import {
   type ScryptOptions,
 } from 'node:crypto';
 import type { Knex } from 'knex';
+import { toCount } from '../db/knex.ts';
 import { z } from 'zod';
 import { AppError } from '../core/errors.ts';
 import { Role, UserName, type User } from '../core/identity.ts';
@@ -270,4 +271,15 @@ export function createUserDirectory(knex: Knex): UserDirectory {
       return rows.map(userOf);
     },
   };
+}
+
+/** A user's name by id (disabled or not), or undefined. */
+export async function userNameOf(q: Knex | Knex.Transaction, id: string): Promise<string | undefined> {
+  const row = (await q('users').select('name').where({ id }).first()) as { name: string } | undefined;
+  return row?.name;
+}
+
+/** How many users there are, disabled ones included. */
+export async function countUsers(q: Knex | Knex.Transaction): Promise<number> {
+  return toCount((await q('users').count({ n: '*' }).first())?.n);
 }

@@ -35,6 +35,7 @@ import { loadProfiles } from '../core/profiles.ts';
 import { AppError } from '../core/errors.ts';
 import { AgentName, Role, UserName, type Agent, type User } from '../core/identity.ts';
 import { acceptPins, listPins } from './upstreams.ts';
+import { activeAgentNamed, agentNamedForUpdate, userNameOf } from '../accounts/index.ts';
 
 /**
  * The data-changing operator commands. They run in the CLI's own process when it can open the database,
@@ -295,9 +296,7 @@ async function ownerChanged(
 ) {
   const { before, after } = change;
   if (before.owner_unresolved === null && before.owner_id === (after?.id ?? null)) return;
-  const was = before.owner_id
-    ? ((await trx('users').select('name').where({ id: before.owner_id }).first()) as { name: string })
-    : undefined;
+  const was = before.owner_id ? await userNameOf(trx, before.owner_id) : undefined;
   await audit({
     kind: 'agent.owner_changed',
     actor: change.actor,
@@ -305,7 +304,7 @@ async function ownerChanged(
     details: {
       agent: before.name,
       agent_name: before.name,
-      before: was?.name ?? null,
+      before: was ?? null,
       before_id: before.owner_id,
       ...(before.owner_unresolved === null ? {} : { before_unresolved: before.owner_unresolved }),
       after: after?.name ?? null,
@@ -398,8 +397,7 @@ const HANDLERS = {
     checkProfile(cmd.profile, deps.config.policy.profiles_dir);
     const { command: _c, actor, name, owner, ...change } = cmd;
     return audited(deps, async (trx, audit) => {
-      const before = (await trx('agents').where({ name }).forUpdate().first()) as
-        (Agent & { owner_unresolved: string | null }) | undefined;
+      const before = await agentNamedForUpdate(trx, name);
       if (!before) throw new AppError('NOT_FOUND', `no agent named "${name}"`, 'unknown_agent');
       // undefined: the owner stays; null: no owner from now on.
       const newOwner = typeof owner === 'string' ? await ownerNamed(trx, owner) : owner;
@@ -424,8 +422,7 @@ const HANDLERS = {
   'agent.list': async (deps) => ({ agents: await listAgents(deps.knex) }),
   'agent.revoke': async (deps, cmd) =>
     audited(deps, async (trx, audit) => {
-      const agent = (await trx('agents').where({ name: cmd.name }).whereNull('revoked_at').first()) as
-        Agent | undefined;
+      const agent = await activeAgentNamed(trx, cmd.name);
       if (!agent || !(await revokeAgent(trx, cmd.name))) throw noActiveAgent(cmd.name);
       await audit({
         kind: 'agent.revoked',

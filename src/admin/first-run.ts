@@ -2,10 +2,9 @@ import fs from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import { toCount } from '../db/knex.ts';
 import { readSetting, replaceSetting, writeSetting } from '../db/settings.ts';
-import { type BlobStore, demoData, importData } from '../connectors/index.ts';
-import { createAgent, createUser } from '../accounts/index.ts';
+import { type BlobStore, demoData, importData, directoryIsEmpty } from '../connectors/index.ts';
+import { createAgent, createUser, countAgents, countUsers } from '../accounts/index.ts';
 import type { AuditLog } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import { isAppError } from '../core/errors.ts';
@@ -74,10 +73,8 @@ const marker = (knex: Knex, state: FirstRunState) => async (): Promise<void> => 
 async function create(deps: FirstRunDeps): Promise<FirstRun | undefined> {
   const { knex, blobs, audit } = deps;
   // A database that had agents before this record existed has had its first run.
-  const agents = toCount((await knex('agents').count({ n: '*' }).first())?.n);
-  if (agents > 0) return undefined;
-  const contacts = toCount((await knex('contacts').count({ n: '*' }).first())?.n);
-  if (contacts === 0) await importData(knex, blobs, demoData());
+  if ((await countAgents(knex)) > 0) return undefined;
+  if (await directoryIsEmpty(knex)) await importData(knex, blobs, demoData());
   try {
     // The agent, the chair and the record of them commit together: no credential exists unrecorded.
     const made = await knex.transaction(async (trx) => {
@@ -128,8 +125,7 @@ async function create(deps: FirstRunDeps): Promise<FirstRun | undefined> {
  * compliance: the audit pages, agents, users), so that every kind of user has a way in from the start.
  */
 async function createPeople(trx: Knex.Transaction, audit: AuditLog) {
-  const users = toCount((await trx('users').count({ n: '*' }).first())?.n);
-  if (users > 0) return undefined;
+  if ((await countUsers(trx)) > 0) return undefined;
   const person = async (name: string, roles: Role[]) => {
     const password = randomBytes(12).toString('base64url');
     const user = await createUser(trx, { name, roles, password });

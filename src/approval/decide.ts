@@ -23,6 +23,7 @@ import {
 import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
 import { retryingTransaction } from '../db/retry.ts';
+import { agentById } from '../accounts/index.ts';
 
 export type DecisionRefusal =
   | 'not_found'
@@ -138,11 +139,7 @@ async function refusalOrRepeat(
   }
   if (row.status !== 'pending') throw refused('not_pending', `this request is ${row.status}`);
 
-  const agent = (await trx('agents').where({ id: row.agent_id }).first()) as {
-    owner_id: string | null;
-    owner_unresolved: string | null;
-    name: string;
-  };
+  const agent = (await agentById(trx, row.agent_id))!;
   // The owner is a person, compared by user id; an owner name that names no user lets nobody through.
   if (agent.owner_id !== null && agent.owner_id === opts.user.id) {
     throw refused(

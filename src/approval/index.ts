@@ -5,6 +5,15 @@
  */
 export { DECISION_CODE, isDecisionRefusal, type DecisionRefusal } from './decide.ts';
 export { runWrite, type PreparedWrite, type WriteResult } from './gate.ts';
-export { noticeWarnings, reviewShowsEverything, showsEverything, targetLine, type Notice } from './outbox.ts';
+export {
+  claimDueNotices,
+  noticeWarnings,
+  requestedNoticeWaiting,
+  reviewShowsEverything,
+  settleNotice,
+  showsEverything,
+  targetLine,
+  type Notice,
+} from './outbox.ts';
 export { ApprovalSummary, ApprovalView, Preflight, Target } from './view.ts';
 export { createApprovals, type Approvals } from './approvals.ts';

@@ -3,6 +3,7 @@ import { loadRow, viewOf, viewsOf, type ApprovalDeps } from './deps.ts';
 import type { ApprovalStatus } from '../core/schemas.ts';
 import { requestFromDb } from './view.ts';
 import { isUuid } from '../core/ids.ts';
+import { agentWithOwner } from '../accounts/index.ts';
 
 export interface QueueFilter {
   status?: ApprovalStatus;
@@ -57,12 +58,7 @@ export async function showForReview(deps: ApprovalDeps, id: string) {
   if (!isUuid(id)) return undefined;
   const row = await loadRow(deps.knex, { id });
   if (!row) return undefined;
-  const agent = (await deps
-    .knex('agents as a')
-    .leftJoin('users as u', 'u.id', 'a.owner_id')
-    .select('a.name', 'u.name as owner', 'a.owner_unresolved')
-    .where('a.id', row.agent_id)
-    .first()) as { name: string; owner: string | null; owner_unresolved: string | null };
+  const agent = (await agentWithOwner(deps.knex, row.agent_id))!;
   const decisions = (await deps
     .knex('approval_decisions')
     .where({ approval_request_id: id })

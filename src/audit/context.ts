@@ -6,7 +6,7 @@ import { configError, type Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { createAnchorer } from './anchors/index.ts';
 import { createSignedHeadGuard } from './signed-head.ts';
-import { sharedValue } from '../db/settings.ts';
+import { sharedValue, recordedValue } from '../db/settings.ts';
 import {
   describeTail,
   trustOf,
@@ -60,10 +60,7 @@ export async function checkpointDeps(
 }
 
 /** Names the checkpoint key and origin the cluster records (server_secrets), without creating them. */
-async function recorded(knex: Knex, name: string): Promise<string | undefined> {
-  const row = (await knex('server_secrets').where({ name }).first('value')) as { value: string } | undefined;
-  return row?.value;
-}
+const recorded = recordedValue;
 
 /**
  * The public half of the configured signing key, when its file exists (never generated here): the key

@@ -6,7 +6,13 @@
 export { createBridgeConnector } from './bridge/client.ts';
 export { createBlobStore, type BlobStore } from './local/blobs.ts';
 export { demoData } from './local/demo.ts';
-export { fillNameSkeletons, importData, parseImportFile, type ImportSummary } from './local/import.ts';
+export {
+  directoryIsEmpty,
+  fillNameSkeletons,
+  importData,
+  parseImportFile,
+  type ImportSummary,
+} from './local/import.ts';
 export { findLocalWrite } from './local/send.ts';
 export { createLocalConnector } from './local/store.ts';
 export {

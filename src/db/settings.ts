@@ -42,3 +42,9 @@ export async function replaceSetting(
     .update({ value: JSON.stringify(next), updated_at: q.fn.now() });
   return changed > 0;
 }
+
+/** A shared value (sharedValue) as recorded, without creating it: undefined when none was made yet. */
+export async function recordedValue(q: Query, name: string): Promise<string | undefined> {
+  const row = (await q('server_secrets').where({ name }).first('value')) as { value: string } | undefined;
+  return row?.value;
+}

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import type { Notice } from '../approval/index.ts';
+import { claimDueNotices, settleNotice, type Notice } from '../approval/index.ts';
 import type { AuditLog } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
@@ -52,17 +52,9 @@ export interface DeliveryDeps {
  */
 async function claim(deps: DeliveryDeps): Promise<OutboxRow[]> {
   const now = Date.now();
-  const lease = new Date(now + 2 * deps.config.notifications.send_timeout_ms + 5_000).toISOString();
-  const result = (await deps.knex.raw(
-    `update notification_outbox set attempts = attempts + 1, next_attempt_at = ?
-     where id in (select id from notification_outbox
-                  where state = 'pending' and next_attempt_at <= ?
-                  order by next_attempt_at limit ? for update skip locked)
-     returning id, event, approval_request_id, channel, recipient, payload, attempts, created_at,
-       (select a.name from agents a where a.id::text = payload->>'agent_id') as agent_name`,
-    [lease, new Date(now).toISOString(), CLAIM_BATCH],
-  )) as { rows: Record<string, unknown>[] };
-  return result.rows.map((r) => OutboxRow.parse(r));
+  const lease = new Date(now + 2 * deps.config.notifications.send_timeout_ms + 5_000);
+  const rows = await claimDueNotices(deps.knex, { now: new Date(now), lease, limit: CLAIM_BATCH });
+  return rows.map((r) => OutboxRow.parse(r));
 }
 
 /** An error as one short line, with every configured secret taken out. */
@@ -115,14 +107,12 @@ async function record(deps: DeliveryDeps, row: OutboxRow, outcome: Attempt): Pro
   const state = outcome.ok ? 'delivered' : retryAt ? 'pending' : 'failed';
   const notice = row.payload as unknown as Partial<Notice>;
   await deps.knex.transaction(async (trx) => {
-    await trx('notification_outbox')
-      .where({ id: row.id, state: 'pending', attempts: row.attempts })
-      .update({
-        state,
-        last_error: outcome.ok ? null : outcome.error,
-        ...(outcome.ok ? { delivered_at: new Date(now).toISOString() } : {}),
-        ...(retryAt ? { next_attempt_at: retryAt } : {}),
-      });
+    await settleNotice(trx, row, {
+      state,
+      last_error: outcome.ok ? null : outcome.error,
+      ...(outcome.ok ? { delivered_at: new Date(now).toISOString() } : {}),
+      ...(retryAt ? { next_attempt_at: retryAt } : {}),
+    });
     await deps.audit.appendIn(trx, {
       kind: outcome.ok ? 'notification.delivered' : 'notification.failed',
       agent_id: notice.agent_id ?? null,

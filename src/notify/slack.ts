@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { z } from 'zod';
-import type { Notice } from '../approval/index.ts';
+import { requestedNoticeWaiting, type Notice } from '../approval/index.ts';
 import type { SlackConfig } from '../config.ts';
 import type { Send } from './deliver.ts';
 import {
@@ -140,10 +140,7 @@ export function createSlackChannel(deps: SlackDeps & { knex: Knex }): Send {
     }
     const outcome = { status: notice.status, by: notice.decided_by, note: notice.note };
     if (await updateWithOutcome(deps, id, outcome)) return;
-    const waiting = await deps
-      .knex('notification_outbox')
-      .where({ approval_request_id: id, channel: 'slack', event: 'requested', state: 'pending' })
-      .first();
-    if (waiting) throw new Error("the request's Slack message is not posted yet");
+    if (await requestedNoticeWaiting(deps.knex, id, 'slack'))
+      throw new Error("the request's Slack message is not posted yet");
   };
 }

@@ -7,6 +7,7 @@ import { checkAnchors, type AnchorReport } from './check.ts';
 import { readAnchorsFile, storedAnchors, type Anchor } from './index.ts';
 import { parseCertificates } from './tsa.ts';
 import { readWitness } from './witness.ts';
+import { recordedValue } from '../../db/settings.ts';
 
 /** What to check a chain against: a TSA's certificate (PEM text), a witness directory, or both. */
 export interface AnchorOptions {
@@ -73,14 +74,13 @@ export async function verifyExportAnchors(
 
 /** Checks the live table against the stored time-stamp tokens and a witness directory. */
 export async function verifyDatabaseAnchors(knex: Knex, opts: AnchorOptions): Promise<AnchorReport> {
-  const origin = (await knex('server_secrets').where({ name: 'audit_origin' }).first('value')) as
-    { value: string } | undefined;
+  const origin = await recordedValue(knex, 'audit_origin');
   const end = (await knex('audit_events').max({ m: 'seq' }).first()) as { m: unknown } | undefined;
   const endSeq = Number(end?.m ?? 0);
   const anchors: Anchor[] = [];
   if (opts.tsaCertPem) for await (const a of storedAnchors(knex, 1, Number.MAX_SAFE_INTEGER)) anchors.push(a);
   return checkAnchors({
-    origin: origin?.value ?? '',
+    origin: origin ?? '',
     tsaCerts: certsOf(opts.tsaCertPem),
     witness: witnessOf(opts.witnessDir),
     anchors,

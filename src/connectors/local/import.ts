@@ -227,3 +227,8 @@ export async function fillNameSkeletons(knex: Knex): Promise<void> {
     }
   }
 }
+
+/** Whether the local directory holds no contact yet (the first run then fills it with the demo data). */
+export async function directoryIsEmpty(knex: Knex): Promise<boolean> {
+  return !(await knex('contacts').first('id'));
+}
