@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
+import { createAuditReader, createExportRecords } from '../audit/index.ts';
 import { AppError, isAppError } from '../core/errors.ts';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
@@ -62,6 +63,8 @@ export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
     createWebRouter({
       knex: services.knex,
       audit: services.audit,
+      auditReader: createAuditReader(services.knex),
+      auditExports: createExportRecords(services.knex),
       refusals: services.refusals,
       approvals: services.approvals,
       checkpoints: services.checkpoints,

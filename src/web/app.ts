@@ -3,7 +3,7 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import helmet from 'helmet';
 import type { Knex } from 'knex';
 import type { Approvals } from '../approval/index.ts';
-import type { CheckpointDeps, AuditLog, Refusals } from '../audit/index.ts';
+import type { AuditReader, CheckpointDeps, AuditLog, ExportRecords, Refusals } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import type { BlobStore } from '../connectors/index.ts';
 import type { Logger } from '../log.ts';
@@ -26,6 +26,9 @@ export interface WebDeps {
   knex: Knex;
   checkpoints: CheckpointDeps;
   audit: AuditLog;
+  /** The log as the compliance pages read it, and the record of their exports. */
+  auditReader: AuditReader;
+  auditExports: ExportRecords;
   /** Refusals of requests from nobody known yet: a few rows per address and reason a minute, then counted. */
   refusals: Refusals;
   approvals: Approvals;
@@ -70,7 +73,12 @@ export function createWebRouter(deps: WebDeps) {
     log: deps.log,
   });
   mountApprovalPages(router, kit, { approvals: deps.approvals, blobs: deps.blobs, config: deps.config });
-  mountAuditPages(router, kit, { knex: deps.knex, checkpoints: deps.checkpoints, config: deps.config });
+  mountAuditPages(router, kit, {
+    reader: deps.auditReader,
+    exports: deps.auditExports,
+    checkpoints: deps.checkpoints,
+    config: deps.config,
+  });
   mountAccountPages(router, kit, { run: deps.commands, config: deps.config });
   router.use(errorPage(kit, deps.log));
 
