@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
+import { createSignIn } from '../accounts/index.ts';
 import { createAuditReader, createExportRecords } from '../audit/index.ts';
 import { AppError, isAppError } from '../core/errors.ts';
 import type { Config } from '../config.ts';
@@ -65,6 +66,14 @@ export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
       audit: services.audit,
       auditReader: createAuditReader(services.knex),
       auditExports: createExportRecords(services.knex),
+      signIn: createSignIn({
+        knex: services.knex,
+        audit: services.audit,
+        limits: {
+          perUser: services.config.web.login_failures_per_user,
+          perIp: services.config.web.login_failures_per_ip,
+        },
+      }),
       refusals: services.refusals,
       approvals: services.approvals,
       checkpoints: services.checkpoints,

@@ -5,6 +5,7 @@ import type { Knex } from 'knex';
 import type { Approvals } from '../approval/index.ts';
 import type { AuditReader, CheckpointDeps, AuditLog, ExportRecords, Refusals } from '../audit/index.ts';
 import type { Config } from '../config.ts';
+import type { SignIn } from '../accounts/index.ts';
 import type { BlobStore } from '../connectors/index.ts';
 import type { Logger } from '../log.ts';
 import { ROOT } from '../core/paths.ts';
@@ -29,6 +30,8 @@ export interface WebDeps {
   /** The log as the compliance pages read it, and the record of their exports. */
   auditReader: AuditReader;
   auditExports: ExportRecords;
+  /** Password and single sign-on sign-ins, with their limits. */
+  signIn: SignIn;
   /** Refusals of requests from nobody known yet: a few rows per address and reason a minute, then counted. */
   refusals: Refusals;
   approvals: Approvals;
@@ -63,9 +66,9 @@ export function createWebRouter(deps: WebDeps) {
   router.use(express.urlencoded({ extended: false, limit: '128kb' }));
   router.use(loadSession(sessions));
 
-  mountLoginPages(router, kit, { knex: deps.knex, audit: deps.audit, config: deps.config, sessions });
+  mountLoginPages(router, kit, { signIn: deps.signIn, audit: deps.audit, config: deps.config, sessions });
   mountOidcPages(router, kit, {
-    knex: deps.knex,
+    signIn: deps.signIn,
     refusals: deps.refusals,
     audit: deps.audit,
     config: deps.config,
