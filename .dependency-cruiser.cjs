@@ -47,6 +47,14 @@ module.exports = {
     ...upward,
     ...FRONT_DOORS,
     {
+      name: 'no-database-above-the-data-floors',
+      comment:
+        "tools, the MCP server and the web pages are given stores, never the database (knex): each table is its owner folder's (test/table-owners.test.ts)",
+      severity: 'error',
+      from: { path: '^src/(tools|server|web)/' },
+      to: { path: '^node_modules/knex/' },
+    },
+    {
       name: 'no-circular',
       comment: 'two modules importing each other (directly or through others) are one module in disguise',
       severity: 'error',

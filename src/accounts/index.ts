@@ -14,7 +14,7 @@ export {
   type AuthFailure,
 } from './agents.ts';
 export { OAUTH_FAILURE_DETAIL, OAuthFailure, createOAuthVerifier, looksLikeJwt } from './oauth.ts';
-export { identityOf, signInWithOidc } from './oidc-users.ts';
+export { identityOf } from './oidc-users.ts';
 export {
   OIDC_FAILURE_PAGE,
   OidcAttempt,
@@ -23,7 +23,7 @@ export {
   type OidcRefusal,
 } from './oidc.ts';
 export { createRateLimiter, type RateLimiter } from './rate-limit.ts';
-export { SIGN_IN_WINDOW_MINUTES, releaseAttempt, reserveAttempt, signIn } from './sign-in.ts';
+export { SIGN_IN_WINDOW_MINUTES, createSignIn, type SignIn, type SignInLimits } from './sign-in.ts';
 export {
   changeUser,
   createUser,

@@ -1,8 +1,12 @@
+import { randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { AuditLog } from '../audit/index.ts';
 import type { User } from '../core/identity.ts';
 import { limitConcurrency } from '../core/limit.ts';
 import { toCount } from '../db/knex.ts';
+import { sharedValue } from '../db/settings.ts';
+import type { OidcRefusal } from './oidc.ts';
+import { signInWithOidc, type OidcIdentity } from './oidc-users.ts';
 import { checkCredentials } from './users.ts';
 
 /** How long a failed attempt counts towards the limits. */
@@ -126,4 +130,42 @@ export async function signIn(
     details: { ip: origin, via: attempt.via },
   });
   return { refused: 'wrong_password' };
+}
+
+/** How a person signs in, for the web pages and the command line: the limits, the attempts, the outcomes. */
+export interface SignIn {
+  /** A password sign-in (signIn), under the configured limits. */
+  signIn(attempt: {
+    name: string;
+    password: string;
+    origin: string;
+    via: 'web' | 'cli';
+  }): Promise<{ user: User } | { refused: 'locked_out' | 'wrong_password' }>;
+  /**
+   * Reserves one attempt of `bucket` for the origin (and the name, when given) under the configured limits
+   * (reserveAttempt): the attempt's id, or undefined when either is at its limit.
+   */
+  reserve(attempt: { bucket: AttemptBucket; origin: string; name?: string }): Promise<number | undefined>;
+  /** Gives a reserved attempt back (releaseAttempt). */
+  release(id: number): Promise<void>;
+  /** The user a verified single sign-on identity is, found, linked or created (signInWithOidc). */
+  withOidc(identity: OidcIdentity): Promise<{ user: User } | (OidcRefusal & { name?: string })>;
+  /**
+   * The secret single sign-on attempts are sealed with in the browser's cookie: one for every replica on
+   * the database, created by whichever asks first, so that any replica can finish an attempt another began.
+   */
+  oidcAttemptSecret(): Promise<string>;
+}
+
+export function createSignIn(deps: { knex: Knex; audit: AuditLog; limits: SignInLimits }): SignIn {
+  const { knex, limits } = deps;
+  return {
+    signIn: (attempt) => signIn(deps, attempt),
+    reserve: (attempt) =>
+      reserveAttempt(knex, { ...attempt, perName: limits.perUser, perOrigin: limits.perIp }),
+    release: (id) => releaseAttempt(knex, id),
+    withOidc: (identity) => signInWithOidc(deps, identity),
+    oidcAttemptSecret: () =>
+      sharedValue(knex, 'oidc_attempt_key', () => randomBytes(32).toString('base64url')),
+  };
 }

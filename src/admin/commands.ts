@@ -23,7 +23,7 @@ import {
   revokeAgent,
   rotateAgentToken,
   updateAgent,
-  signIn,
+  createSignIn,
   changeUser,
   createUser,
   linkIdentity,
@@ -185,17 +185,14 @@ function checkProfile(name: string | undefined, dir?: string): void {
  * rows; the origin is this host's command line, so failures there lock it out as one client address.
  */
 async function signInAs(deps: AdminDeps, name: string, password: string): Promise<User> {
-  const outcome = await signIn(
-    {
-      knex: deps.knex,
-      audit: createAuditLog(deps.knex),
-      limits: {
-        perUser: deps.config.web.login_failures_per_user,
-        perIp: deps.config.web.login_failures_per_ip,
-      },
+  const outcome = await createSignIn({
+    knex: deps.knex,
+    audit: createAuditLog(deps.knex),
+    limits: {
+      perUser: deps.config.web.login_failures_per_user,
+      perIp: deps.config.web.login_failures_per_ip,
     },
-    { name, password, origin: `cli@${os.hostname()}`, via: 'cli' },
-  );
+  }).signIn({ name, password, origin: `cli@${os.hostname()}`, via: 'cli' });
   if (!('refused' in outcome)) return outcome.user;
   if (outcome.refused === 'locked_out') {
     throw new AppError(

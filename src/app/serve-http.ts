@@ -60,11 +60,13 @@ export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
   });
   app.use(
     createWebRouter({
-      knex: services.knex,
       sessions: services.sessions,
       people: services.people,
       slackStore: services.slackStore,
       audit: services.audit,
+      auditReader: services.auditReader,
+      auditExports: services.auditExports,
+      signIn: services.signIn,
       refusals: services.refusals,
       approvals: services.approvals,
       checkpoints: services.checkpoints,

@@ -12,6 +12,10 @@ import {
   checkpointDeps,
   checkpointIfDue,
   type CheckpointDeps,
+  createAuditReader,
+  type AuditReader,
+  createExportRecords,
+  type ExportRecords,
 } from '../audit/index.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { createConnectorSet } from '../connectors/index.ts';
@@ -46,6 +50,8 @@ import {
   type SessionStore,
   createUserDirectory,
   type UserDirectory,
+  createSignIn,
+  type SignIn,
   createOAuthAgentAuth,
   type Authenticate,
   type OAuthAgents,
@@ -93,6 +99,11 @@ export interface Services {
   people: UserDirectory;
   /** The Slack app's messages and signed callbacks seen (notify's): a replay is refused on every replica. */
   slackStore: SlackStore;
+  /** The audit log as the compliance pages read it, and the exports they record (audit's). */
+  auditReader: AuditReader;
+  auditExports: ExportRecords;
+  /** Password and single sign-on sign-ins, under the per-user and per-address limits (accounts'). */
+  signIn: SignIn;
   /**
    * Tells the services where this process serves the web form (used for links unless http.public_url is
    * set). Until then, and for good in a stdio server without one, review links are null and the dry run
@@ -197,7 +208,7 @@ export async function openServices(
       metrics,
       ...agentAuth(config, log, db.knex, cluster.bus, lifecycle.baseUrl),
       startedAt: lifecycle.startedAt,
-      ...pageStores(db.knex, config),
+      ...pageStores(db.knex, audit, config),
       maintain,
       listeningAt: lifecycle.listeningAt,
       recordStart: lifecycle.recordStart,
@@ -376,9 +387,19 @@ async function openConnectors(db: Database, blobs: BlobStore, config: Config, lo
   return { local, bridge, connectors };
 }
 
-/** The stores the people's pages use in place of the database: sessions, the user directory, Slack's. */
-function pageStores(knex: Knex, config: Config) {
+/**
+ * The stores the people's pages use in place of the database: sessions, sign-in, the user directory,
+ * Slack's, and the audit log as compliance reads it.
+ */
+function pageStores(knex: Knex, audit: AuditLog, config: Config) {
   return {
+    signIn: createSignIn({
+      knex,
+      audit,
+      limits: { perUser: config.web.login_failures_per_user, perIp: config.web.login_failures_per_ip },
+    }),
+    auditReader: createAuditReader(knex),
+    auditExports: createExportRecords(knex),
     sessions: createSessionStore(knex, {
       idleMs: config.web.session_idle_s * 1000,
       absoluteMs: config.web.session_absolute_s * 1000,

@@ -6,10 +6,12 @@
 export { describeAnchors } from './anchors/check.ts';
 export { verifyDatabaseAnchors } from './anchors/verify-anchors.ts';
 export type { AuditInput } from './chain.ts';
-export { checkpointIfDue, latestCheckpoint, type CheckpointDeps } from './checkpoints.ts';
+export { checkpointIfDue, type CheckpointDeps } from './checkpoints.ts';
 export { checkpointDeps, verifyDatabase } from './context.ts';
 export { exportToFile } from './export-file.ts';
+export { createExportRecords, type ExportRecord, type ExportRecords } from './export-records.ts';
 export { ExportFilter, isNothingToExport, type Manifest } from './export.ts';
 export { createAuditLog, type AuditLog, type GuardedChange } from './log.ts';
-export { AuditQuery, auditRow, headSeq, queryAudit } from './query.ts';
+export { AuditQuery } from './query.ts';
+export { createAuditReader, type AuditReader } from './reader.ts';
 export { createRefusals, type Refusals } from './refusals.ts';

@@ -1,10 +1,10 @@
 import path from 'node:path';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import helmet from 'helmet';
-import type { Knex } from 'knex';
 import type { Approvals } from '../approval/index.ts';
-import type { CheckpointDeps, AuditLog, Refusals } from '../audit/index.ts';
+import type { AuditReader, CheckpointDeps, AuditLog, ExportRecords, Refusals } from '../audit/index.ts';
 import type { Config } from '../config.ts';
+import type { SignIn } from '../accounts/index.ts';
 import type { BlobStore } from '../connectors/index.ts';
 import type { Logger } from '../log.ts';
 import { ROOT } from '../core/paths.ts';
@@ -25,7 +25,6 @@ import type { SlackStore } from '../notify/slack-store.ts';
 const STATIC = path.join(ROOT, 'src/web/static');
 
 export interface WebDeps {
-  knex: Knex;
   /** The people's sessions (accounts'): the cookie names one. */
   sessions: SessionStore;
   /** Who a Slack user is among the active users (accounts'). */
@@ -34,6 +33,11 @@ export interface WebDeps {
   slackStore: SlackStore;
   checkpoints: CheckpointDeps;
   audit: AuditLog;
+  /** The log as the compliance pages read it, and the record of their exports. */
+  auditReader: AuditReader;
+  auditExports: ExportRecords;
+  /** Password and single sign-on sign-ins, with their limits. */
+  signIn: SignIn;
   /** Refusals of requests from nobody known yet: a few rows per address and reason a minute, then counted. */
   refusals: Refusals;
   approvals: Approvals;
@@ -68,9 +72,9 @@ export function createWebRouter(deps: WebDeps) {
   router.use(express.urlencoded({ extended: false, limit: '128kb' }));
   router.use(loadSession(sessions));
 
-  mountLoginPages(router, kit, { knex: deps.knex, audit: deps.audit, config: deps.config, sessions });
+  mountLoginPages(router, kit, { signIn: deps.signIn, audit: deps.audit, config: deps.config, sessions });
   mountOidcPages(router, kit, {
-    knex: deps.knex,
+    signIn: deps.signIn,
     refusals: deps.refusals,
     audit: deps.audit,
     config: deps.config,
@@ -78,7 +82,12 @@ export function createWebRouter(deps: WebDeps) {
     log: deps.log,
   });
   mountApprovalPages(router, kit, { approvals: deps.approvals, blobs: deps.blobs, config: deps.config });
-  mountAuditPages(router, kit, { knex: deps.knex, checkpoints: deps.checkpoints, config: deps.config });
+  mountAuditPages(router, kit, {
+    reader: deps.auditReader,
+    exports: deps.auditExports,
+    checkpoints: deps.checkpoints,
+    config: deps.config,
+  });
   mountAccountPages(router, kit, { run: deps.commands, config: deps.config });
   router.use(errorPage(kit, deps.log));
 

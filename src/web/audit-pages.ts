@@ -2,30 +2,29 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { NextFunction, Request, RequestHandler, Response, Router } from 'express';
-import type { Knex } from 'knex';
 import {
-  latestCheckpoint,
+  type AuditReader,
   type CheckpointDeps,
-  verifyDatabase,
+  type ExportRecords,
   isNothingToExport,
   type Manifest,
   exportToFile,
-  auditRow,
   AuditQuery,
-  headSeq,
-  queryAudit,
 } from '../audit/index.ts';
 import { AuditKind } from '../core/audit-kinds.ts';
 import type { Config } from '../config.ts';
 import { HTTP_STATUS, isAppError } from '../core/errors.ts';
 import type { PageKit } from './kit.ts';
 import type { WebSession } from './sessions.ts';
-import { isUuid } from '../core/ids.ts';
 
 const PAGE = 50;
 
 export interface AuditPageDeps {
-  knex: Knex;
+  /** The log, read: the list, a row, the head, the last checkpoint, the chain's check. */
+  reader: AuditReader;
+  /** Where exports are recorded and found again by id. */
+  exports: ExportRecords;
+  /** What an export signs its manifest with. */
   checkpoints: CheckpointDeps;
   config: Config;
 }
@@ -58,20 +57,20 @@ export function mountAuditPages(router: Router, kit: PageKit, deps: AuditPageDep
     });
   };
   const guard = [kit.requireUser, requireAuditor];
-  mountLogPages(router, kit, guard, deps.knex);
+  mountLogPages(router, kit, guard, deps.reader);
   mountExportPages(router, kit, guard, deps);
 }
 
 /** The log itself: a filtered page of rows, one row, the chain's check. */
-function mountLogPages(router: Router, kit: PageKit, guard: RequestHandler[], knex: Knex): void {
+function mountLogPages(router: Router, kit: PageKit, guard: RequestHandler[], reader: AuditReader): void {
   router.get('/audit', ...guard, async (req, res) => {
     const filter = filtersOf(req.query);
     const before = Number.parseInt(String(req.query.before ?? ''), 10);
-    const rows = await queryAudit(knex, filter, {
+    const rows = await reader.query(filter, {
       beforeSeq: before > 0 ? before : undefined,
       limit: PAGE + 1,
     });
-    const [head, checkpoint] = await Promise.all([headSeq(knex), latestCheckpoint(knex)]);
+    const [head, checkpoint] = await Promise.all([reader.headSeq(), reader.latestCheckpoint()]);
     const qs = (extra: Record<string, string>) =>
       new URLSearchParams({ ...(filter as Record<string, string>), ...extra }).toString();
     kit.render(res, 200, 'audit.njk', {
@@ -86,13 +85,13 @@ function mountLogPages(router: Router, kit: PageKit, guard: RequestHandler[], kn
   });
 
   router.get('/audit/verify', ...guard, async (_req, res) => {
-    const result = await verifyDatabase(knex);
+    const result = await reader.verify();
     kit.render(res, 200, 'audit-verify.njk', { result });
   });
 
   router.get('/audit/rows/:seq', ...guard, async (req, res) => {
     const row = /^\d{1,15}$/.test(String(req.params.seq))
-      ? await auditRow(knex, Number(req.params.seq))
+      ? await reader.row(Number(req.params.seq))
       : undefined;
     if (!row)
       return kit.render(res, 404, 'error.njk', {
@@ -108,7 +107,7 @@ function mountLogPages(router: Router, kit: PageKit, guard: RequestHandler[], kn
  * audit_exports), then shown and downloaded by id.
  */
 function mountExportPages(router: Router, kit: PageKit, guard: RequestHandler[], deps: AuditPageDeps): void {
-  const { knex } = deps;
+  const { exports } = deps;
   const exportsDir = path.join(deps.config.data_dir, 'exports');
 
   router.post('/audit/export', ...guard, kit.requireCsrf, async (req, res) => {
@@ -138,39 +137,25 @@ function mountExportPages(router: Router, kit: PageKit, guard: RequestHandler[],
         });
       throw err;
     }
-    await knex('audit_exports').insert({
-      id,
-      actor: session.user.name,
-      format,
-      file_path: file,
-      manifest: JSON.stringify(manifest),
-    });
+    await exports.recordExport({ id, actor: session.user.name, format, file_path: file, manifest });
     res.redirect(303, `/audit/exports/${id}`);
   });
 
-  const loadExport = async (id: string) =>
-    isUuid(id)
-      ? ((await knex('audit_exports').where({ id }).first()) as
-          { id: string; format: string; file_path: string; manifest: unknown } | undefined)
-      : undefined;
-
   router.get('/audit/exports/:id', ...guard, async (req, res) => {
-    const exp = await loadExport(String(req.params.id));
+    const exp = await exports.findExport(String(req.params.id));
     if (!exp)
       return kit.render(res, 404, 'error.njk', { title: 'Not found', message: 'There is no such export.' });
-    const manifest = (typeof exp.manifest === 'string' ? JSON.parse(exp.manifest) : exp.manifest) as Manifest;
-    kit.render(res, 200, 'audit-export.njk', { exp, manifest });
+    kit.render(res, 200, 'audit-export.njk', { exp, manifest: exp.manifest });
   });
 
   router.get('/audit/exports/:id/:part', ...guard, async (req, res) => {
-    const exp = await loadExport(String(req.params.id));
+    const exp = await exports.findExport(String(req.params.id));
     if (!exp || !['file', 'manifest'].includes(String(req.params.part))) {
       return kit.render(res, 404, 'error.njk', { title: 'Not found', message: 'There is no such export.' });
     }
     const name = `audit-${exp.id}.${exp.format}`;
     if (req.params.part === 'manifest') {
-      const manifest =
-        typeof exp.manifest === 'string' ? exp.manifest : JSON.stringify(exp.manifest, null, 2);
+      const manifest = JSON.stringify(exp.manifest, null, 2);
       res.attachment(`${name}.manifest.json`).type('application/json').send(manifest);
       return;
     }

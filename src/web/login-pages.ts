@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { CookieOptions, Response, Router } from 'express';
-import type { Knex } from 'knex';
-import { signIn } from '../accounts/index.ts';
+import type { SignIn } from '../accounts/index.ts';
 import type { AuditLog } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import type { PageKit } from './kit.ts';
@@ -11,7 +10,8 @@ const LOGIN_COOKIE = 'cs_login';
 const LOGIN_FORM_MS = 30 * 60 * 1000;
 
 export interface LoginDeps {
-  knex: Knex;
+  /** The password sign-in, with its limits: the same as the command line's. */
+  signIn: SignIn;
   audit: AuditLog;
   config: Config;
   sessions: SessionStore;
@@ -64,14 +64,12 @@ export function mountLoginPages(router: Router, kit: PageKit, deps: LoginDeps): 
     if (!tokensMatch(body._csrf, readCookies(req.get('cookie'))[LOGIN_COOKIE] ?? '')) {
       return again(403, 'The sign-in form expired. Please try again.');
     }
-    const limits = {
-      perUser: deps.config.web.login_failures_per_user,
-      perIp: deps.config.web.login_failures_per_ip,
-    };
-    const outcome = await signIn(
-      { knex: deps.knex, audit: deps.audit, limits },
-      { name, password: String(body.password ?? ''), origin: ip, via: 'web' },
-    );
+    const outcome = await deps.signIn.signIn({
+      name,
+      password: String(body.password ?? ''),
+      origin: ip,
+      via: 'web',
+    });
     if ('refused' in outcome && outcome.refused === 'locked_out') {
       res.set('Retry-After', '900');
       return again(429, 'Too many failed sign-ins. Wait 15 minutes, then try again.');

@@ -1,6 +1,5 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 import type { CookieOptions, Request, Response, Router } from 'express';
-import type { Knex } from 'knex';
 import { z } from 'zod';
 import {
   createOidcClient,
@@ -9,14 +8,11 @@ import {
   type OidcClient,
   type OidcRefusal,
   identityOf,
-  signInWithOidc,
-  releaseAttempt,
-  reserveAttempt,
   SIGN_IN_WINDOW_MINUTES,
+  type SignIn,
 } from '../accounts/index.ts';
 import type { AuditLog, Refusals } from '../audit/index.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
-import { sharedValue } from '../db/settings.ts';
 import type { Logger } from '../log.ts';
 import type { PageKit } from './kit.ts';
 import { safeNext } from './login-pages.ts';
@@ -27,7 +23,8 @@ const ATTEMPT_COOKIE = 'cs_oidc';
 const ATTEMPT_MS = 10 * 60 * 1000;
 
 export interface OidcPageDeps {
-  knex: Knex;
+  /** The attempts' limits, the users single sign-on finds or creates, and the attempts' sealing secret. */
+  signIn: SignIn;
   audit: AuditLog;
   /** Where refusals are recorded: a few rows per address and reason a minute, the rest counted. */
   refusals: Refusals;
@@ -64,12 +61,10 @@ function unseal(key: Buffer, text: string | undefined): Sealed | undefined {
 }
 
 /** The key attempts are sealed with: one for every replica, so that any can finish an attempt another began. */
-function sealingKey(knex: Knex): () => Promise<Buffer> {
+function sealingKey(signIn: SignIn): () => Promise<Buffer> {
   let key: Promise<Buffer> | undefined;
   return () =>
-    (key ??= sharedValue(knex, 'oidc_attempt_key', () => randomBytes(32).toString('base64url')).then(
-      (secret) => createHash('sha256').update(secret).digest(),
-    ));
+    (key ??= signIn.oidcAttemptSecret().then((secret) => createHash('sha256').update(secret).digest()));
 }
 
 /** Where to go after sign-in: a path on this origin (safeNext), but never back into a sign-in. */
@@ -119,7 +114,7 @@ export function mountOidcPages(router: Router, kit: PageKit, deps: OidcPageDeps)
     redirectUri: new URL(config.redirect_path, publicBaseUrl(deps.config)).href,
     log: deps.log,
   });
-  const key = sealingKey(deps.knex);
+  const key = sealingKey(deps.signIn);
   const refuse = refusalPage(kit, deps.refusals, config.issuer);
   const secure = deps.config.web.secure_cookies;
   // Lax, not Strict: the provider's redirect back is a cross-site navigation, which must carry it.
@@ -145,11 +140,7 @@ export function mountOidcPages(router: Router, kit: PageKit, deps: OidcPageDeps)
     // Any web page can make a browser call this address, so its refusals are limited per address, in a
     // bucket of their own: they never lock out anyone's password (docs/identity.md).
     const origin = req.socket.remoteAddress ?? 'unknown';
-    const reserved = await reserveAttempt(deps.knex, {
-      bucket: 'oidc_callback',
-      origin,
-      perOrigin: deps.config.web.login_failures_per_ip,
-    });
+    const reserved = await deps.signIn.reserve({ bucket: 'oidc_callback', origin });
     if (reserved === undefined) {
       // Over the limit is a refusal too: counted like the others (a few rows a minute, then the summary).
       await deps.refusals.record(origin, {
@@ -166,7 +157,7 @@ export function mountOidcPages(router: Router, kit: PageKit, deps: OidcPageDeps)
     }
     const refuseCounted = async (refusal: Parameters<typeof refuse>[2]) => {
       // The provider being unreachable is no fault of the caller's: that refusal does not count.
-      if (OIDC_FAILURE_PAGE[refusal.failure][0] === 503) await releaseAttempt(deps.knex, reserved);
+      if (OIDC_FAILURE_PAGE[refusal.failure][0] === 503) await deps.signIn.release(reserved);
       return refuse(req, res, refusal);
     };
     const attempt = unseal(await key(), readCookies(req.get('cookie'))[ATTEMPT_COOKIE]);
@@ -177,11 +168,11 @@ export function mountOidcPages(router: Router, kit: PageKit, deps: OidcPageDeps)
     const answer = await oidc.finish(callback, attempt);
     if ('failure' in answer) return refuseCounted(answer);
     const identity = identityOf(config, answer.claims);
-    const outcome = await signInWithOidc({ knex: deps.knex, audit: deps.audit }, identity);
+    const outcome = await deps.signIn.withOidc(identity);
     if ('failure' in outcome) return refuseCounted({ ...outcome, subject: identity.subject });
 
     const { user } = outcome;
-    await releaseAttempt(deps.knex, reserved);
+    await deps.signIn.release(reserved);
     const created = await deps.sessions.create(user);
     await deps.sessions.destroy(res.locals.sessionId as string | undefined);
     await deps.audit.append({

@@ -1,0 +1,68 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { createSignIn, type SignIn } from '../src/accounts/sign-in.ts';
+import { createAuditLog, type AuditLog } from '../src/audit/log.ts';
+import type { Database } from '../src/db/knex.ts';
+import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
+
+/**
+ * The sign-in the web pages and the command line are given: the configured limits travel with it, so
+ * that a caller names only the bucket and the origin. The limits under concurrency and through HTTP are
+ * test/signin-limits.test.ts's; these pin what the object adds.
+ */
+for (const kind of databaseKinds()) {
+  describe(`the sign-in service on ${kind}`, () => {
+    let testDb: TestDatabase;
+    let db: Database;
+    let audit: AuditLog;
+    let signIn: SignIn;
+
+    before(async () => {
+      ({ testDb, db } = await openMigratedDatabase(kind));
+      audit = createAuditLog(db.knex);
+      signIn = createSignIn({ knex: db.knex, audit, limits: { perUser: 1, perIp: 3 } });
+    });
+    after(async () => {
+      await audit.drain();
+      await db.close();
+      await testDb.drop();
+    });
+
+    it('reserves single sign-on callbacks per origin under the per-address limit, not the per-user one', async () => {
+      const ids = [];
+      for (let i = 0; i < 3; i++)
+        ids.push(await signIn.reserve({ bucket: 'oidc_callback', origin: '10.0.0.1' }));
+      assert.ok(ids.every((id) => typeof id === 'number'));
+      assert.equal(await signIn.reserve({ bucket: 'oidc_callback', origin: '10.0.0.1' }), undefined);
+      // Another bucket, another address: counted apart.
+      assert.equal(typeof (await signIn.reserve({ bucket: 'password', origin: '10.0.0.1' })), 'number');
+      assert.equal(typeof (await signIn.reserve({ bucket: 'oidc_callback', origin: '10.0.0.2' })), 'number');
+      // A released attempt no longer counts.
+      await signIn.release(ids[0]!);
+      assert.equal(typeof (await signIn.reserve({ bucket: 'oidc_callback', origin: '10.0.0.1' })), 'number');
+    });
+
+    it('holds a password attempt to the per-user limit', async () => {
+      assert.deepEqual(
+        await signIn.signIn({ name: 'nobody', password: 'x', origin: '10.0.0.9', via: 'cli' }),
+        {
+          refused: 'wrong_password',
+        },
+      );
+      assert.deepEqual(
+        await signIn.signIn({ name: 'nobody', password: 'x', origin: '10.0.0.8', via: 'cli' }),
+        {
+          refused: 'locked_out',
+        },
+      );
+    });
+
+    it('seals single sign-on attempts with one secret for every replica on the database', async () => {
+      const secret = await signIn.oidcAttemptSecret();
+      assert.match(secret, /^[\w-]{43}$/);
+      const another = createSignIn({ knex: db.knex, audit, limits: { perUser: 5, perIp: 5 } });
+      assert.equal(await another.oidcAttemptSecret(), secret);
+      assert.equal(await signIn.oidcAttemptSecret(), secret);
+    });
+  });
+}
