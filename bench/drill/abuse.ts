@@ -1,7 +1,10 @@
+import { execFileSync, fork, type ChildProcess } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { createAgent } from '../../src/accounts/agents.ts';
 import { createUser } from '../../src/accounts/users.ts';
@@ -18,8 +21,33 @@ import type { InvariantReport } from './invariants.ts';
  * one attack after another against one server, while a well-behaved agent searches the directory ten
  * times a second. Per attack: the requests sent, how they were answered, the audit rows they wrote,
  * the well-behaved agent's p99 during it, and the server's RSS after it. It passes when every attack
- * was refused as designed, the well-behaved p99 stayed within 3× its quiet p99, and the server never
- * went down.
+ * was refused as designed, the well-behaved p99 during each attack stayed within 3× its quiet p99, and
+ * the server never went down.
+ *
+ * The quiet p99 an attack is judged against is its own: a quiet window of QUIET_MS (and at least
+ * QUIET_CALLS calls) just before it, with no attack running; both are printed, with their ratio.
+ * Load on a shared machine drifts over minutes, and a baseline taken once at the start is not
+ * comparable with an attack several minutes later. (Below 100 calls a nearest-rank p99 is the
+ * slowest call, in the quiet windows and the attacks alike.)
+ *
+ * The well-behaved agent runs in a process of its own (this file, forked with the argument
+ * `bystander`): in the drill's process its answers would wait behind the attackers' own work (a
+ * flood's answers, 100,000-character names), which an attacker elsewhere would not put in its way.
+ *
+ * Where the machine has two CPUs or more (os.availableParallelism() >= 2) and `taskset` is on the
+ * PATH, the server is pinned to the first CPU this drill may use and everything else of the drill to
+ * the others, every thread of each process (`taskset -a`): the drill process (it sends the floods),
+ * the hostile upstream, the well-behaved agent's process and the CLI. That stands in for an attacker
+ * off the server's box: what the attackers spend on their side is not taken from the server's CPU.
+ * (The startup window's second server, started from the drill, runs on the drill's CPUs; PostgreSQL
+ * runs where the machine puts it.) The drill prints what it pinned; `--no-pin` turns this off; without `taskset`, or with one CPU, nothing
+ * is pinned and the drill says so. The hostile upstream runs at nice 19, every thread of it (its
+ * collector's helper threads make a 64 MiB answer as much as its main thread does).
+ *
+ * Beside each p99, where the time went: the agent's slowest call as the server timed it (its
+ * countersign_tool_call_seconds histogram), the server's own event-loop delay, how long the agent's
+ * own process and the drill's were held (the machine, not the server) — in the quiet window and in
+ * the attack.
  */
 
 export interface AttackFigures {
@@ -29,63 +57,192 @@ export interface AttackFigures {
   answers: Record<string, number>;
   audit_rows: number;
   seconds: number;
-  /** The well-behaved agent's latency while the attack ran (ms). */
+  /** The well-behaved agent's latency while the attack ran, and 2 s after (ms). */
   good_p99_ms: number | null;
   good_calls: number;
   good_failed: number;
+  /** The same in the quiet window just before the attack: the baseline this attack is judged against. */
+  quiet_p99_ms: number | null;
+  quiet_calls: number;
+  quiet_failed: number;
+  /** good_p99_ms / quiet_p99_ms; within LATENCY_BOUND is the pass. */
+  ratio: number | null;
   /**
-   * The server's own event-loop delay while the attack ran (prom-client's eventloop lag figures,
-   * which restart at each scrape of /metrics): how long the process itself was held, apart from the
-   * clients' share of the machine's cores.
+   * The server's own event-loop delay while the attack ran, and in its quiet window (prom-client's
+   * eventloop lag figures, which restart at each scrape of /metrics; 10 ms resolution): how long the
+   * process itself was held, apart from the clients' share of the machine's cores.
    */
   server_loop_p99_ms: number | null;
   server_loop_max_ms: number | null;
+  server_loop_quiet_max_ms: number | null;
+  /**
+   * The well-behaved agent's slowest call as the server timed it, in the attack and in its quiet
+   * window: the bound (ms) of the countersign_tool_call_seconds bucket it fell in (Infinity past 30 s).
+   */
+  server_call_max_ms: number | null;
+  server_call_quiet_max_ms: number | null;
+  /** The well-behaved agent's own process held up at most this long (ms; the server had no part in it). */
+  good_held_max_ms: number | null;
+  quiet_held_max_ms: number | null;
+  /** The drill process's own event-loop delay (the attackers' side: it sends the floods). */
+  drill_loop_max_ms: number | null;
+  drill_loop_quiet_max_ms: number | null;
   rss_mb: number;
   /** What the attack had to show, and whether it did. */
   expect: string;
   ok: boolean;
 }
 
-/** The well-behaved agent: a search every 100 ms, each latency kept under the attack of the moment. */
-class Bystander {
-  phase = 'quiet';
-  private readonly samples = new Map<string, { ms: number[]; failed: number }>();
-  private stopped = false;
-  private loop?: Promise<void>;
-  constructor(private readonly client: Client) {}
+/** The well-behaved agent's p99 during an attack may be at most this many times its quiet p99. */
+const LATENCY_BOUND = 3;
+/** Each attack's quiet window: at least this long, and at least QUIET_CALLS calls of the agent. */
+const QUIET_MS = 5000;
+const QUIET_CALLS = 30;
+/** The tool the well-behaved agent calls (and only it). */
+const GOOD_TOOL = 'isphere_search_contacts';
+/** Before the first quiet window: the agent's first calls (connections, compiled code) are not judged. */
+const WARMUP_MS = 5000;
 
-  start(): void {
-    this.loop = (async () => {
-      for (let next = Date.now(); !this.stopped;) {
-        const phase = this.phase;
-        const t0 = performance.now();
-        const ok = await callTool(
-          this.client,
-          'isphere_search_contacts',
-          { query: 'alice', limit: 10 },
-          20_000,
-        )
-          .then((r) => r.envelope.ok === true)
-          .catch(() => false);
-        const s = this.samples.get(phase) ?? { ms: [], failed: 0 };
-        s.ms.push(performance.now() - t0);
-        if (!ok) s.failed++;
-        this.samples.set(phase, s);
-        next += 100;
-        await sleep(Math.max(0, next - Date.now()));
-      }
-    })();
+/** One call of the well-behaved agent: when it started (Date.now()), how long it took, and whether it was ok. */
+interface Sample {
+  at: number;
+  ms: number;
+  ok: boolean;
+}
+
+interface Window {
+  p99: number | null;
+  calls: number;
+  failed: number;
+  /** The agent process's own event loop held up at most this long in the window (ms): not the server. */
+  held_max: number | null;
+}
+
+/** How often the agent's process looks at its own event loop, and the delay below which it keeps nothing. */
+const HELD_EVERY_MS = 10;
+const HELD_KEPT_MS = 2;
+
+/**
+ * The well-behaved agent, in a process of its own (this file run with the argument `bystander`): a
+ * search every 100 ms, each latency kept with when it started. In the drill's process it would wait
+ * behind the attackers' own work (a flood's answers, 100,000-character names), which an attacker on
+ * another machine would not put in its way.
+ */
+async function runBystander(url: string, token: string, send: (m: unknown) => void) {
+  const client = await connect(url, token);
+  const samples: Sample[] = [];
+  // Whenever a 10 ms timer fires late, by how much and when: a call's latency includes any such stall.
+  const held: { at: number; ms: number }[] = [];
+  let tick = performance.now();
+  const watch = setInterval(() => {
+    const now = performance.now();
+    if (now - tick - HELD_EVERY_MS > HELD_KEPT_MS)
+      held.push({ at: Date.now(), ms: now - tick - HELD_EVERY_MS });
+    tick = now;
+  }, HELD_EVERY_MS);
+  let stopped = false;
+  const loop = (async () => {
+    for (let next = Date.now(); !stopped;) {
+      const at = Date.now();
+      const t0 = performance.now();
+      const ok = await callTool(client, GOOD_TOOL, { query: 'alice', limit: 10 }, 20_000)
+        .then((r) => r.envelope.ok === true)
+        .catch(() => false);
+      samples.push({ at, ms: performance.now() - t0, ok });
+      next += 100;
+      await sleep(Math.max(0, next - Date.now()));
+    }
+    clearInterval(watch);
+  })();
+  process.on('message', (m: { id: number; from?: number; to?: number; stop?: boolean }) => {
+    if (m.stop) {
+      stopped = true;
+      void loop
+        .then(() => client.close())
+        .finally(() => {
+          send({ id: m.id, stopped: true });
+          process.disconnect();
+        });
+      return;
+    }
+    const within = (at: number) => at >= m.from! && at < m.to!;
+    const inside = samples.filter((s) => within(s.at));
+    const ms = inside.map((s) => s.ms);
+    const window: Window = {
+      p99: ms.length ? round(percentile(ms, 99), 1) : null,
+      calls: inside.length,
+      failed: inside.filter((s) => !s.ok).length,
+      held_max: round(Math.max(0, ...held.filter((h) => within(h.at)).map((h) => h.ms)), 1),
+    };
+    send({ id: m.id, window });
+  });
+  send({ ready: true });
+}
+
+/**
+ * The drill's side of the well-behaved agent: names the phase of the moment (the attack, or the quiet
+ * window before it) and asks the agent's process for the figures of a phase, by its span of time.
+ */
+class Bystander {
+  private readonly spans = new Map<string, { from: number; to?: number }>();
+  private current?: string;
+  private asked = 0;
+  private readonly answers = new Map<number, (m: { window?: Window; stopped?: boolean }) => void>();
+  private constructor(private readonly child: ChildProcess) {
+    child.on('message', (m: { id?: number; window?: Window; stopped?: boolean }) => {
+      if (m.id !== undefined) this.answers.get(m.id)?.(m);
+    });
   }
 
-  of(phase: string): { p99: number | null; calls: number; failed: number } {
-    const s = this.samples.get(phase);
-    if (!s || s.ms.length === 0) return { p99: null, calls: 0, failed: 0 };
-    return { p99: round(percentile(s.ms, 99), 1), calls: s.ms.length, failed: s.failed };
+  /** Forks the agent's process (on the CPUs of this one) and waits until it has connected. */
+  static async start(url: string, token: string): Promise<Bystander> {
+    const child = fork(fileURLToPath(import.meta.url), ['bystander'], {
+      cwd: ROOT,
+      execArgv: ['--import', 'tsx'],
+      stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+    });
+    await new Promise<void>((resolve, reject) => {
+      child.once('message', () => resolve());
+      child.once('exit', (code) => reject(new Error(`the well-behaved agent exited with ${code}`)));
+      child.send({ url, token });
+    });
+    return new Bystander(child);
+  }
+
+  get pid(): number {
+    return this.child.pid!;
+  }
+
+  set phase(name: string) {
+    const now = Date.now();
+    if (this.current) this.spans.get(this.current)!.to = now;
+    this.spans.set(name, { from: now });
+    this.current = name;
+  }
+
+  private ask<T>(message: Record<string, unknown>): Promise<T> {
+    const id = ++this.asked;
+    return new Promise((resolve) => {
+      this.answers.set(id, (m) => {
+        this.answers.delete(id);
+        resolve(m as T);
+      });
+      this.child.send({ id, ...message });
+    });
+  }
+
+  /** The calls started while `phase` was the phase (until now, if it still is). */
+  async of(phase: string): Promise<Window> {
+    const span = this.spans.get(phase);
+    if (!span) return { p99: null, calls: 0, failed: 0, held_max: null };
+    return (await this.ask<{ window: Window }>({ from: span.from, to: span.to ?? Date.now() })).window;
   }
 
   async stop(): Promise<void> {
-    this.stopped = true;
-    await this.loop;
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = new Promise((resolve) => this.child.once('exit', resolve));
+    await this.ask({ stop: true });
+    await exited;
   }
 }
 
@@ -168,16 +325,119 @@ export interface AbuseOptions {
   log: (line: string) => void;
   /** The CLI, run against the drill's database. */
   cli: (args: string[]) => Promise<{ code: number; out: string }>;
+  /** Pin the server and the attackers to CPUs of their own where the machine allows (default true). */
+  pin?: boolean;
 }
 
-/** The server's event-loop delay since the last scrape of /metrics (ms), read off a scrape. */
-async function loopDelay(base: string): Promise<{ p99: number | null; max: number | null }> {
+/** The CPUs process `pid` may run on, from `taskset -c -p` (e.g. "0,1" or "0-3,6"). */
+function affinity(pid: number): number[] {
+  const out = execFileSync('taskset', ['-c', '-p', String(pid)], { encoding: 'utf8' });
+  const list = /list:\s*(\S+)/.exec(out)?.[1] ?? '';
+  return list.split(',').flatMap((part) => {
+    const [from, to] = part.split('-').map(Number);
+    return to === undefined ? [from!] : Array.from({ length: to - from! + 1 }, (_, i) => from! + i);
+  });
+}
+
+/** Every thread of `pid` (`taskset -a`) onto the CPUs of `cpus`, a taskset list. */
+const pinTo = (pid: number, cpus: string) =>
+  void execFileSync('taskset', ['-a', '-c', '-p', cpus, String(pid)], { stdio: 'ignore' });
+
+/** Where the server and the attackers go, or why nothing is pinned. */
+type Pinning = { server: string; attackers: string; before: string } | { none: string };
+
+/** Where the server and the attackers go; the drill itself is moved onto the attackers' CPUs at once. */
+function planPinning(wanted: boolean): Pinning {
+  if (!wanted) return { none: 'nothing pinned (--no-pin)' };
+  const parallel = os.availableParallelism();
+  if (parallel < 2) return { none: `nothing pinned: os.availableParallelism() is ${parallel}` };
+  try {
+    const cpus = affinity(process.pid);
+    if (cpus.length < 2)
+      return { none: `nothing pinned: this process may run on CPU ${cpus.join(',')} only` };
+    const plan = { server: String(cpus[0]), attackers: cpus.slice(1).join(','), before: cpus.join(',') };
+    pinTo(process.pid, plan.attackers);
+    return plan;
+  } catch (err) {
+    const e = err as { code?: string; status?: number };
+    const code = e.code ?? `exit ${e.status}`;
+    return {
+      none: `nothing pinned: ${code === 'ENOENT' ? 'taskset not found' : `taskset failed (${code})`}`,
+    };
+  }
+}
+
+/** Every thread of `pid` at `nice` (setpriority on a process changes its main thread only, on Linux). */
+function reniceAll(pid: number, nice: number): void {
+  let tids: string[];
+  try {
+    tids = fs.readdirSync(`/proc/${pid}/task`);
+  } catch {
+    tids = [String(pid)];
+  }
+  for (const tid of tids) {
+    try {
+      os.setPriority(Number(tid), nice);
+    } catch {
+      // the thread has ended
+    }
+  }
+}
+
+/** The drill process's own event-loop delay since the last call (ms; 10 ms resolution, as the server's). */
+function drillLoop() {
+  const h = monitorEventLoopDelay({ resolution: 10 });
+  h.enable();
+  return () => {
+    const seen = h.count > 0 ? { p99: round(h.percentile(99) / 1e6, 1), max: round(h.max / 1e6, 1) } : null;
+    h.reset();
+    return seen;
+  };
+}
+
+interface Scrape {
+  /** The server's event-loop delay since the last scrape of /metrics (ms). */
+  p99: number | null;
+  max: number | null;
+  /** countersign_tool_call_seconds of GOOD_TOOL: calls so far at or under each bucket's bound (ms). */
+  buckets: Map<number, number>;
+}
+
+/** The server's own figures, read off a scrape of /metrics. */
+async function scrape(base: string): Promise<Scrape> {
   const text = await fetch(new URL('/metrics', base)).then((r) => r.text());
   const figure = (name: string) => {
     const m = new RegExp(`^${name} (\\S+)$`, 'm').exec(text);
     return m ? round(Number(m[1]) * 1000, 1) : null;
   };
-  return { p99: figure('nodejs_eventloop_lag_p99_seconds'), max: figure('nodejs_eventloop_lag_max_seconds') };
+  const buckets = new Map<number, number>();
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('countersign_tool_call_seconds_bucket{') || !line.includes(`tool="${GOOD_TOOL}"`))
+      continue;
+    const le = /le="([^"]+)"/.exec(line)?.[1];
+    if (le)
+      buckets.set(le === '+Inf' ? Infinity : round(Number(le) * 1000, 1), Number(line.split(' ').at(-1)));
+  }
+  return {
+    p99: figure('nodejs_eventloop_lag_p99_seconds'),
+    max: figure('nodejs_eventloop_lag_max_seconds'),
+    buckets,
+  };
+}
+
+/**
+ * The slowest of the well-behaved agent's calls between two scrapes as the server timed it (its
+ * tool-call histogram, audit append included): the bound of the bucket it fell in, in ms.
+ */
+function slowestServerSide(before: Scrape, after: Scrape): number | null {
+  let slowest: number | null = null;
+  let below = 0;
+  for (const [le, n] of [...after.buckets].sort((a, b) => a[0] - b[0])) {
+    const inside = n - (before.buckets.get(le) ?? 0);
+    if (inside > below) slowest = le;
+    below = inside;
+  }
+  return slowest;
 }
 
 /** The audit table's row count. */
@@ -238,15 +498,23 @@ export async function abuseDrill(
 ): Promise<{ report: InvariantReport; extra: Record<string, unknown> }> {
   const checks: InvariantReport['checks'] = [];
   const figures: AttackFigures[] = [];
+  const load = { before: os.loadavg().map((l) => round(l, 2)), after: [] as number[] };
+  o.log(`  load average before: ${load.before.join(', ')} (${os.availableParallelism()} CPUs)`);
+  // The drill (every attacker's request) on the attackers' CPUs from now on: what it starts (the hostile
+  // upstream, the well-behaved agent, the CLI) starts there too.
+  const pinning = planPinning(o.pin ?? true);
+  const drillLoopDelay = drillLoop();
   // The hostile upstream in a process of its own: its 64 MiB answers cost it, not the drill's clients.
   const hostile = await spawnNode(
     [path.join(ROOT, 'test/helpers/hostile-upstream.ts'), 'http'],
     {},
     /"url":"([^"]+)"/,
   );
-  // Niced: on a machine of two cores the attacker's own work (making 64 MiB answers) would otherwise be
-  // what the well-behaved agent waits for, where an attacker elsewhere would cost this server nothing.
-  os.setPriority(hostile.pid, 19);
+  // Niced, every thread: on a machine of two cores the attacker's own work (making 64 MiB answers, and
+  // collecting them) would otherwise be what the well-behaved agent waits for, where an attacker
+  // elsewhere would cost this server nothing. os.setPriority(pid) alone nices the main thread only.
+  reniceAll(hostile.pid, 19);
+  if ('server' in pinning) pinTo(hostile.pid, pinning.attackers);
   const configFile = path.join(o.dataDir, 'abuse-config.json');
   fs.writeFileSync(configFile, JSON.stringify({ upstreams: [{ name: 'hostile', url: hostile.url }] }));
 
@@ -279,14 +547,24 @@ export async function abuseDrill(
   const startup = await startupWindow({ ...o, env });
 
   let server: Child | undefined;
+  let bystander: Bystander | undefined;
   const clients: Client[] = [];
   try {
     server = await spawnCountersign({ DATABASE_URL: o.dbUrl, COUNTERSIGN_DATA_DIR: o.dataDir, ...env });
     const base = server.url;
     const pid = server.pid;
-    const good = await connect(base, o.token);
-    clients.push(good);
-    const bystander = new Bystander(good);
+    if ('server' in pinning) pinTo(pid, pinning.server);
+    // Forked from the drill: on the drill's CPUs.
+    bystander = await Bystander.start(base, o.token);
+    const processes =
+      `the drill (pid ${process.pid}: floods, CLI), the well-behaved agent (pid ${bystander.pid}) ` +
+      `and the hostile upstream (pid ${hostile.pid}, nice 19)`;
+    o.log(
+      'server' in pinning
+        ? `  pinned (taskset -a): the server (pid ${pid}) to CPU ${pinning.server}; ${processes} to CPU ` +
+            `${pinning.attackers}; PostgreSQL where the machine puts it`
+        : `  ${pinning.none}: the server (pid ${pid}), ${processes}`,
+    );
     // The upstream is connected in the background: wait until its tools are listed.
     const upstreamClient = await connect(base, caller.token);
     clients.push(upstreamClient);
@@ -305,9 +583,20 @@ export async function abuseDrill(
       good_p99_ms: null,
       good_calls: 0,
       good_failed: 0,
+      quiet_p99_ms: null,
+      quiet_calls: 0,
+      quiet_failed: 0,
+      ratio: null,
       rss_mb: 0,
       server_loop_p99_ms: null,
       server_loop_max_ms: null,
+      server_loop_quiet_max_ms: null,
+      server_call_max_ms: null,
+      server_call_quiet_max_ms: null,
+      good_held_max_ms: null,
+      quiet_held_max_ms: null,
+      drill_loop_max_ms: null,
+      drill_loop_quiet_max_ms: null,
       expect:
         'every probe answered: refused before it listens, then 503 starting (healthz and MCP alike), then ready; none hung',
       ok: startup.labels.every((l) =>
@@ -318,10 +607,11 @@ export async function abuseDrill(
     };
     figures.push(startupFigure);
 
-    bystander.start();
-    await sleep(10_000);
-    const quiet = bystander.of('quiet');
-    o.log(`  quiet: the well-behaved agent's p99 ${quiet.p99} ms over ${quiet.calls} calls`);
+    const agent = bystander;
+    agent.phase = 'warm-up';
+    await sleep(WARMUP_MS);
+    const warmup = await agent.of('warm-up');
+    o.log(`  warm-up: the well-behaved agent's p99 ${warmup.p99} ms over ${warmup.calls} calls (not judged)`);
 
     const attack = async (
       name: string,
@@ -329,17 +619,28 @@ export async function abuseDrill(
       run: () => Promise<string[]>,
       judge: (answers: Record<string, number>) => boolean,
     ) => {
-      bystander.phase = name;
+      // The quiet window just before the attack: the baseline it is judged against.
+      const quietPhase = `quiet before ${name}`;
+      agent.phase = quietPhase;
+      const quietFrom = await scrape(base); // restarts the server's event-loop figures
+      drillLoopDelay();
+      const q0 = Date.now();
+      while (Date.now() - q0 < QUIET_MS || (await agent.of(quietPhase)).calls < QUIET_CALLS) await sleep(100);
+      const quietLoop = await scrape(base); // and restarts them for the attack
+      const quietDrillLoop = drillLoopDelay();
+      const quiet = await agent.of(quietPhase);
       const rows0 = await auditRows(o.dbUrl);
-      await loopDelay(base); // restarts the server's event-loop figures
+      agent.phase = name;
       const t0 = Date.now();
       const labels = await run();
       const seconds = (Date.now() - t0) / 1000;
       // The well-behaved agent a moment longer under the same label, so a short attack has samples too.
       await sleep(2000);
       const answers = tally(labels);
-      const seen = bystander.of(name);
-      const loop = await loopDelay(base);
+      const seen = await agent.of(name);
+      const loop = await scrape(base);
+      const attackDrillLoop = drillLoopDelay();
+      const ratio = seen.p99 !== null && quiet.p99 ? round(seen.p99 / quiet.p99, 2) : null;
       const f: AttackFigures = {
         attack: name,
         requests: labels.length,
@@ -349,17 +650,32 @@ export async function abuseDrill(
         good_p99_ms: seen.p99,
         good_calls: seen.calls,
         good_failed: seen.failed,
+        quiet_p99_ms: quiet.p99,
+        quiet_calls: quiet.calls,
+        quiet_failed: quiet.failed,
+        ratio,
         rss_mb: round(statusMb(pid, 'VmRSS'), 1),
         server_loop_p99_ms: loop.p99,
         server_loop_max_ms: loop.max,
+        server_loop_quiet_max_ms: quietLoop.max,
+        server_call_max_ms: slowestServerSide(quietLoop, loop),
+        server_call_quiet_max_ms: slowestServerSide(quietFrom, quietLoop),
+        good_held_max_ms: seen.held_max,
+        quiet_held_max_ms: quiet.held_max,
+        drill_loop_max_ms: attackDrillLoop?.max ?? null,
+        drill_loop_quiet_max_ms: quietDrillLoop?.max ?? null,
         expect,
         ok: judge(answers),
       };
       figures.push(f);
       o.log(
         `  ${name}: ${f.requests} requests in ${f.seconds} s ${JSON.stringify(answers)}; ${f.audit_rows} audit rows; ` +
-          `well-behaved p99 ${f.good_p99_ms} ms (${seen.failed}/${seen.calls} failed); ` +
-          `server event loop p99 ${f.server_loop_p99_ms} ms, max ${f.server_loop_max_ms} ms; RSS ${f.rss_mb} MB`,
+          `well-behaved p99 ${f.good_p99_ms} ms (${seen.failed}/${seen.calls} failed) against ${f.quiet_p99_ms} ms ` +
+          `quiet just before (${quiet.failed}/${quiet.calls} failed): ${ratio}×; ` +
+          `its slowest call server-side ≤ ${f.server_call_max_ms} ms (quiet ≤ ${f.server_call_quiet_max_ms} ms); ` +
+          `server event loop p99 ${f.server_loop_p99_ms} ms, max ${f.server_loop_max_ms} ms (quiet max ${f.server_loop_quiet_max_ms} ms); ` +
+          `the agent's own process held at most ${f.good_held_max_ms} ms (quiet ${f.quiet_held_max_ms} ms); ` +
+          `drill event loop max ${f.drill_loop_max_ms} ms (quiet ${f.drill_loop_quiet_max_ms} ms); RSS ${f.rss_mb} MB`,
       );
     };
     const n = (share: number) => Math.max(20, Math.round(o.flood * share));
@@ -552,27 +868,40 @@ export async function abuseDrill(
       (a) => (a['401'] ?? 0) <= 5 && a['right password 429'] === 1,
     );
 
-    await bystander.stop();
+    await agent.stop();
     const crashed = server.child.exitCode !== null || server.child.signalCode !== null;
     const peak = statusMb(pid, 'VmHWM');
     for (const f of figures) {
       checks.push({ name: `${f.attack}: ${f.expect}`, ok: f.ok, detail: JSON.stringify(f.answers) });
     }
-    const worst = Math.max(...figures.map((f) => f.good_p99_ms ?? 0));
-    const bound = 3 * (quiet.p99 ?? Number.POSITIVE_INFINITY);
+    const judged = figures.filter((f) => f.good_p99_ms !== null);
+    const over = judged.filter((f) => f.ratio === null || f.ratio > LATENCY_BOUND);
     checks.push({
-      name: "the well-behaved agent's p99 within 3× its quiet p99 during every attack",
-      ok: worst <= bound,
-      detail: `quiet ${quiet.p99} ms; worst ${worst} ms (${figures
-        .filter((f) => f.good_p99_ms !== null)
-        .map((f) => `${f.attack}: ${f.good_p99_ms}`)
-        .join(', ')})`,
+      name: `the well-behaved agent's p99 within ${LATENCY_BOUND}× the quiet p99 of the window just before, during every attack`,
+      ok: judged.length > 0 && over.length === 0,
+      detail: `${over.length ? `over: ${over.map((f) => f.attack).join(', ')}; ` : ''}${judged
+        .map((f) => `${f.attack}: ${f.good_p99_ms}/${f.quiet_p99_ms} ms ${f.ratio}×`)
+        .join(', ')}`,
     });
     checks.push({
       name: 'the server never went down',
       ok: !crashed,
       detail: `peak RSS ${Math.round(peak)} MB`,
     });
+    load.after = os.loadavg().map((l) => round(l, 2));
+    o.log(`  load average after: ${load.after.join(', ')}`);
+    o.log(
+      '  | attack | quiet p99 (calls) | p99 (calls) | ratio | slowest server-side, quiet / attack | server loop max, quiet / attack | agent held max, quiet / attack | drill loop max, quiet / attack |',
+    );
+    for (const f of judged) {
+      o.log(
+        `  | ${f.attack} | ${f.quiet_p99_ms} ms (${f.quiet_calls}) | ${f.good_p99_ms} ms (${f.good_calls}) | ` +
+          `${f.ratio}×${f.ratio !== null && f.ratio <= LATENCY_BOUND ? '' : ' OVER'} | ` +
+          `≤ ${f.server_call_quiet_max_ms} / ≤ ${f.server_call_max_ms} ms | ` +
+          `${f.server_loop_quiet_max_ms} / ${f.server_loop_max_ms} ms | ${f.quiet_held_max_ms} / ${f.good_held_max_ms} ms | ` +
+          `${f.drill_loop_quiet_max_ms} / ${f.drill_loop_max_ms} ms |`,
+      );
+    }
     return {
       report: {
         ok: checks.every((c) => c.ok),
@@ -582,8 +911,16 @@ export async function abuseDrill(
         writes: {},
       },
       extra: {
-        quiet_p99_ms: quiet.p99,
-        quiet_calls: quiet.calls,
+        latency_bound: LATENCY_BOUND,
+        quiet_window_ms: QUIET_MS,
+        warmup_p99_ms: warmup.p99,
+        warmup_calls: warmup.calls,
+        pinning:
+          'server' in pinning
+            ? { server_cpus: pinning.server, attacker_cpus: pinning.attackers, server_pid: pid }
+            : pinning.none,
+        load_average: load,
+        cpus: os.availableParallelism(),
         peak_rss_mb: Math.round(peak),
         attacks: figures,
         run: randomBytes(3).toString('hex'),
@@ -591,7 +928,21 @@ export async function abuseDrill(
     };
   } finally {
     await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
+    await bystander?.stop().catch(() => undefined);
     await server?.stop();
     await hostile.stop();
+    // The drill's CPUs as they were: another drill may run in this process next.
+    if ('server' in pinning) pinTo(process.pid, pinning.before);
   }
+}
+
+// The well-behaved agent's own process (Bystander.start): told where to connect, then asked for figures.
+if (
+  process.argv[2] === 'bystander' &&
+  process.argv[1] &&
+  fileURLToPath(import.meta.url) === process.argv[1]
+) {
+  process.once('message', (m: { url: string; token: string }) => {
+    void runBystander(m.url, m.token, (reply) => process.send!(reply));
+  });
 }

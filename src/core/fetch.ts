@@ -49,13 +49,16 @@ function requestId(init: RequestInit | undefined): string | number | undefined {
  */
 function eventEnds(chunk: Uint8Array, state: { ends: number }): number[] {
   const found: number[] = [];
+  // Buffer's indexOf is native (about 1 µs a 64 KiB chunk; Uint8Array's took 41 µs in a profile of
+  // 64 MiB answers); the view copies nothing.
+  const bytes = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
   // Whether chunk[from, to) holds anything but CR: a line with content between two line ends.
   const content = (from: number, to: number) => {
     for (let i = from; i < to; i++) if (chunk[i] !== 0x0d) return true;
     return false;
   };
   for (let i = 0; i < chunk.length;) {
-    const lf = chunk.indexOf(0x0a, i);
+    const lf = bytes.indexOf(0x0a, i);
     if (lf < 0) {
       if (content(i, chunk.length)) state.ends = 0;
       break;
