@@ -5,6 +5,7 @@ import { rowFromDb } from '../src/audit/chain.ts';
 import { EXPORT_PAGE, exportLines, exportPages } from '../src/audit/export-pages.ts';
 import { toJsonLine } from '../src/audit/format.ts';
 import { createAuditLog } from '../src/audit/log.ts';
+import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { type Database } from '../src/db/knex.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
 
@@ -88,6 +89,22 @@ for (const kind of databaseKinds()) {
       assert.equal(written.length, stored.length);
       for (const [i, raw] of stored.entries())
         assert.equal(written[i], toJsonLine(rowFromDb(raw)), `seq ${String(raw.seq)}`);
+    });
+
+    it('keeps a details key named __proto__, in the export and when the chain is verified', async () => {
+      // Found by the case above with one seed: a copy of details by assignment dropped the key, so
+      // the row parsed back from the database no longer hashed as it had been appended.
+      const details = JSON.parse('{"__proto__":{"x":[1]},"a":1}') as Record<string, unknown>;
+      const row = await createAuditLog(db.knex).append({ kind: 'tool.call', result: 'ok', details });
+      const raw = (await db.knex('audit_events').where({ seq: row.seq }).first()) as Record<string, unknown>;
+      assert.deepEqual(Object.keys(rowFromDb(raw).details).sort(), ['__proto__', 'a']);
+      const lines: string[] = [];
+      for await (const page of exportLines(db.knex, {}, row.seq))
+        lines.push(...page.filter((r) => r.seq === row.seq).map((r) => r.line));
+      assert.deepEqual(lines, [toJsonLine(rowFromDb(raw))]);
+      assert.match(lines[0]!, /"details":\{"__proto__":\{"x":\[1\]\},"a":1\}/);
+      const report = await verifyDatabaseChain(db.knex);
+      assert.equal(report.first_bad, undefined, JSON.stringify(report.first_bad));
     });
   });
 }

@@ -18,6 +18,9 @@ const text = () => column(z.string());
  * TargetType and AuditErrorCode enums ('file' and 'message' targets, reconciliation's NOT_WRITTEN and
  * OUTCOME_UNKNOWN), and a verifier must read every row it has ever written.
  */
+const isPlainObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && [Object.prototype, null].includes(Object.getPrototypeOf(v));
+
 export const AuditBody = z.object({
   seq: z.number().int().positive(),
   /** A uuid column. */
@@ -40,8 +43,16 @@ export const AuditBody = z.object({
   file_sha256: text(),
   result: column(AuditResult),
   error_code: text(),
-  /** Never message bodies or secrets. */
-  details: z.record(z.string(), z.unknown()).default(() => ({})),
+  /**
+   * Never message bodies or secrets. Copied by a spread, not key by key: a copy by assignment drops
+   * an own `__proto__` key (z.record does), and the row would then hash otherwise than it was
+   * appended (test/audit-pages.test.ts found one).
+   */
+  details: z
+    .custom<Record<string, unknown>>((v) => isPlainObject(v), { message: 'details: expected an object' })
+    // A spread defines each own key, `__proto__` too, on an ordinary object.
+    .transform((v) => ({ ...v }))
+    .default(() => ({})),
 });
 export type AuditBody = z.infer<typeof AuditBody>;
 
@@ -78,8 +89,6 @@ const TEXT_FIELDS = [
 const INPUT_KEYS: ReadonlySet<string> = new Set(Object.keys(AuditInput.shape));
 
 const isText = (v: unknown) => v === undefined || v === null || typeof v === 'string';
-const isPlainObject = (v: unknown): v is Record<string, unknown> =>
-  typeof v === 'object' && v !== null && [Object.prototype, null].includes(Object.getPrototypeOf(v));
 
 /**
  * An audit input as AuditInput parses it: every field present, null where unset, details `{}` unless
