@@ -59,9 +59,6 @@ export async function checkpointDeps(
   };
 }
 
-/** Names the checkpoint key and origin the cluster records (server_secrets), without creating them. */
-const recorded = recordedValue;
-
 /**
  * The public half of the configured signing key, when its file exists (never generated here): the key
  * to check with on a database no server has started on yet, so none recorded the cluster's key.
@@ -95,8 +92,8 @@ export async function verifyDatabase(
   const key =
     publicKeyPems.length > 0
       ? publicKeyPems
-      : ((await recorded(knex, 'audit_signing_public_key')) ?? (config && configuredPublicKey(config)));
-  const origin = await recorded(knex, 'audit_origin');
+      : ((await recordedValue(knex, 'audit_signing_public_key')) ?? (config && configuredPublicKey(config)));
+  const origin = await recordedValue(knex, 'audit_origin');
   const trust = key ? trustOf(key, origin) : undefined;
   const stored = await listCheckpoints(knex);
   const verifier = new ChainVerifier(undefined, trust);
