@@ -14,15 +14,14 @@ import {
   positiveIntOrDefault,
   roles,
 } from './admin/cli-input.ts';
-import type { AdminCommand, AdminResult, AdminResults } from './admin/commands.ts';
+import type { AdminCommand, AdminDeps, AdminResult, AdminResults } from './admin/commands.ts';
 import { describePgError, postgresProblem } from './admin/pg-errors.ts';
 import { readHiddenLine } from './admin/secret.ts';
-import type { Knex } from 'knex';
 import type { FirstRun } from './admin/first-run.ts';
 import type { StdioReady } from './app/serve-stdio.ts';
 import type { Manifest } from './audit/index.ts';
 import { loadConfig, publicBaseUrl, type Config } from './config.ts';
-import type { BlobStore, ImportSummary } from './connectors/index.ts';
+import type { ImportSummary } from './connectors/index.ts';
 import { AppError, isAppError } from './core/errors.ts';
 import type { Role } from './core/identity.ts';
 import { lockedBy, lockHolder } from './db/lock.ts';
@@ -136,15 +135,19 @@ async function runData<C extends AdminCommand>(cfg: Config, command: C): Promise
     throw e;
   }
   try {
-    const [{ migrateLatest }, { runAdminCommand }, { createBlobStore }] = await Promise.all([
-      import('./db/migrations.ts'),
+    const [{ runAdminCommand }, { adminDeps }, { createBlobStore }] = await Promise.all([
       import('./admin/commands.ts'),
+      import('./app/admin-deps.ts'),
       import('./connectors/local/blobs.ts'),
     ]);
-    if (command.command !== 'migrate') await migrateLatest(db.knex);
-    const blobs = createBlobStore(path.join(cfg.data_dir, 'blobs'));
-    if (fresh && cfg.demo) await firstRunHere(cfg, db.knex, blobs);
-    return await runAdminCommand({ knex: db.knex, blobs, config: cfg }, command);
+    const deps = adminDeps({
+      knex: db.knex,
+      blobs: createBlobStore(path.join(cfg.data_dir, 'blobs')),
+      config: cfg,
+    });
+    if (command.command !== 'migrate') await deps.migrate();
+    if (fresh && cfg.demo) await firstRunHere(deps);
+    return await runAdminCommand(deps, command);
   } finally {
     await db.close();
   }
@@ -260,13 +263,10 @@ async function showFirstRun(first: FirstRun | undefined, where: { mcp: string; w
 }
 
 /** The first run of a fresh data directory, from a command other than serve; its banner on stderr. */
-async function firstRunHere(cfg: Config, knex: Knex, blobs: BlobStore): Promise<void> {
-  const [{ firstRun }, { createAuditLog }] = await Promise.all([
-    import('./admin/first-run.ts'),
-    import('./audit/log.ts'),
-  ]);
-  const first = await firstRun({ knex, blobs, audit: createAuditLog(knex), config: cfg });
-  const web = publicBaseUrl(cfg);
+async function firstRunHere(deps: AdminDeps): Promise<void> {
+  const { firstRun } = await import('./admin/first-run.ts');
+  const first = await firstRun(deps);
+  const web = publicBaseUrl(deps.config);
   await showFirstRun(first, {
     mcp: `start the server: countersign serve (HTTP, ${web}/mcp) or countersign serve --stdio`,
     web,

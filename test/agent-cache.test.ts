@@ -4,6 +4,7 @@ import path from 'node:path';
 import { after, before, it } from 'node:test';
 import { runAdminCommand, type AdminDeps } from '../src/admin/commands.ts';
 import { createAgent } from '../src/accounts/agents.ts';
+import { adminDeps } from '../src/app/admin-deps.ts';
 import { createPgBus, type ClusterBus } from '../src/cluster/bus.ts';
 import { loadConfig } from '../src/config.ts';
 import { createBlobStore } from '../src/connectors/local/blobs.ts';
@@ -66,12 +67,14 @@ describeOnPostgres('an agent change made on this replica holds here at once', ()
     proxy = await holdingProxy(new URL(testDb.url!));
     bus = await createPgBus(db.knex, proxy.url, createLogger('silent'));
     auth = createAgentAuth(db.knex, bus);
-    deps = {
-      knex: db.knex,
-      blobs: createBlobStore(path.join(testDb.dataDir, 'blobs')),
-      config: loadConfig({}, testDb.dataDir),
-      agentChanged: (id) => bus.agentChangedHere(id),
-    };
+    deps = adminDeps(
+      {
+        knex: db.knex,
+        blobs: createBlobStore(path.join(testDb.dataDir, 'blobs')),
+        config: loadConfig({}, testDb.dataDir),
+      },
+      { agentChanged: (id) => bus.agentChangedHere(id) },
+    );
   });
   after(async () => {
     await bus?.close();

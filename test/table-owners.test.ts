@@ -55,19 +55,35 @@ const files = (dir: string): string[] =>
     return e.isDirectory() ? files(p) : p.endsWith('.ts') ? [p] : [];
   });
 
+/** `knex('users')`, `trx('x as y')`, or a query from a constant that names a table (`trx(PINS)`). */
+const QUERY_START = /\b(?:knex|trx|tx|db|q)\(\s*(?:'([a-z_]+)(?: as \w+)?'|([A-Z][A-Z_]*))\s*\)/g;
+
+/** Every `const NAME = 'table'` in src/ whose value is a table: a query may start from the name. */
+const constantsNamingTables = (sources: string[]) =>
+  new Map(
+    sources.flatMap((file) =>
+      [...fs.readFileSync(file, 'utf8').matchAll(/\bconst ([A-Z][A-Z_]*) = '([a-z_]+)'/g)]
+        .filter((m) => m[2]! in OWNERS)
+        .map((m) => [m[1]!, m[2]!] as const),
+    ),
+  );
+
 it('has every table read and written only by the folder that owns it', () => {
   const found: string[] = [];
+  const tableConstants = constantsNamingTables(files(SRC));
   for (const file of files(SRC)) {
     const rel = path.relative(path.dirname(SRC), file);
     const allowed = ALLOWED[rel] ?? [];
     if (allowed.includes('*')) continue;
     const folder = rel.split(path.sep)[1]!;
     const text = fs.readFileSync(file, 'utf8');
-    for (const m of text.matchAll(/\b(?:knex|trx|tx|db)\(\s*'([a-z_]+)(?: as \w+)?'\s*\)/g)) {
-      const owner = OWNERS[m[1]!];
-      if (owner && owner !== folder && !allowed.includes(m[1]!)) {
+    for (const m of text.matchAll(QUERY_START)) {
+      const table = m[1] ?? tableConstants.get(m[2]!);
+      if (table === undefined) continue;
+      const owner = OWNERS[table];
+      if (owner && owner !== folder && !allowed.includes(table)) {
         const line = text.slice(0, m.index).split('\n').length;
-        found.push(`${rel}:${line} ${m[1]} (owned by ${owner}/)`);
+        found.push(`${rel}:${line} ${table} (owned by ${owner}/)`);
       }
     }
   }

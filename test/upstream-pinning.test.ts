@@ -10,6 +10,7 @@ import { startHttpServer, type RunningServer } from '../src/app/serve-http.ts';
 import { createAuditLog } from '../src/audit/log.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { loadConfig } from '../src/config.ts';
+import { createPinAdmin } from '../src/connectors/mcp/pin-accept.ts';
 import { createUpstreamPins, type Listed } from '../src/connectors/mcp/pins.ts';
 import { isAppError } from '../src/core/errors.ts';
 import { createLogger } from '../src/log.ts';
@@ -221,11 +222,15 @@ for (const kind of databaseKinds()) {
     });
 
     it('accept refuses an upstream or tool never seen; with nothing held it changes nothing', async () => {
-      const refused = await acceptPins({ knex: knex() }, { upstream: 'nope', actor: 'test' }).catch((e) => e);
+      const refused = await acceptPins(
+        { pins: createPinAdmin(knex(), createAuditLog(knex())) },
+        { upstream: 'nope', actor: 'test' },
+      ).catch((e) => e);
       assert.ok(isAppError(refused, 'NOT_FOUND', 'unknown_upstream'), String(refused));
-      const noTool = await acceptPins({ knex: knex() }, { upstream: 'crm', tool: 'nope', actor: 't' }).catch(
-        (e) => e,
-      );
+      const noTool = await acceptPins(
+        { pins: createPinAdmin(knex(), createAuditLog(knex())) },
+        { upstream: 'crm', tool: 'nope', actor: 't' },
+      ).catch((e) => e);
       assert.ok(isAppError(noTool, 'NOT_FOUND', 'unknown_tool'), String(noTool));
       assert.equal((await cli('accept', 'nope')).code, 1);
 

@@ -45,3 +45,4 @@ export {
   type AgentRecord,
 } from './agents.ts';
 export { countUsers, userNameOf } from './users.ts';
+export { createAccountAdmin, type AccountAdmin, type AccountChanges, type AccountRow } from './admin.ts';

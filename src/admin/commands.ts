@@ -1,41 +1,16 @@
 import os from 'node:os';
-import type { Knex } from 'knex';
 import { z } from 'zod';
-import { type BlobStore, demoData, importData, parseImportFile } from '../connectors/index.ts';
-import { migrateLatest } from '../db/migrations.ts';
-import { createApprovals, isDecisionRefusal } from '../approval/index.ts';
+import { demoData, parseImportFile, type DirectoryImport, type PinAdmin } from '../connectors/index.ts';
+import { isDecisionRefusal, type Approvals } from '../approval/index.ts';
 import { ApprovalStatus } from '../core/schemas.ts';
-import {
-  checkpointDeps,
-  verifyDatabase,
-  ExportFilter,
-  describeAnchors,
-  verifyDatabaseAnchors,
-  exportToFile,
-  type AuditInput,
-  createAuditLog,
-} from '../audit/index.ts';
-import { publicBaseUrl, type Config } from '../config.ts';
-import {
-  createAgent,
-  listAgents,
-  ownerNamed,
-  revokeAgent,
-  rotateAgentToken,
-  updateAgent,
-  createSignIn,
-  changeUser,
-  createUser,
-  linkIdentity,
-  listUsers,
-  setUserEmail,
-  type UserChange,
-} from '../accounts/index.ts';
+import { ExportFilter, describeAnchors, type AuditChecks } from '../audit/index.ts';
+import type { Config } from '../config.ts';
+import type { Settings } from '../db/settings.ts';
+import type { AccountAdmin, AccountChanges, SignIn, UserChange } from '../accounts/index.ts';
 import { loadProfiles } from '../core/profiles.ts';
 import { AppError } from '../core/errors.ts';
 import { AgentName, Role, UserName, type Agent, type User } from '../core/identity.ts';
 import { acceptPins, listPins } from './upstreams.ts';
-import { activeAgentNamed, agentNamedForUpdate, userNameOf } from '../accounts/index.ts';
 
 /**
  * The data-changing operator commands. They run in the CLI's own process when it can open the database,
@@ -154,10 +129,21 @@ export function describeZodError(err: z.ZodError): string {
   return err.issues.map((i) => `${i.path.join('.') || 'input'}: ${i.message}`).join('; ');
 }
 
+/**
+ * The stores the commands work through (built by the composition root, app/admin-deps.ts): no command
+ * sees the database itself.
+ */
 export interface AdminDeps {
-  knex: Knex;
-  blobs: BlobStore;
   config: Config;
+  /** Applies the migrations not yet applied; the names of those it applied. */
+  migrate: () => Promise<string[]>;
+  accounts: AccountAdmin;
+  signIn: SignIn;
+  approvals: Approvals;
+  directory: DirectoryImport;
+  auditChecks: AuditChecks;
+  pins: PinAdmin;
+  settings: Settings;
   /**
    * Told, once its change has committed, of every agent a command changed (an `agent.*` audit row names
    * it: token, profile, rate limit, revocation), so that the replica running the command stops trusting
@@ -185,14 +171,7 @@ function checkProfile(name: string | undefined, dir?: string): void {
  * rows; the origin is this host's command line, so failures there lock it out as one client address.
  */
 async function signInAs(deps: AdminDeps, name: string, password: string): Promise<User> {
-  const outcome = await createSignIn({
-    knex: deps.knex,
-    audit: createAuditLog(deps.knex),
-    limits: {
-      perUser: deps.config.web.login_failures_per_user,
-      perIp: deps.config.web.login_failures_per_ip,
-    },
-  }).signIn({ name, password, origin: `cli@${os.hostname()}`, via: 'cli' });
+  const outcome = await deps.signIn.signIn({ name, password, origin: `cli@${os.hostname()}`, via: 'cli' });
   if (!('refused' in outcome)) return outcome.user;
   if (outcome.refused === 'locked_out') {
     throw new AppError(
@@ -204,16 +183,6 @@ async function signInAs(deps: AdminDeps, name: string, password: string): Promis
   throw new AppError('NOT_LOGGED_IN', `wrong user name or password for "${name}"`, 'wrong_password');
 }
 
-function approvalsOf(deps: AdminDeps) {
-  const audit = createAuditLog(deps.knex);
-  return createApprovals({
-    knex: deps.knex,
-    audit,
-    config: deps.config,
-    reviewUrl: (id) => new URL(`/approvals/${id}`, publicBaseUrl(deps.config)).href,
-  });
-}
-
 type Command<K extends AdminCommand['command']> = Extract<AdminCommand, { command: K }>;
 
 /** A chair's decision; a refusal keeps its reason, in its message too (the CLI prints that). */
@@ -221,7 +190,7 @@ async function decideCommand(deps: AdminDeps, cmd: Command<'approvals.decide'>) 
   const user = await signInAs(deps, cmd.as, cmd.password);
   try {
     const { id, decision, note } = cmd;
-    return { approval: await approvalsOf(deps).decide({ id, user, decision, note }) };
+    return { approval: await deps.approvals.decide({ id, user, decision, note }) };
   } catch (err) {
     if (isDecisionRefusal(err))
       throw new AppError(err.code, `${err.reason}: ${err.message}`, err.reason, { cause: err });
@@ -239,19 +208,16 @@ const agentFacts = (agent: Agent, owner: string | null) => ({
   rate_limit_per_min: agent.rate_limit_per_min,
 });
 
-type AdminRow = Pick<AuditInput, 'kind' | 'actor' | 'agent_id' | 'details'>;
-
 /** Runs a data-changing command and appends its audit rows in the same transaction: both or neither. */
-async function audited<T>(
-  deps: AdminDeps,
-  work: (trx: Knex.Transaction, audit: (row: AdminRow) => Promise<unknown>) => Promise<T>,
-): Promise<T> {
-  const log = createAuditLog(deps.knex);
+async function audited<T>(deps: AdminDeps, work: (tx: AccountChanges) => Promise<T>): Promise<T> {
   const agents = new Set<string>();
-  const result = await deps.knex.transaction((trx) =>
-    work(trx, (row) => {
-      if (row.kind.startsWith('agent.') && row.agent_id) agents.add(row.agent_id);
-      return log.appendIn(trx, { ...row, result: 'ok' });
+  const result = await deps.accounts.change((tx) =>
+    work({
+      ...tx,
+      audit: (row) => {
+        if (row.kind.startsWith('agent.') && row.agent_id) agents.add(row.agent_id);
+        return tx.audit(row);
+      },
     }),
   );
   // Committed: every agent an audit row says changed is dropped from this replica's cache now.
@@ -266,12 +232,11 @@ async function userCommand(
   kind: 'user.role_changed' | 'user.password_reset' | 'user.disabled',
   change: UserChange,
 ) {
-  return deps.knex.transaction(async (trx) => {
-    const { before, after } = await changeUser(trx, cmd.name, change);
-    await createAuditLog(deps.knex).appendIn(trx, {
+  return audited(deps, async (tx) => {
+    const { before, after } = await tx.changeUser(cmd.name, change);
+    await tx.audit({
       kind,
       actor: cmd.actor,
-      result: 'ok',
       details: { user: cmd.name, ...('roles' in change ? { roles_before: before, roles_after: after } : {}) },
     });
     return { user: cmd.name, roles: after };
@@ -283,8 +248,7 @@ async function userCommand(
  * unresolved owner name as it was written).
  */
 async function ownerChanged(
-  trx: Knex.Transaction,
-  audit: (row: AdminRow) => Promise<unknown>,
+  tx: AccountChanges,
   change: {
     actor: string;
     before: Agent & { owner_unresolved: string | null };
@@ -293,8 +257,8 @@ async function ownerChanged(
 ) {
   const { before, after } = change;
   if (before.owner_unresolved === null && before.owner_id === (after?.id ?? null)) return;
-  const was = before.owner_id ? await userNameOf(trx, before.owner_id) : undefined;
-  await audit({
+  const was = before.owner_id ? await tx.userNameOf(before.owner_id) : undefined;
+  await tx.audit({
     kind: 'agent.owner_changed',
     actor: change.actor,
     agent_id: before.id,
@@ -320,10 +284,10 @@ async function linkCommand(deps: AdminDeps, cmd: Command<'user.link'>) {
       'no_issuer',
     );
   }
-  return audited(deps, async (trx, audit) => {
-    const linked = await linkIdentity(trx, cmd.name, { issuer, subject: cmd.subject });
+  return audited(deps, async (tx) => {
+    const linked = await tx.linkIdentity(cmd.name, { issuer, subject: cmd.subject });
     if (linked.unchanged) return { user: linked.user, issuer, subject: cmd.subject, unchanged: true };
-    await audit({
+    await tx.audit({
       kind: 'user.linked',
       actor: cmd.actor,
       details: {
@@ -344,10 +308,10 @@ const noActiveAgent = (name: string) =>
 
 /** A new token for an agent; the change and its audit row commit together. */
 async function rotateCommand(deps: AdminDeps, cmd: Command<'agent.rotate'>) {
-  return audited(deps, async (trx, audit) => {
-    const rotated = await rotateAgentToken(trx, cmd.name);
+  return audited(deps, async (tx) => {
+    const rotated = await tx.rotateAgentToken(cmd.name);
     if (!rotated) throw noActiveAgent(cmd.name);
-    await audit({
+    await tx.audit({
       kind: 'agent.token_rotated',
       actor: cmd.actor,
       agent_id: rotated.agent_id,
@@ -359,17 +323,19 @@ async function rotateCommand(deps: AdminDeps, cmd: Command<'agent.rotate'>) {
 
 /** Writes an export and its manifest (FILE.manifest.json) where the operator asked. */
 async function exportCommand(deps: AdminDeps, cmd: Command<'audit.export'>) {
-  const { path, manifest_path, manifest } = await exportToFile(
-    await checkpointDeps(deps.knex, createAuditLog(deps.knex), deps.config),
-    { format: cmd.format, filter: { ...cmd.filter, agent: cmd.agent }, path: cmd.path, actor: cmd.actor },
-  );
+  const { path, manifest_path, manifest } = await deps.auditChecks.exportToFile({
+    format: cmd.format,
+    filter: { ...cmd.filter, agent: cmd.agent },
+    path: cmd.path,
+    actor: cmd.actor,
+  });
   return { path, manifest_path, row_count: manifest.row_count, checkpoint_seq: manifest.checkpoint.seq };
 }
 
 /** One handler per command; what each returns is the command's result, in this process or through the server. */
 const HANDLERS = {
-  migrate: async (deps) => ({ applied: await migrateLatest(deps.knex) }),
-  demo: async (deps) => ({ imported: await importData(deps.knex, deps.blobs, demoData()) }),
+  migrate: async (deps) => ({ applied: await deps.migrate() }),
+  demo: async (deps) => ({ imported: await deps.directory.load(demoData()) }),
   import: async (deps, cmd) => {
     let data: unknown;
     try {
@@ -379,30 +345,30 @@ const HANDLERS = {
         cause: err,
       });
     }
-    return { imported: await importData(deps.knex, deps.blobs, data) };
+    return { imported: await deps.directory.load(data) };
   },
   'agent.add': async (deps, cmd) => {
     checkProfile(cmd.profile, deps.config.policy.profiles_dir);
     const { command: _c, actor, ...opts } = cmd;
-    return audited(deps, async (trx, audit) => {
-      const { agent, token, owner } = await createAgent(trx, opts);
-      await audit({ kind: 'agent.created', actor, agent_id: agent.id, details: agentFacts(agent, owner) });
+    return audited(deps, async (tx) => {
+      const { agent, token, owner } = await tx.createAgent(opts);
+      await tx.audit({ kind: 'agent.created', actor, agent_id: agent.id, details: agentFacts(agent, owner) });
       return { agent, token };
     });
   },
   'agent.set': async (deps, cmd) => {
     checkProfile(cmd.profile, deps.config.policy.profiles_dir);
     const { command: _c, actor, name, owner, ...change } = cmd;
-    return audited(deps, async (trx, audit) => {
-      const before = await agentNamedForUpdate(trx, name);
+    return audited(deps, async (tx) => {
+      const before = await tx.agentNamedForUpdate(name);
       if (!before) throw new AppError('NOT_FOUND', `no agent named "${name}"`, 'unknown_agent');
       // undefined: the owner stays; null: no owner from now on.
-      const newOwner = typeof owner === 'string' ? await ownerNamed(trx, owner) : owner;
-      await updateAgent(trx, name, { ...change, owner_id: newOwner && newOwner.id });
-      if (newOwner !== undefined) await ownerChanged(trx, audit, { actor, before, after: newOwner });
+      const newOwner = typeof owner === 'string' ? await tx.ownerNamed(owner) : owner;
+      await tx.updateAgent(name, { ...change, owner_id: newOwner && newOwner.id });
+      if (newOwner !== undefined) await ownerChanged(tx, { actor, before, after: newOwner });
       for (const field of ['profile', 'rate_limit_per_min'] as const) {
         if (change[field] === undefined || change[field] === before[field]) continue;
-        await audit({
+        await tx.audit({
           kind: field === 'profile' ? 'agent.profile_changed' : 'agent.rate_limit_changed',
           actor,
           agent_id: before.id,
@@ -416,12 +382,12 @@ const HANDLERS = {
       };
     });
   },
-  'agent.list': async (deps) => ({ agents: await listAgents(deps.knex) }),
+  'agent.list': async (deps) => ({ agents: await deps.accounts.listAgents() }),
   'agent.revoke': async (deps, cmd) =>
-    audited(deps, async (trx, audit) => {
-      const agent = await activeAgentNamed(trx, cmd.name);
-      if (!agent || !(await revokeAgent(trx, cmd.name))) throw noActiveAgent(cmd.name);
-      await audit({
+    audited(deps, async (tx) => {
+      const agent = await tx.activeAgentNamed(cmd.name);
+      if (!agent || !(await tx.revokeAgent(cmd.name))) throw noActiveAgent(cmd.name);
+      await tx.audit({
         kind: 'agent.revoked',
         actor: cmd.actor,
         agent_id: agent.id,
@@ -432,10 +398,10 @@ const HANDLERS = {
   'agent.rotate': rotateCommand,
   'audit.export': exportCommand,
   'audit.verify_db': async (deps, cmd) => {
-    const { ok, summary, tail } = await verifyDatabase(deps.knex, cmd.pubkeys, deps.config);
+    const { ok, summary, tail } = await deps.auditChecks.verify(cmd.pubkeys);
     if (cmd.tsa_cert === undefined && cmd.witness_dir === undefined)
       return { ok, summary, tail: tail ?? null };
-    const anchors = await verifyDatabaseAnchors(deps.knex, {
+    const anchors = await deps.auditChecks.verifyAnchors({
       tsaCertPem: cmd.tsa_cert,
       witnessDir: cmd.witness_dir,
     });
@@ -443,19 +409,19 @@ const HANDLERS = {
   },
   'user.add': async (deps, cmd) => {
     const { command: _c, actor, ...opts } = cmd;
-    return audited(deps, async (trx, audit) => {
-      const user = await createUser(trx, opts);
-      await audit({ kind: 'user.created', actor, details: { user: user.name, roles: user.roles } });
+    return audited(deps, async (tx) => {
+      const user = await tx.createUser(opts);
+      await tx.audit({ kind: 'user.created', actor, details: { user: user.name, roles: user.roles } });
       return { user };
     });
   },
-  'user.list': async (deps) => ({ users: await listUsers(deps.knex) }),
+  'user.list': async (deps) => ({ users: await deps.accounts.listUsers() }),
   'user.set': (deps, cmd) => userCommand(deps, cmd, 'user.role_changed', { roles: cmd.roles }),
   'user.set_email': (deps, cmd) =>
-    audited(deps, async (trx, audit) => {
-      const { before, after } = await setUserEmail(trx, cmd.name, cmd.email);
+    audited(deps, async (tx) => {
+      const { before, after } = await tx.setUserEmail(cmd.name, cmd.email);
       const details = { user: cmd.name, email_before: before, email_after: after };
-      await audit({ kind: 'user.email_changed', actor: cmd.actor, details });
+      await tx.audit({ kind: 'user.email_changed', actor: cmd.actor, details });
       return { user: cmd.name, email: after };
     }),
   'user.reset_password': (deps, cmd) =>
@@ -465,19 +431,19 @@ const HANDLERS = {
   'approvals.list': async (deps, cmd) => {
     await signInAs(deps, cmd.as, cmd.password);
     const status = ApprovalStatus.parse(cmd.status ?? 'pending');
-    return { approvals: await approvalsOf(deps).listForReview({ status }) };
+    return { approvals: await deps.approvals.listForReview({ status }) };
   },
   'approvals.show': async (deps, cmd) => {
     await signInAs(deps, cmd.as, cmd.password);
-    const shown = await approvalsOf(deps).showForReview(cmd.id);
+    const shown = await deps.approvals.showForReview(cmd.id);
     if (!shown) throw new AppError('NOT_FOUND', `no approval request ${cmd.id}`);
     return { approval: shown };
   },
   'approvals.decide': decideCommand,
-  'upstream.list': async (deps, cmd) => ({ pins: await listPins(deps.knex, deps.config, cmd.name) }),
+  'upstream.list': async (deps, cmd) => ({ pins: await listPins(deps.pins, deps.config, cmd.name) }),
   'upstream.accept': (deps, cmd) =>
     acceptPins(
-      { knex: deps.knex, refresh: deps.upstreamsChanged },
+      { pins: deps.pins, refresh: deps.upstreamsChanged },
       { upstream: cmd.name, tool: cmd.tool, actor: cmd.actor },
     ),
 } satisfies { [K in AdminCommand['command']]: (deps: AdminDeps, cmd: Command<K>) => Promise<object> };

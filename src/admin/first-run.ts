@@ -1,15 +1,12 @@
 import fs from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import type { Knex } from 'knex';
 import { z } from 'zod';
-import { readSetting, replaceSetting, writeSetting } from '../db/settings.ts';
-import { type BlobStore, demoData, importData, directoryIsEmpty } from '../connectors/index.ts';
-import { createAgent, createUser, countAgents, countUsers } from '../accounts/index.ts';
-import type { AuditLog } from '../audit/index.ts';
-import type { Config } from '../config.ts';
+import { demoData } from '../connectors/index.ts';
+import type { AccountChanges } from '../accounts/index.ts';
+import type { Settings } from '../db/settings.ts';
 import { isAppError } from '../core/errors.ts';
 import type { Role } from '../core/identity.ts';
-import { runAdminCommand } from './commands.ts';
+import { runAdminCommand, type AdminDeps } from './commands.ts';
 
 /** Credentials to show once, and the way to record that they were. */
 export interface FirstRun {
@@ -27,12 +24,8 @@ export interface FirstRun {
   markShown(): Promise<void>;
 }
 
-export interface FirstRunDeps {
-  knex: Knex;
-  blobs: BlobStore;
-  audit: AuditLog;
-  config: Config;
-}
+/** The first run makes what the operator's commands make, through the same stores. */
+export type FirstRunDeps = AdminDeps;
 
 /** The actor of what the first run creates and renews. */
 const FIRST_RUN = 'first-run';
@@ -61,24 +54,23 @@ type FirstRunState = z.infer<typeof FirstRunState>;
  * resets the chair's password, so that this start can show working credentials. Once shown, nothing.
  */
 export async function firstRun(deps: FirstRunDeps): Promise<FirstRun | undefined> {
-  const state = FirstRunState.optional().parse(await readSetting(deps.knex, SETTING));
+  const state = FirstRunState.optional().parse(await deps.settings.read(SETTING));
   if (state?.shown) return undefined;
   return state ? renew(deps, state) : create(deps);
 }
 
-const marker = (knex: Knex, state: FirstRunState) => async (): Promise<void> => {
-  await replaceSetting(knex, SETTING, state, { ...state, shown: true });
+const marker = (settings: Settings, state: FirstRunState) => async (): Promise<void> => {
+  await settings.replace(SETTING, state, { ...state, shown: true });
 };
 
 async function create(deps: FirstRunDeps): Promise<FirstRun | undefined> {
-  const { knex, blobs, audit } = deps;
   // A database that had agents before this record existed has had its first run.
-  if ((await countAgents(knex)) > 0) return undefined;
-  if (await directoryIsEmpty(knex)) await importData(knex, blobs, demoData());
+  if ((await deps.accounts.countAgents()) > 0) return undefined;
+  if (await deps.directory.isEmpty()) await deps.directory.load(demoData());
   try {
     // The agent, the chair and the record of them commit together: no credential exists unrecorded.
-    const made = await knex.transaction(async (trx) => {
-      const created = await createAgent(trx, { name: 'demo' });
+    const made = await deps.accounts.change(async (tx) => {
+      const created = await tx.createAgent({ name: 'demo' });
       const { agent } = created;
       const facts = {
         agent: agent.name,
@@ -87,14 +79,8 @@ async function create(deps: FirstRunDeps): Promise<FirstRun | undefined> {
         owner: null,
         rate_limit_per_min: null,
       };
-      await audit.appendIn(trx, {
-        kind: 'agent.created',
-        actor: FIRST_RUN,
-        agent_id: agent.id,
-        result: 'ok',
-        details: facts,
-      });
-      const people = await createPeople(trx, audit);
+      await tx.audit({ kind: 'agent.created', actor: FIRST_RUN, agent_id: agent.id, details: facts });
+      const people = await createPeople(tx);
       const state: FirstRunState = {
         agent: agent.name,
         chair: people?.chair.name ?? null,
@@ -102,7 +88,7 @@ async function create(deps: FirstRunDeps): Promise<FirstRun | undefined> {
         generation: 1,
         shown: false,
       };
-      await writeSetting(trx, SETTING, state);
+      await tx.writeSetting(SETTING, state);
       return { token: created.token, ...people, state };
     });
     // Where isphere_send_file takes its files from: there from the first run on, for the first try.
@@ -112,7 +98,7 @@ async function create(deps: FirstRunDeps): Promise<FirstRun | undefined> {
       chair: made.chair,
       admin: made.admin,
       renewed: false,
-      markShown: marker(knex, made.state),
+      markShown: marker(deps.settings, made.state),
     };
   } catch (err) {
     if (isAppError(err, 'CONFLICT')) return undefined; // another instance created it first
@@ -124,15 +110,14 @@ async function create(deps: FirstRunDeps): Promise<FirstRun | undefined> {
  * When there is no user yet: a `chair` (approves the agents' requests) and an `admin` (roles admin and
  * compliance: the audit pages, agents, users), so that every kind of user has a way in from the start.
  */
-async function createPeople(trx: Knex.Transaction, audit: AuditLog) {
-  if ((await countUsers(trx)) > 0) return undefined;
+async function createPeople(tx: AccountChanges) {
+  if ((await tx.countUsers()) > 0) return undefined;
   const person = async (name: string, roles: Role[]) => {
     const password = randomBytes(12).toString('base64url');
-    const user = await createUser(trx, { name, roles, password });
-    await audit.appendIn(trx, {
+    const user = await tx.createUser({ name, roles, password });
+    await tx.audit({
       kind: 'user.created',
       actor: FIRST_RUN,
-      result: 'ok',
       details: { user: user.name, roles: user.roles },
     });
     return { name: user.name, password };
@@ -147,11 +132,10 @@ async function createPeople(trx: Knex.Transaction, audit: AuditLog) {
 async function renew(deps: FirstRunDeps, state: FirstRunState): Promise<FirstRun | undefined> {
   const next = { ...state, generation: state.generation + 1 };
   // Claimed first: an instance that starts at the same moment sees the claim and renews nothing.
-  if (!(await replaceSetting(deps.knex, SETTING, state, next))) return undefined;
-  const admin = { knex: deps.knex, blobs: deps.blobs, config: deps.config };
+  if (!(await deps.settings.replace(SETTING, state, next))) return undefined;
   let token: string;
   try {
-    ({ token } = await runAdminCommand(admin, {
+    ({ token } = await runAdminCommand(deps, {
       command: 'agent.rotate',
       name: state.agent,
       actor: FIRST_RUN,
@@ -159,14 +143,14 @@ async function renew(deps: FirstRunDeps, state: FirstRunState): Promise<FirstRun
   } catch (err) {
     if (!isAppError(err, 'NOT_FOUND')) throw err;
     // The operator revoked the demo agent: they have moved on; there is nothing left to show.
-    await replaceSetting(deps.knex, SETTING, next, { ...next, shown: true });
+    await deps.settings.replace(SETTING, next, { ...next, shown: true });
     return undefined;
   }
   const reset = async (name: string | null | undefined) => {
     if (!name) return undefined;
     const password = randomBytes(12).toString('base64url');
     try {
-      await runAdminCommand(admin, { command: 'user.reset_password', name, password, actor: FIRST_RUN });
+      await runAdminCommand(deps, { command: 'user.reset_password', name, password, actor: FIRST_RUN });
       return { name, password };
     } catch (err) {
       if (!isAppError(err, 'NOT_FOUND')) throw err; // disabled meanwhile: shown without it
@@ -175,5 +159,5 @@ async function renew(deps: FirstRunDeps, state: FirstRunState): Promise<FirstRun
   };
   const chair = await reset(state.chair);
   const adminUser = await reset(state.admin);
-  return { token, chair, admin: adminUser, renewed: true, markShown: marker(deps.knex, next) };
+  return { token, chair, admin: adminUser, renewed: true, markShown: marker(deps.settings, next) };
 }

@@ -73,10 +73,7 @@ export function createApp(services: Services, opts: { mcp?: boolean } = {}) {
       blobs: services.blobs,
       config: services.config,
       log: services.log,
-      commands: webCommands({
-        ...{ knex: services.knex, blobs: services.blobs, config: services.config },
-        agentChanged: (id) => services.bus.agentChangedHere(id),
-      }),
+      commands: webCommands(services.admin),
     }),
   );
   app.use((_req, res) => sendProblem(res, { code: 'NOT_FOUND', reason: 'not_found', title: 'Not found' }));

@@ -3,6 +3,8 @@ import path from 'node:path';
 import type { Knex } from 'knex';
 import { startAdminEndpoint } from '../admin/endpoint.ts';
 import { firstRun as seedFirstRun, type FirstRun, type FirstRunDeps } from '../admin/first-run.ts';
+import type { AdminDeps } from '../admin/commands.ts';
+import { adminDeps } from './admin-deps.ts';
 import { createApprovals, type Approvals } from '../approval/index.ts';
 import {
   createAuditLog,
@@ -78,6 +80,8 @@ export interface Services {
   refusals: Refusals;
   blobs: BlobStore;
   approvals: Approvals;
+  /** The stores the operator's commands run on (the admin endpoint, the web account pages, the first run). */
+  admin: AdminDeps;
   /** Origin and signer for checkpoints and exports. */
   checkpoints: CheckpointDeps;
   pipeline: CallPipeline;
@@ -162,9 +166,7 @@ export async function openServices(
     const lifecycle = createLifecycle({ config, log, audit, db, signer: cluster.checkpoints.signer });
     const limiter = createRateLimiter(db.knex);
     const { local, bridge, connectors } = await openConnectors(db, blobs, config, log, tracer);
-    const cursors = createCursorCodec(
-      await sharedValue(db.knex, 'cursor_hmac', () => randomBytes(32).toString('base64url')),
-    );
+    const cursors = await openCursors(db.knex);
     const approvals = openApprovals(tracer, {
       knex: db.knex,
       audit,
@@ -188,10 +190,10 @@ export async function openServices(
       log,
       closers,
     );
-    const firstRun = await firstRunOf({ knex: db.knex, blobs, audit, config }, options);
-
-    if (db.dialect === 'pglite')
-      await startAdmin({ knex: db.knex, blobs, config, log, bus: cluster.bus }, upstreams, closers);
+    const admin = operatorStores({ knex: db.knex, blobs, config, audit }, cluster.bus, upstreams);
+    // The first run's accounts exist before a command can reach the embedded database through this process.
+    const firstRun = await firstRunOf(admin, options);
+    if (db.dialect === 'pglite') closers.push(await startAdmin(admin, log));
 
     return {
       config,
@@ -202,6 +204,7 @@ export async function openServices(
       refusals: lifecycle.refusals,
       blobs,
       approvals,
+      admin,
       ...cluster,
       pipeline,
       upstreams,
@@ -225,21 +228,31 @@ export async function openServices(
  * The loopback endpoint through which CLI commands reach the embedded database this process holds. An
  * accepted upstream pin applies here once the command has committed: the upstreams are listed again.
  */
-async function startAdmin(
-  { bus, ...deps }: { knex: Knex; blobs: BlobStore; config: Config; log: Logger; bus: ClusterBus },
+/** Page cursors, signed with a key every replica of the database shares. */
+const openCursors = async (knex: Knex) =>
+  createCursorCodec(await sharedValue(knex, 'cursor_hmac', () => randomBytes(32).toString('base64url')));
+
+/**
+ * The operator's commands' stores in this process. A command's change to an agent drops it from this
+ * replica's cache at once (a revoked or rotated agent's open listen streams close: server/streams.ts);
+ * an accepted upstream pin is applied here before the command answers.
+ */
+function operatorStores(
+  db: Parameters<typeof adminDeps>[0],
+  bus: ClusterBus,
   upstreams: readonly Upstream[],
-  closers: Closers,
 ) {
-  const admin = await startAdminEndpoint({
-    ...deps,
-    dataDir: deps.config.data_dir,
-    // A revoked or rotated agent's open listen streams close at once (server/streams.ts).
+  return adminDeps(db, {
     agentChanged: (id) => bus.agentChangedHere(id),
     upstreamsChanged: async () => {
       await Promise.all(upstreams.map((u) => u.refresh()));
     },
   });
-  closers.push(() => admin.close());
+}
+
+async function startAdmin(deps: AdminDeps, log: Logger) {
+  const admin = await startAdminEndpoint({ ...deps, dataDir: deps.config.data_dir, log });
+  return () => admin.close();
 }
 
 /**

@@ -7,6 +7,8 @@ export { createBridgeConnector } from './bridge/client.ts';
 export { createBlobStore, type BlobStore } from './local/blobs.ts';
 export { demoData } from './local/demo.ts';
 export {
+  createDirectoryImport,
+  type DirectoryImport,
   directoryIsEmpty,
   fillNameSkeletons,
   importData,
@@ -16,7 +18,6 @@ export {
 export { findLocalWrite } from './local/send.ts';
 export { createLocalConnector } from './local/store.ts';
 export {
-  PINS,
   createUpstreamPins,
   exposedName,
   pinRowFacts,
@@ -24,6 +25,7 @@ export {
   type PinRow,
   type UpstreamPins,
 } from './mcp/pins.ts';
+export { createPinAdmin, unknownUpstream, type Accepted, type PinAdmin } from './mcp/pin-accept.ts';
 export { upstreamValidator } from './mcp/schemas.ts';
 export { connectUpstream, errorText, type Upstream, type UpstreamTool } from './mcp/upstream.ts';
 export type { Connector, FileRecord, ResolvedTarget } from './types.ts';

@@ -48,3 +48,17 @@ export async function recordedValue(q: Query, name: string): Promise<string | un
   const row = (await q('server_secrets').where({ name }).first('value')) as { value: string } | undefined;
   return row?.value;
 }
+
+/** Named settings (table `settings`) as a store: read one, or replace it only if it still holds a value. */
+export interface Settings {
+  read(name: string): Promise<unknown>;
+  /** replaceSetting: false when another instance changed it first. */
+  replace(name: string, expected: object, next: object): Promise<boolean>;
+}
+
+export function createSettings(knex: Knex): Settings {
+  return {
+    read: (name) => readSetting(knex, name),
+    replace: (name, expected, next) => replaceSetting(knex, name, expected, next),
+  };
+}

@@ -232,3 +232,15 @@ export async function fillNameSkeletons(knex: Knex): Promise<void> {
 export async function directoryIsEmpty(knex: Knex): Promise<boolean> {
   return !(await knex('contacts').first('id'));
 }
+
+/** The local directory as the operator's commands load it. */
+export interface DirectoryImport {
+  /** Loads `input` (an import file's data) in one transaction. */
+  load(input: unknown): Promise<ImportSummary>;
+  /** Whether the directory holds no contact yet. */
+  isEmpty(): Promise<boolean>;
+}
+
+export function createDirectoryImport(knex: Knex, blobs: BlobStore): DirectoryImport {
+  return { load: (input) => importData(knex, blobs, input), isEmpty: () => directoryIsEmpty(knex) };
+}

@@ -1,0 +1,92 @@
+import type { Knex } from 'knex';
+import type { AuditInput, AuditLog } from '../audit/index.ts';
+import { writeSetting } from '../db/settings.ts';
+import {
+  activeAgentNamed,
+  agentNamedForUpdate,
+  countAgents,
+  createAgent,
+  listAgents,
+  ownerNamed,
+  revokeAgent,
+  rotateAgentToken,
+  updateAgent,
+} from './agents.ts';
+import {
+  changeUser,
+  countUsers,
+  createUser,
+  linkIdentity,
+  listUsers,
+  setUserEmail,
+  userNameOf,
+  type UserChange,
+} from './users.ts';
+
+/** An operator's audit row: what happened, who did it, to which agent. Its result is always ok. */
+export type AccountRow = Pick<AuditInput, 'kind' | 'actor' | 'agent_id' | 'details'>;
+
+type Rest<F> = F extends (q: never, ...rest: infer A) => infer R ? (...rest: A) => R : never;
+
+/**
+ * What one operator command may change about agents and users, every step in the same transaction as
+ * its audit rows. The command composes the steps; the store owns the tables.
+ */
+export interface AccountChanges {
+  createAgent: Rest<typeof createAgent>;
+  /** The agent by name with its row locked for this change (revoked or not). */
+  agentNamedForUpdate: Rest<typeof agentNamedForUpdate>;
+  activeAgentNamed: Rest<typeof activeAgentNamed>;
+  ownerNamed: Rest<typeof ownerNamed>;
+  updateAgent: Rest<typeof updateAgent>;
+  revokeAgent: Rest<typeof revokeAgent>;
+  rotateAgentToken: Rest<typeof rotateAgentToken>;
+  countUsers: () => Promise<number>;
+  createUser: Rest<typeof createUser>;
+  changeUser: (name: string, change: UserChange) => ReturnType<typeof changeUser>;
+  setUserEmail: Rest<typeof setUserEmail>;
+  linkIdentity: Rest<typeof linkIdentity>;
+  userNameOf: Rest<typeof userNameOf>;
+  /** Records a setting that describes what this change made (the first run's record of its accounts). */
+  writeSetting: (name: string, value: object) => Promise<void>;
+  /** Appends an audit row (result ok) that commits with the change, or not at all. */
+  audit: (row: AccountRow) => Promise<unknown>;
+}
+
+/** The accounts as the operator's commands see them: reads, and changes in a unit of work. */
+export interface AccountAdmin {
+  /** Runs `work` in one transaction: its changes and its audit rows commit together, or neither does. */
+  change<T>(work: (tx: AccountChanges) => Promise<T>): Promise<T>;
+  listAgents: () => ReturnType<typeof listAgents>;
+  listUsers: () => ReturnType<typeof listUsers>;
+  countAgents: () => Promise<number>;
+}
+
+function changesIn(trx: Knex.Transaction, audit: AuditLog): AccountChanges {
+  return {
+    createAgent: (opts) => createAgent(trx, opts),
+    agentNamedForUpdate: (name) => agentNamedForUpdate(trx, name),
+    activeAgentNamed: (name) => activeAgentNamed(trx, name),
+    ownerNamed: (name) => ownerNamed(trx, name),
+    updateAgent: (name, change) => updateAgent(trx, name, change),
+    revokeAgent: (name) => revokeAgent(trx, name),
+    rotateAgentToken: (name) => rotateAgentToken(trx, name),
+    countUsers: () => countUsers(trx),
+    createUser: (opts) => createUser(trx, opts),
+    changeUser: (name, change) => changeUser(trx, name, change),
+    setUserEmail: (name, email) => setUserEmail(trx, name, email),
+    linkIdentity: (name, identity) => linkIdentity(trx, name, identity),
+    userNameOf: (id) => userNameOf(trx, id),
+    writeSetting: (name, value) => writeSetting(trx, name, value),
+    audit: (row) => audit.appendIn(trx, { ...row, result: 'ok' }),
+  };
+}
+
+export function createAccountAdmin(knex: Knex, audit: AuditLog): AccountAdmin {
+  return {
+    change: (work) => knex.transaction((trx) => work(changesIn(trx, audit))),
+    listAgents: () => listAgents(knex),
+    listUsers: () => listUsers(knex),
+    countAgents: () => countAgents(knex),
+  };
+}

@@ -1,0 +1,42 @@
+import type { Knex } from 'knex';
+import type { AdminDeps } from '../admin/commands.ts';
+import { createAccountAdmin, createSignIn } from '../accounts/index.ts';
+import { createApprovals } from '../approval/index.ts';
+import { createAuditChecks, createAuditLog, type AuditLog } from '../audit/index.ts';
+import { publicBaseUrl, type Config } from '../config.ts';
+import { createDirectoryImport, createPinAdmin, type BlobStore } from '../connectors/index.ts';
+import { migrateLatest } from '../db/migrations.ts';
+import { createSettings } from '../db/settings.ts';
+
+/**
+ * The stores the operator's commands run on, over one database: the same for the command line's own
+ * process and for the server that runs them behind its loopback endpoint.
+ */
+export function adminDeps(
+  db: { knex: Knex; blobs: BlobStore; config: Config; audit?: AuditLog },
+  hooks: Pick<AdminDeps, 'agentChanged' | 'upstreamsChanged'> = {},
+): AdminDeps {
+  const { knex, config } = db;
+  const audit = db.audit ?? createAuditLog(knex);
+  return {
+    config,
+    migrate: () => migrateLatest(knex),
+    accounts: createAccountAdmin(knex, audit),
+    signIn: createSignIn({
+      knex,
+      audit,
+      limits: { perUser: config.web.login_failures_per_user, perIp: config.web.login_failures_per_ip },
+    }),
+    approvals: createApprovals({
+      knex,
+      audit,
+      config,
+      reviewUrl: (id) => new URL(`/approvals/${id}`, publicBaseUrl(config)).href,
+    }),
+    directory: createDirectoryImport(knex, db.blobs),
+    auditChecks: createAuditChecks(knex, audit, config),
+    pins: createPinAdmin(knex, audit),
+    settings: createSettings(knex),
+    ...hooks,
+  };
+}

@@ -1,0 +1,25 @@
+import type { Knex } from 'knex';
+import type { Config } from '../config.ts';
+import type { AnchorReport } from './anchors/check.ts';
+import { verifyDatabaseAnchors, type AnchorOptions } from './anchors/verify-anchors.ts';
+import { checkpointDeps, verifyDatabase, type DatabaseReport } from './context.ts';
+import { exportToFile, type ExportFileRequest, type ExportFileResult } from './export-file.ts';
+import type { AuditLog } from './log.ts';
+
+/** What an operator asks of the whole log: a signed export to a file, and the checks of the live table. */
+export interface AuditChecks {
+  /** An export and its signed manifest written to `req.path` (exportToFile). */
+  exportToFile(req: ExportFileRequest): Promise<ExportFileResult>;
+  /** The live chain and its checkpoints, with these keys or the one the cluster recorded (verifyDatabase). */
+  verify(publicKeyPems?: readonly string[]): Promise<DatabaseReport>;
+  /** The live table against stored time-stamp tokens and a witness directory. */
+  verifyAnchors(opts: AnchorOptions): Promise<AnchorReport>;
+}
+
+export function createAuditChecks(knex: Knex, audit: AuditLog, config: Config): AuditChecks {
+  return {
+    exportToFile: async (req) => exportToFile(await checkpointDeps(knex, audit, config), req),
+    verify: (keys) => verifyDatabase(knex, keys, config),
+    verifyAnchors: (opts) => verifyDatabaseAnchors(knex, opts),
+  };
+}
