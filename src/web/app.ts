@@ -17,7 +17,7 @@ import { mountAuditPages } from './audit-pages.ts';
 import { createPageKit, type PageKit } from './kit.ts';
 import { mountLoginPages } from './login-pages.ts';
 import { mountOidcPages } from './oidc-pages.ts';
-import { readCookies, SESSION_COOKIE, type SessionStore } from './sessions.ts';
+import { loadSession, type SessionStore } from './sessions.ts';
 import { slackInteractions } from './slack-pages.ts';
 import type { UserDirectory } from '../accounts/index.ts';
 import type { SlackStore } from '../notify/slack-store.ts';
@@ -114,16 +114,6 @@ function securityHeaders(config: Config) {
     // and the Origin check (DNS-rebinding and CSRF defence) needs the real origin.
     referrerPolicy: { policy: 'same-origin' },
   });
-}
-
-/** The session of the request's cookie, if live, in res.locals; no page is ever cached. */
-function loadSession(sessions: SessionStore) {
-  return async (req: Request, res: Response, next: NextFunction) => {
-    res.locals.sessionId = readCookies(req.get('cookie'))[SESSION_COOKIE];
-    res.locals.session = await sessions.load(res.locals.sessionId as string | undefined);
-    res.set('Cache-Control', 'no-store');
-    next();
-  };
 }
 
 /**

@@ -1,4 +1,6 @@
 import { timingSafeEqual } from 'node:crypto';
+import type { NextFunction, Request, Response } from 'express';
+import type { SessionStore } from '../accounts/index.ts';
 
 /** The session store is accounts' (src/accounts/sessions.ts); the pages keep only the cookie's side. */
 export type { SessionStore, WebSession } from '../accounts/index.ts';
@@ -27,4 +29,14 @@ export function readCookies(header: string | undefined): Record<string, string> 
     }
   }
   return out;
+}
+
+/** The session of the request's cookie, if live, in res.locals; no page is ever cached. */
+export function loadSession(sessions: SessionStore) {
+  return async (req: Request, res: Response, next: NextFunction) => {
+    res.locals.sessionId = readCookies(req.get('cookie'))[SESSION_COOKIE];
+    res.locals.session = await sessions.load(res.locals.sessionId as string | undefined);
+    res.set('Cache-Control', 'no-store');
+    next();
+  };
 }
