@@ -1,0 +1,4 @@
+/** Approval rules: who must countersign a write, decided from what is written (docs/policy.md). */
+export { asksMore, compilePolicy, type CompiledPolicy, type Decision, type Requirement } from './compile.ts';
+export { inputOf, normalizedText, type RuleInput, type WriteFacts } from './input.ts';
+export { PolicyDoc, Rule, versionOf } from './policy.ts';
