@@ -16,10 +16,20 @@ import { expireDue, purgeIdempotencyKeys, reconcileStale, type WriteLookup } fro
 import { getOwnApproval, listOwnApprovals, requestApproval, type DraftWrite } from './request.ts';
 import type { ApprovalStatus } from '../core/schemas.ts';
 import type { NamedRequestRow } from './view.ts';
+import { createPolicySource } from './rules/index.ts';
 
-/** The approval module's one face: request, read, decide, execute, expire, reconcile. */
-export function createApprovals(deps: ApprovalDeps) {
+/**
+ * The approval module's one face: request, read, decide, execute, expire, reconcile, and the approval
+ * policy. The config file's approval rules are compiled here: one that does not compile throws
+ * (CONFIG_INVALID, naming the rule), so start-up stops.
+ */
+export function createApprovals(options: Omit<ApprovalDeps, 'rules'>) {
+  const deps: ApprovalDeps = {
+    ...options,
+    rules: createPolicySource(options.knex, options.config, options.audit),
+  };
   return {
+    policy: deps.rules,
     request: (draft: DraftWrite) => requestApproval(deps, draft),
     getOwn: (agent: Agent, by: { approval_request_id?: string; approval_id?: string }) =>
       getOwnApproval(deps, agent.id, by),

@@ -38,6 +38,8 @@ export const AuditKind = z.enum([
   'upstream.tool_classified',
   'upstream.classification_changed',
   'upstream.classification_accepted',
+  'policy.changed',
+  'approval.reopened',
 ]);
 export type AuditKind = z.infer<typeof AuditKind>;
 

@@ -1,7 +1,7 @@
 import { Environment, type ParseResult } from '@marcbachmann/cel-js';
 import { AppError } from '../../core/errors.ts';
 import { INPUT_DECLARATIONS, inputOf, type RuleInput, type WriteFacts } from './input.ts';
-import { PolicyDoc, versionOf, type Rule } from './policy.ts';
+import { PolicyDoc, versionOf, type Rule } from '../../core/approval-policy.ts';
 
 /** What a policy asks of one write: who must countersign, or a refusal, or no review at all. */
 export type Requirement =
@@ -23,6 +23,8 @@ export interface CompiledPolicy {
   decide(facts: WriteFacts, at?: Date): Decision;
   /** The same, for an input already built (policy explain, the bench). */
   decideInput(input: RuleInput): Decision;
+  /** What applies when no rule matches: the tool's `approval.required_approvers`, else one. */
+  defaultFor(tool: string): Decision;
 }
 
 /** The CEL environment every rule is checked and evaluated in: the input's fields, typed, and nothing else. */
@@ -65,6 +67,12 @@ function compileRule(env: Environment, rule: Rule): ParseResult {
   const checked = parsed.check();
   if (!checked.valid) throw ruleError(rule, firstLine(checked.error));
   if (checked.type !== 'bool') throw ruleError(rule, `"when" is of type ${checked.type}, not bool`);
+  if ('require' in rule.then && (rule.then.require.roles || rule.then.require.users)) {
+    throw ruleError(
+      rule,
+      'require by roles or users is not supported yet: name only the number of approvers',
+    );
+  }
   if (rule.then && 'require' in rule.then && rule.then.require.users) {
     // Names are compared as stored; one spelled otherwise would never count, so the rule could never be met.
     for (const u of rule.then.require.users)
@@ -121,13 +129,18 @@ export function compilePolicy(
     for (const { rule, fn } of compiled) {
       if (holds(fn, rule, input)) return { rule: rule.name, requirement: requirementOf(rule), version };
     }
-    const approvers = requiredApprovers[input.tool] ?? 1;
-    return { rule: null, requirement: { kind: 'require', approvers }, version };
+    return defaultFor(input.tool);
   };
+  const defaultFor = (tool: string): Decision => ({
+    rule: null,
+    requirement: { kind: 'require', approvers: requiredApprovers[tool] ?? 1 },
+    version,
+  });
   return {
     doc,
     version,
     decideInput,
+    defaultFor,
     decide: (facts, at = new Date()) => decideInput(inputOf(facts, at, doc.timezone)),
   };
 }

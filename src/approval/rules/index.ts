@@ -1,4 +1,5 @@
 /** Approval rules: who must countersign a write, decided from what is written (docs/policy.md). */
 export { asksMore, compilePolicy, type CompiledPolicy, type Decision, type Requirement } from './compile.ts';
 export { inputOf, normalizedText, type RuleInput, type WriteFacts } from './input.ts';
-export { PolicyDoc, Rule, versionOf } from './policy.ts';
+export { PolicyDoc, Rule, versionOf } from '../../core/approval-policy.ts';
+export { createPolicySource, type PolicySource } from './store.ts';

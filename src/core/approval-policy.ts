@@ -3,9 +3,10 @@ import canonicalize from 'canonicalize';
 import { z } from 'zod';
 
 /**
- * The approval policy as an operator writes it (config `approval.rules`, or `countersign policy check
- * FILE`): an ordered list of rules, the first whose `when` holds decides who must countersign. The shape
- * is checked here; the expressions are compiled and type-checked by compile.ts.
+ * The approval policy as an operator writes it (config `approval.rules`, `countersign policy set|check
+ * FILE`): an ordered list of rules, the first whose `when` holds decides who must countersign. Only the
+ * shape is checked here, in core so that the config schema holds it; src/approval/rules/ compiles and
+ * type-checks the expressions.
  */
 
 const RuleName = z
