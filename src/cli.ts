@@ -53,6 +53,7 @@ const NEEDS_EXISTING = new Set<AdminCommand['command']>([
   'user.list',
   'user.set',
   'user.set_email',
+  'user.set_teams',
   'user.reset_password',
   'user.disable',
   'user.link',
@@ -714,7 +715,8 @@ function addUserCommands(user: Command): void {
       const { users } = await runData(config(), { command: 'user.list' });
       for (const u of users) {
         const state = u.disabled_at ? `disabled ${u.disabled_at}` : 'active';
-        out(`${u.name}\t${u.roles.join(',')}\t${state}${u.email ? `\t${u.email}` : ''}`);
+        const roles = [...u.roles, ...u.teams].join(',');
+        out(`${u.name}\t${roles}\t${state}${u.email ? `\t${u.email}` : ''}`);
       }
     });
   user
@@ -722,9 +724,11 @@ function addUserCommands(user: Command): void {
     .argument('<name>')
     .option('--role <roles>', 'the new roles: chair, compliance, admin (comma-separated)', roles)
     .option('--email <address>', 'where notices of requests reach this chair ("none" clears it)')
-    .description("change a user's roles (the last active admin keeps admin) or e-mail address")
-    .action(async (name: string, opts: { role?: Role[]; email?: string }) => {
-      if (!opts.role && opts.email === undefined) throw usageError('give --role, --email or both');
+    .option('--team <teams>', 'the teams approval rules may ask for, e.g. finance,legal ("none" clears them)')
+    .description("change a user's roles (the last active admin keeps admin), teams or e-mail address")
+    .action(async (name: string, opts: { role?: Role[]; email?: string; team?: string }) => {
+      if (!opts.role && opts.email === undefined && opts.team === undefined)
+        throw usageError('give --role, --team or --email');
       if (opts.role) {
         const result = await runData(config(), {
           command: 'user.set',
@@ -733,6 +737,13 @@ function addUserCommands(user: Command): void {
           actor: cliActor(),
         });
         out(`user "${result.user}" now has roles ${result.roles.join(', ')}`);
+      }
+      if (opts.team !== undefined) {
+        const teams = opts.team === 'none' ? [] : opts.team.split(',').map((t) => t.trim());
+        const result = await runData(config(), { command: 'user.set_teams', name, teams, actor: cliActor() });
+        out(
+          `user "${result.user}" is now in ${result.teams.length ? `teams ${result.teams.join(', ')}` : 'no team'}`,
+        );
       }
       if (opts.email !== undefined) {
         const email = opts.email === 'none' ? null : opts.email;

@@ -10,6 +10,7 @@ import type { User } from '../src/core/identity.ts';
 import { startHttpServer } from '../src/app/serve-http.ts';
 import { createLogger } from '../src/log.ts';
 import { detailsOf } from './helpers/audit-rows.ts';
+import { runCli } from './helpers/cli.ts';
 import { createTestDatabase, databaseKinds } from './helpers/db.ts';
 import {
   call,
@@ -157,6 +158,53 @@ for (const kind of databaseKinds()) {
       await setPolicy([]);
       const sent = await execute(text, approvalId);
       assert.equal(sent.ok, true, JSON.stringify(sent.error));
+    });
+
+    it('counts only approvers holding a role the rule asks for; others are refused', async () => {
+      for (const name of ['rule-chair-a', 'rule-chair-b']) {
+        const res = await runCli(['user', 'set', name, '--team', 'finance'], server.env);
+        assert.equal(res.code, 0, res.stderr);
+      }
+      await setPolicy([
+        rule('Finance pays', 'content.normalized.contains("invoice")', {
+          require: { approvers: 2, roles: ['finance'] },
+        }),
+      ]);
+      const text = 'Invoice 42 to be paid';
+      const id = (await draft(text)).approval.approval_request_id;
+      await assert.rejects(approve(id, chairs[2]!), (err: unknown) =>
+        isAppError(err, 'PERMISSION_DENIED', 'not_eligible'),
+      );
+      assert.equal((await approve(id, chairs[0]!)).status, 'pending');
+      const done = await approve(id, chairs[1]!);
+      assert.equal(done.status, 'approved');
+      assert.equal((await execute(text, done.approval_id!)).ok, true);
+      const changed = await server.services
+        .knex('audit_events')
+        .where({ kind: 'user.teams_changed' })
+        .orderBy('seq', 'desc')
+        .first();
+      assert.deepEqual(detailsOf(changed).teams_after, ['finance']);
+    });
+
+    it('counts again only the eligible approvals of a request the policy sent back', async () => {
+      await setPolicy([]);
+      const text = 'approved by anyone, then finance only';
+      const id = (await draft(text)).approval.approval_request_id;
+      const approvalId = (await approve(id, chairs[2]!)).approval_id!;
+      await setPolicy([
+        rule('Finance only', 'content.text.contains("finance only")', {
+          require: { approvers: 1, roles: ['finance'] },
+        }),
+      ]);
+      assert.deepEqual(refusal(await execute(text, approvalId)), [
+        false,
+        'APPROVAL_REQUIRED',
+        'policy_changed',
+      ]);
+      const again = await approve(id, chairs[0]!);
+      assert.equal(again.status, 'approved');
+      assert.equal((await execute(text, again.approval_id!)).ok, true);
     });
 
     it('refuses a policy edit whose rule does not compile, naming it, and audits each change', async () => {

@@ -42,6 +42,12 @@ describe('approval rules', () => {
       ['content.text', /not bool/],
       ['content.text ==', /.+/],
     ];
+    assert.throws(
+      () =>
+        policy([{ name: 'two of one', when: 'true', then: { require: { approvers: 2, users: ['ada'] } } }]),
+      (err: unknown) =>
+        isAppError(err, 'CONFIG_INVALID', 'rule_invalid') && /more approvers/.test(err.message),
+    );
     for (const [when, message] of cases) {
       assert.throws(
         () => policy([{ name: 'Payments over EUR 10,000', when, then: { deny: { reason: 'r' } } }]),
@@ -66,6 +72,9 @@ describe('approval rules', () => {
         ],
       },
       { timezone: 'Mars/Olympus', rules: [] },
+      {
+        rules: [{ name: 'x', when: 'true', then: { require: { approvers: 1, roles: ['a'], users: ['b'] } } }],
+      },
       { rules: [{ name: 'x\u200b', when: 'true', then: { deny: { reason: 'r' } } }] },
     ];
     for (const doc of bad) {

@@ -44,4 +44,4 @@ export {
   countAgents,
   type AgentRecord,
 } from './agents.ts';
-export { countUsers, userNameOf } from './users.ts';
+export { countUsers, heldBy, setUserTeams, TeamName, userNameOf } from './users.ts';

@@ -29,6 +29,7 @@ import {
   linkIdentity,
   listUsers,
   setUserEmail,
+  setUserTeams,
   type UserChange,
 } from '../accounts/index.ts';
 import { loadProfiles } from '../core/profiles.ts';
@@ -78,6 +79,13 @@ export const AdminCommand = z.discriminatedUnion('command', [
     command: z.literal('user.set'),
     name: z.string().min(1),
     roles: z.array(Role).min(1),
+    actor: z.string().min(1),
+  }),
+  z.strictObject({
+    command: z.literal('user.set_teams'),
+    name: z.string().min(1),
+    /** Replaces every team the user was in; empty leaves none. */
+    teams: z.array(z.string()),
     actor: z.string().min(1),
   }),
   z.strictObject({
@@ -457,6 +465,13 @@ const HANDLERS = {
       const details = { user: cmd.name, email_before: before, email_after: after };
       await audit({ kind: 'user.email_changed', actor: cmd.actor, details });
       return { user: cmd.name, email: after };
+    }),
+  'user.set_teams': (deps, cmd) =>
+    audited(deps, async (trx, audit) => {
+      const { before, after } = await setUserTeams(trx, cmd.name, cmd.teams);
+      const details = { user: cmd.name, teams_before: before, teams_after: after };
+      await audit({ kind: 'user.teams_changed', actor: cmd.actor, details });
+      return { user: cmd.name, teams: after };
     }),
   'user.reset_password': (deps, cmd) =>
     userCommand(deps, cmd, 'user.password_reset', { password: cmd.password }),

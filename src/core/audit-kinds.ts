@@ -40,6 +40,7 @@ export const AuditKind = z.enum([
   'upstream.classification_accepted',
   'policy.changed',
   'approval.reopened',
+  'user.teams_changed',
 ]);
 export type AuditKind = z.infer<typeof AuditKind>;
 

@@ -67,13 +67,9 @@ function compileRule(env: Environment, rule: Rule): ParseResult {
   const checked = parsed.check();
   if (!checked.valid) throw ruleError(rule, firstLine(checked.error));
   if (checked.type !== 'bool') throw ruleError(rule, `"when" is of type ${checked.type}, not bool`);
-  if ('require' in rule.then && (rule.then.require.roles || rule.then.require.users)) {
-    throw ruleError(
-      rule,
-      'require by roles or users is not supported yet: name only the number of approvers',
-    );
-  }
-  if (rule.then && 'require' in rule.then && rule.then.require.users) {
+  if ('require' in rule.then && (rule.then.require.users?.length ?? Infinity) < rule.then.require.approvers)
+    throw ruleError(rule, 'asks for more approvers than it names users');
+  if ('require' in rule.then && rule.then.require.users) {
     // Names are compared as stored; one spelled otherwise would never count, so the rule could never be met.
     for (const u of rule.then.require.users)
       if (!/^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/.test(u)) throw ruleError(rule, `"${u}" is not a user name`);
