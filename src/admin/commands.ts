@@ -3,7 +3,7 @@ import type { Knex } from 'knex';
 import { z } from 'zod';
 import { type BlobStore, demoData, importData, parseImportFile } from '../connectors/index.ts';
 import { migrateLatest } from '../db/migrations.ts';
-import { createApprovals, isDecisionRefusal } from '../approval/index.ts';
+import { createApprovals, describeRequirement, isDecisionRefusal } from '../approval/index.ts';
 import { ApprovalStatus } from '../core/schemas.ts';
 import {
   checkpointDeps,
@@ -115,6 +115,22 @@ export const AdminCommand = z.discriminatedUnion('command', [
     as: z.string().min(1),
     password: z.string(),
     status: z.string().optional(),
+    /** Only what this chair can decide now (pending, undecided by them, a rule they are among). */
+    waiting_for_me: z.boolean().optional(),
+  }),
+  z.strictObject({ command: z.literal('policy.show') }),
+  z.strictObject({
+    command: z.literal('policy.set'),
+    /** The policy document, as `countersign policy check` reads it. */
+    policy: z.unknown(),
+    actor: z.string().min(1),
+  }),
+  z.strictObject({
+    command: z.literal('policy.explain'),
+    /** The tool as agents call it, with or without the configured prefix. */
+    tool: z.string().min(1),
+    args: z.record(z.string(), z.unknown()),
+    agent: z.string().min(1).optional(),
   }),
   z.strictObject({
     command: z.literal('audit.export'),
@@ -223,6 +239,17 @@ function approvalsOf(deps: AdminDeps) {
 }
 
 type Command<K extends AdminCommand['command']> = Extract<AdminCommand, { command: K }>;
+
+/** Which approval rule a call would meet and what it would ask, nothing drafted (policy explain). */
+async function explainCommand(deps: AdminDeps, cmd: Command<'policy.explain'>) {
+  const prefix = deps.config.tools.prefix;
+  const tool = cmd.tool.startsWith(prefix) ? cmd.tool.slice(prefix.length) : cmd.tool;
+  const record = cmd.agent ? await activeAgentNamed(deps.knex, cmd.agent) : undefined;
+  if (cmd.agent && !record) throw new AppError('NOT_FOUND', `no active agent named "${cmd.agent}"`);
+  const agent: Agent = record ?? { id: '', name: '', profile: '', owner_id: null, rate_limit_per_min: null };
+  const decision = await approvalsOf(deps).explain(tool, cmd.args, agent);
+  return { tool, ...decision, asks: describeRequirement(decision.requirement) };
+}
 
 /** A chair's decision; a refusal keeps its reason, in its message too (the CLI prints that). */
 async function decideCommand(deps: AdminDeps, cmd: Command<'approvals.decide'>) {
@@ -478,13 +505,21 @@ const HANDLERS = {
   'user.disable': (deps, cmd) => userCommand(deps, cmd, 'user.disabled', { disable: true }),
   'user.link': linkCommand,
   'approvals.list': async (deps, cmd) => {
-    await signInAs(deps, cmd.as, cmd.password);
+    const user = await signInAs(deps, cmd.as, cmd.password);
     const status = ApprovalStatus.parse(cmd.status ?? 'pending');
-    return { approvals: await approvalsOf(deps).listForReview({ status }) };
+    const waiting_for = cmd.waiting_for_me ? { id: user.id, name: user.name } : undefined;
+    return { approvals: await approvalsOf(deps).listForReview({ status, waiting_for }) };
   },
+  'policy.show': async (deps) => {
+    const { policy } = approvalsOf(deps);
+    const current = await policy.fresh();
+    return { version: current.version, origin: await policy.origin(), policy: current.doc };
+  },
+  'policy.set': async (deps, cmd) => approvalsOf(deps).policy.set(cmd.policy, cmd.actor),
+  'policy.explain': explainCommand,
   'approvals.show': async (deps, cmd) => {
-    await signInAs(deps, cmd.as, cmd.password);
-    const shown = await approvalsOf(deps).showForReview(cmd.id);
+    const user = await signInAs(deps, cmd.as, cmd.password);
+    const shown = await approvalsOf(deps).showForReview(cmd.id, user.name);
     if (!shown) throw new AppError('NOT_FOUND', `no approval request ${cmd.id}`);
     return { approval: shown };
   },

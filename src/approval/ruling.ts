@@ -142,3 +142,30 @@ export async function reopen(
     ...requestFacts(row, { ...why, policy_version: decision.version, required: binding.required_approvers }),
   });
 }
+
+/**
+ * The facts of a write as `countersign policy explain` gives it: a tool (unprefixed) and the arguments an
+ * agent would call it with, nothing resolved or drafted — the target is as given (its display name is
+ * its id, and it counts as external), a file is known by the name given only.
+ */
+export function explainFacts(tool: string, args: Record<string, unknown>): DraftFacts {
+  const str = (v: unknown) => (typeof v === 'string' ? v : '');
+  const split = tool.indexOf('__');
+  const upstream =
+    split > 0 ? { name: tool.slice(0, split), tool: tool.slice(split + 2), arguments: args } : undefined;
+  const target_id = upstream ? tool : str(args.target_id);
+  return {
+    facet: upstream ? 'upstream_write' : 'send',
+    target: {
+      target_type: upstream ? 'mcp_tool' : str(args.target_type),
+      target_id,
+      display_name: upstream ? `${upstream.name} / ${upstream.tool}` : target_id,
+    },
+    text: str(args.content_text) || str(args.caption),
+    file:
+      args.path || args.file_id
+        ? { name: str(args.file_name) || str(args.path), size: 0, type: '' }
+        : undefined,
+    upstream,
+  };
+}
