@@ -72,6 +72,8 @@ export interface PreparedWrite<T> {
   content: Record<string, unknown>;
   /** What the chair reviews. */
   review: Record<string, unknown>;
+  /** What the connector told of the target for the approval rules (a group's size, whether it is internal). */
+  target_facts?: { member_count?: number; external?: boolean };
   file_sha256: string | null;
   /** Performs the write exactly once per key (the approval_id). */
   perform(key: string): Promise<Record<string, unknown>>;
@@ -184,11 +186,11 @@ const isRecord = (v: unknown): v is Record<string, unknown> =>
  * message text or caption, the file, an upstream call and its arguments, the target.
  */
 export function factsOf(write: Write, ctx: Pick<GateContext, 'facet'>): DraftFacts {
-  const { content, review, target } = write.prepared;
+  const { content, review, target, target_facts } = write.prepared;
   const call = isRecord(review.upstream_call) ? review.upstream_call : undefined;
   return {
     facet: ctx.facet,
-    target,
+    target: { ...target, ...target_facts },
     text: text(content.content_text) || text(content.caption),
     file:
       typeof review.file_size_bytes === 'number'
