@@ -18,4 +18,10 @@ export {
 export { ApprovalSummary, ApprovalView, Preflight, Target } from './view.ts';
 export { createApprovals, type Approvals } from './approvals.ts';
 export { describeRequirement, type RuleSummary } from './eligible.ts';
-export { compilePolicy, PolicyDoc, type CompiledPolicy, type Decision } from './rules/index.ts';
+export {
+  compilePolicy,
+  PolicyDoc,
+  requirementOf,
+  type CompiledPolicy,
+  type Decision,
+} from './rules/index.ts';

@@ -79,7 +79,8 @@ function compileRule(env: Environment, rule: Rule): ParseResult {
 
 const firstLine = (err: unknown) => (err instanceof Error ? err.message : String(err)).split('\n')[0]!;
 
-const requirementOf = (rule: Rule): Requirement => {
+/** What a rule asks when it matches. */
+export const requirementOf = (rule: Rule): Requirement => {
   const then = rule.then;
   if ('deny' in then) return { kind: 'deny', reason: then.deny.reason };
   if ('allow_without_review' in then)

@@ -1,5 +1,12 @@
 /** Approval rules: who must countersign a write, decided from what is written (docs/policy.md). */
-export { asksMore, compilePolicy, type CompiledPolicy, type Decision, type Requirement } from './compile.ts';
+export {
+  asksMore,
+  compilePolicy,
+  requirementOf,
+  type CompiledPolicy,
+  type Decision,
+  type Requirement,
+} from './compile.ts';
 export { inputOf, normalizedText, type RuleInput, type WriteFacts } from './input.ts';
 export { PolicyDoc, Rule, versionOf } from '../../core/approval-policy.ts';
 export { createPolicySource, type PolicySource } from './store.ts';
