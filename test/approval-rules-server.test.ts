@@ -11,6 +11,9 @@ import { startHttpServer } from '../src/app/serve-http.ts';
 import { createLogger } from '../src/log.ts';
 import { detailsOf } from './helpers/audit-rows.ts';
 import { runCli } from './helpers/cli.ts';
+import type { Notice } from '../src/approval/outbox.ts';
+import { bodyOf } from '../src/notify/email.ts';
+import { requestBlocks } from '../src/notify/slack-blocks.ts';
 import { createTestDatabase, databaseKinds } from './helpers/db.ts';
 import {
   call,
@@ -222,6 +225,55 @@ for (const kind of databaseKinds()) {
         .first();
       assert.equal(row.actor, 'test-admin');
       assert.deepEqual([detailsOf(row).version_before, detailsOf(row).version_after], [before, next]);
+    });
+  });
+
+  describe(`notices of a request under an approval rule on ${kind}`, () => {
+    let server: TestServer;
+    let agent: Client;
+    before(async () => {
+      // Nothing listens on port 9: the notices are queued (what is checked) and their delivery fails.
+      server = await startTestServer(kind, {
+        COUNTERSIGN_SMTP_HOST: '127.0.0.1',
+        COUNTERSIGN_SMTP_PORT: '9',
+        COUNTERSIGN_EMAIL_FROM: 'countersign@example.org',
+        COUNTERSIGN_EMAIL_TO: 'chairs@example.org',
+      });
+      agent = await connectHttp(server.url, server.demoToken);
+    });
+    after(async () => {
+      await agent?.close();
+      await server?.stop();
+    });
+
+    it('names the rule and the progress in the e-mail and the Slack message', async () => {
+      await server.services.approvals.policy.set(
+        {
+          rules: [
+            rule('Payments over EUR 10,000', 'content.text.contains("EUR")', {
+              require: { approvers: 2, roles: ['finance'] },
+            }),
+          ],
+        },
+        'test-admin',
+      );
+      const res = await call(agent, 'isphere_send_message', {
+        target_type: 'contact',
+        target_id: 'ct_david',
+        content_text: 'pay EUR 20000',
+      });
+      const queued = await server.services
+        .knex('notification_outbox')
+        .where({ approval_request_id: res.approval.approval_request_id, channel: 'email' })
+        .first();
+      const notice = (
+        typeof queued.payload === 'string' ? JSON.parse(queued.payload) : queued.payload
+      ) as Notice;
+      assert.match(bodyOf(notice), /Rule: {4}Payments over EUR 10,000: 2 of finance \(0 of 2 from finance\)/);
+      assert.match(
+        JSON.stringify(requestBlocks(notice)),
+        /Who approves.*Payments over EUR 10,000: 2 of finance \(0 of 2 from finance\)/,
+      );
     });
   });
 

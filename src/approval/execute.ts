@@ -27,6 +27,7 @@ import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
 import { retryingTransaction, withRetries } from '../db/retry.ts';
 import { policyChange, policyChanged, reopen, type DraftFacts } from './ruling.ts';
+import { POLICY_UNCHANGED_SQL } from './rules/index.ts';
 
 export type RefusalReason =
   | 'missing'
@@ -139,7 +140,8 @@ export async function beginExecution(
       }
       const mismatch = bindingMismatch(row, req);
       if (mismatch) throw mismatchError(mismatch);
-      const changed = await policyChange(deps, trx, policy, row, req);
+      // The policy as stored now, read under this transaction: a replica's copy may be a second old.
+      const changed = await policyChange(deps, trx, undefined, row, req);
       if (changed) {
         await reopen(deps, trx, row, changed);
         return { refusal: policyChanged(row, changed) };
@@ -365,8 +367,10 @@ async function beginAtOnce(
   const done = await deps.audit.appendWith(
     updateFromGuard('change', 'approval_requests', row.id, started, {
       // An approver disabled since the read above is caught here, in the same statement.
-      sql: `t.status = 'approved' and t.expires_at > ?::timestamptz and not ${approverDisabledOf('t')}`,
-      bindings: [now.toISOString()],
+      // So is an approval policy stored meanwhile by another replica (then the transaction decides).
+      sql: `t.status = 'approved' and t.expires_at > ?::timestamptz and not ${approverDisabledOf('t')}
+        and ${POLICY_UNCHANGED_SQL}`,
+      bindings: [now.toISOString(), version],
     }),
     startedRow(named, req, approvers),
   );

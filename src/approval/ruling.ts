@@ -65,17 +65,16 @@ const requirementOf = (row: RequestRow): Requirement =>
  * Whether the policy in force asks more of this approved request than the policy it was approved under:
  * decided again on the same content, at the time it was drafted. Undefined when the version is the same
  * or the new decision asks the same or less (the approval then executes). The stored policy is read
- * again, in `q`, when `policy` (this replica's) is not the request's version: another replica may have
- * changed it a moment ago.
+ * again, in `q`, unless `policy` (this replica's copy) is given and is the request's version.
  */
 export async function policyChange(
   deps: ApprovalDeps,
   q: Knex | Knex.Transaction,
-  policy: CompiledPolicy,
+  policy: CompiledPolicy | undefined,
   row: NamedRequestRow,
   req: { agent: Agent; tool: string; facts?: DraftFacts },
 ): Promise<PolicyChange | undefined> {
-  if (row.policy_version === policy.version) return undefined;
+  if (policy && row.policy_version === policy.version) return undefined;
   const current = await deps.rules.fresh(q);
   if (row.policy_version === current.version) return undefined;
   const decision = req.facts

@@ -48,3 +48,11 @@ export async function recordedValue(q: Query, name: string): Promise<string | un
   const row = (await q('server_secrets').where({ name }).first('value')) as { value: string } | undefined;
   return row?.value;
 }
+
+/**
+ * SQL true unless the setting `name` holds, at `key`, a text other than the one bound (`?`): no row, or
+ * the same value. For a statement that must act only while a setting is what its caller last read,
+ * with no statement of its own.
+ */
+export const settingUnchangedSql = (name: string, key: string) =>
+  `not exists (select 1 from settings s where s.name = '${name}' and (s.value ->> '${key}') is distinct from ?)`;

@@ -1,13 +1,20 @@
 import type { Knex } from 'knex';
 import type { AuditLog } from '../../audit/index.ts';
 import type { Config } from '../../config.ts';
-import { readSetting, writeSetting } from '../../db/settings.ts';
+import { readSetting, settingUnchangedSql, writeSetting } from '../../db/settings.ts';
 import { retryingTransaction } from '../../db/retry.ts';
 import { versionOf, type PolicyDoc } from '../../core/approval-policy.ts';
 import { compilePolicy, type CompiledPolicy } from './compile.ts';
 
 /** The `settings` row that holds the policy every replica on one database applies. */
 const SETTING = 'approval_policy';
+
+/**
+ * SQL true while the stored policy is still the one of the version bound (`?`), or none is stored: the
+ * one-statement execution start acts only then, so that an edit another replica made within this
+ * replica's re-read interval is never missed.
+ */
+export const POLICY_UNCHANGED_SQL = settingUnchangedSql(SETTING, 'version');
 
 /**
  * How long a replica answers from the policy it last read before it reads the row again. A replica
@@ -30,9 +37,11 @@ export interface PolicySource {
   origin(q?: Knex | Knex.Transaction): Promise<'database' | 'config'>;
 }
 
-/** A stored policy row: the document as the operator wrote it, and who stored it when. */
+/** A stored policy row: the document as the operator wrote it, its version, and who stored it when. */
 interface Stored {
   doc: unknown;
+  /** As computed when stored; the version in force is always computed again from `doc`. */
+  version?: string;
   changed_by: string;
   changed_at: string;
 }
@@ -69,7 +78,12 @@ export function createPolicySource(knex: Knex, config: Config, audit: AuditLog):
       const versions = await retryingTransaction(knex, async (trx) => {
         // Whatever is stored now is replaced, even a policy that no longer compiles.
         const before = await versionStored(trx, fromConfig, required);
-        const row: Stored = { doc: next.doc, changed_by: actor, changed_at: new Date().toISOString() };
+        const row: Stored = {
+          doc: next.doc,
+          version: next.version,
+          changed_by: actor,
+          changed_at: new Date().toISOString(),
+        };
         await writeSetting(trx, SETTING, row);
         await audit.appendIn(trx, {
           kind: 'policy.changed',
