@@ -163,6 +163,29 @@ for (const kind of databaseKinds()) {
       assert.equal(sent.ok, true, JSON.stringify(sent.error));
     });
 
+    it('catches a policy edited by hand in the database at once, by its version', async () => {
+      await setPolicy([]);
+      const text = 'approved, then the stored policy edited by hand';
+      const id = (await draft(text)).approval.approval_request_id;
+      const approvalId = (await approve(id, chairs[0]!)).approval_id!;
+      const knex = server.services.knex;
+      const stored = await knex('settings').where({ name: 'approval_policy' }).first();
+      const value = typeof stored.value === 'string' ? JSON.parse(stored.value) : stored.value;
+      // The document changes; the version written beside it stays as it was.
+      value.doc.rules = [rule('Edited in SQL', 'true', { require: { approvers: 3 } })];
+      await knex('settings')
+        .where({ name: 'approval_policy' })
+        .update({ value: JSON.stringify(value) });
+      const refused = await execute(text, approvalId);
+      assert.deepEqual(refusal(refused), [false, 'APPROVAL_REQUIRED', 'policy_changed']);
+      const row = await requestRow(id);
+      assert.deepEqual(
+        [row.status, row.required_approvers, row.policy_rule],
+        ['pending', 3, 'Edited in SQL'],
+      );
+      assert.notEqual(row.policy_version, value.version);
+    });
+
     it('counts only approvers holding a role the rule asks for; others are refused', async () => {
       for (const name of ['rule-chair-a', 'rule-chair-b']) {
         const res = await runCli(['user', 'set', name, '--team', 'finance'], server.env);

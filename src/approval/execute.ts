@@ -27,7 +27,7 @@ import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
 import { retryingTransaction, withRetries } from '../db/retry.ts';
 import { policyChange, policyChanged, reopen, type DraftFacts } from './ruling.ts';
-import { POLICY_UNCHANGED_SQL } from './rules/index.ts';
+import { POLICY_UNCHANGED_SQL, type HeldPolicy } from './rules/index.ts';
 
 export type RefusalReason =
   | 'missing'
@@ -124,7 +124,7 @@ export async function beginExecution(
   // Read before any transaction: inside one, PGlite's single connection is the transaction's.
   const policy = await deps.rules.current();
   if (!req.idempotency_key) {
-    const row = await beginAtOnce(deps, req, policy.version, early);
+    const row = await beginAtOnce(deps, req, policy, early);
     if (row) return { row, replay: false };
   }
   // Locks in the one order (idempotency key, approval row, then the chain's lock in appendIn); a
@@ -345,7 +345,7 @@ export async function readApproval(deps: ApprovalDeps, approval_id: string): Pro
 async function beginAtOnce(
   deps: ApprovalDeps,
   req: ExecutionRequest,
-  version: string,
+  policy: HeldPolicy,
   early?: Promise<ApprovedRow>,
 ): Promise<ExecutingRow | undefined> {
   const raw = await (early ?? readApproval(deps, req.approval_id));
@@ -355,7 +355,7 @@ async function beginAtOnce(
   if (row.agent_id !== req.agent.id || row.status !== 'approved' || new Date(row.expires_at) <= now) return;
   if (raw.approver_disabled === true || bindingMismatch(row, req)) return undefined;
   // Bound to another policy version: the locking transaction decides whether the new one asks more.
-  if (row.policy_version !== version) return undefined;
+  if (row.policy_version !== policy.version) return undefined;
   // The calling agent's own request: its name is the one the call carries.
   const named = { ...row, agent_name: req.agent.name };
   const approvers = approversColumn(raw);
@@ -370,7 +370,7 @@ async function beginAtOnce(
       // So is an approval policy stored meanwhile by another replica (then the transaction decides).
       sql: `t.status = 'approved' and t.expires_at > ?::timestamptz and not ${approverDisabledOf('t')}
         and ${POLICY_UNCHANGED_SQL}`,
-      bindings: [now.toISOString(), version],
+      bindings: [now.toISOString(), policy.stored],
     }),
     startedRow(named, req, approvers),
   );

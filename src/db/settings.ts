@@ -50,9 +50,10 @@ export async function recordedValue(q: Query, name: string): Promise<string | un
 }
 
 /**
- * SQL true unless the setting `name` holds, at `key`, a text other than the one bound (`?`): no row, or
- * the same value. For a statement that must act only while a setting is what its caller last read,
- * with no statement of its own.
+ * SQL true unless the setting `name` holds, at `key`, a JSON value other than the one bound (`?`, JSON
+ * text): no row, or the same value (compared as jsonb, so key order and spacing do not matter). For a
+ * statement that must act only while a setting is what its caller last read, with no statement of its
+ * own.
  */
 export const settingUnchangedSql = (name: string, key: string) =>
-  `not exists (select 1 from settings s where s.name = '${name}' and (s.value ->> '${key}') is distinct from ?)`;
+  `not exists (select 1 from settings s where s.name = '${name}' and (s.value -> '${key}') is distinct from ?::jsonb)`;

@@ -9,4 +9,4 @@ export {
 } from './compile.ts';
 export { inputOf, normalizedText, type RuleInput, type WriteFacts } from './input.ts';
 export { PolicyDoc, Rule, versionOf } from '../../core/approval-policy.ts';
-export { createPolicySource, POLICY_UNCHANGED_SQL, type PolicySource } from './store.ts';
+export { createPolicySource, POLICY_UNCHANGED_SQL, type HeldPolicy, type PolicySource } from './store.ts';

@@ -10,11 +10,18 @@ import { compilePolicy, type CompiledPolicy } from './compile.ts';
 const SETTING = 'approval_policy';
 
 /**
- * SQL true while the stored policy is still the one of the version bound (`?`), or none is stored: the
- * one-statement execution start acts only then, so that an edit another replica made within this
- * replica's re-read interval is never missed.
+ * SQL true while the stored policy document is still the one bound (`?`, a HeldPolicy's `stored`), or
+ * none is stored and none is bound (`null`): the one-statement execution start acts only then, so that
+ * an edit made within this replica's re-read interval (by another replica, or by hand in the database)
+ * is never missed.
  */
-export const POLICY_UNCHANGED_SQL = settingUnchangedSql(SETTING, 'version');
+export const POLICY_UNCHANGED_SQL = settingUnchangedSql(SETTING, 'doc');
+
+/** A policy as this replica holds it, with the stored document it was compiled from (JSON text). */
+export type HeldPolicy = CompiledPolicy & {
+  /** The stored document's JSON text as read, or `null` (JSON) for the config file's policy. */
+  stored: string;
+};
 
 /**
  * How long a replica answers from the policy it last read before it reads the row again. A replica
@@ -25,9 +32,9 @@ const REREAD_MS = 1000;
 /** The approval policy in force: the database's once one is stored, else the config file's. */
 export interface PolicySource {
   /** The policy in force, read again from the database at most every REREAD_MS. */
-  current(): Promise<CompiledPolicy>;
+  current(): Promise<HeldPolicy>;
   /** The policy in force, read from the database now (inside `q` when given). */
-  fresh(q?: Knex | Knex.Transaction): Promise<CompiledPolicy>;
+  fresh(q?: Knex | Knex.Transaction): Promise<HeldPolicy>;
   /**
    * Compiles `doc` (refused, naming the rule, if a rule does not compile), stores it for every replica
    * and appends policy.changed in the same transaction. Returns the versions before and after.
@@ -54,18 +61,19 @@ interface Stored {
 export function createPolicySource(knex: Knex, config: Config, audit: AuditLog): PolicySource {
   const required = config.approval.required_approvers;
   const fromConfig = compilePolicy(config.approval.rules, required);
-  let last: { policy: CompiledPolicy; text: string | undefined; read_at: number } | undefined;
+  const configHeld: HeldPolicy = { ...fromConfig, stored: 'null' };
+  let last: { policy: HeldPolicy; read_at: number } | undefined;
 
-  const fresh = async (q: Knex | Knex.Transaction = knex) => {
+  const fresh = async (q: Knex | Knex.Transaction = knex): Promise<HeldPolicy> => {
     const stored = (await readSetting(q, SETTING)) as Stored | undefined;
-    const text = stored === undefined ? undefined : JSON.stringify(stored.doc);
+    const text = stored === undefined ? 'null' : JSON.stringify(stored.doc);
     const policy =
       stored === undefined
-        ? fromConfig
-        : last && last.text === text
+        ? configHeld
+        : last && last.policy.stored === text
           ? last.policy
-          : compilePolicy(stored.doc, required);
-    last = { policy, text, read_at: Date.now() };
+          : { ...compilePolicy(stored.doc, required), stored: text };
+    last = { policy, read_at: Date.now() };
     return policy;
   };
 
