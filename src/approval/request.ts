@@ -65,7 +65,7 @@ function newRequest(deps: ApprovalDeps, draft: DraftWrite, decision: Decision, n
     target_display: draft.target.display_name,
     content_sha256: draft.content_sha256,
     file_sha256: draft.file_sha256,
-    status: 'pending' satisfies ApprovalStatus,
+    status: 'pending' as ApprovalStatus,
     ...bindingOf(decision),
     created_at: now.toISOString(),
     expires_at: new Date(now.getTime() + deps.config.approval.pending_ttl_s * 1000).toISOString(),
@@ -196,7 +196,7 @@ async function allowWithoutReview(
     if (open) return { view: await viewOf(deps, deps.knex, open.request), created: false };
     throw err;
   }
-  return { view: announce(deps, draft, created as unknown as NewRequest, decided), created: true };
+  return { view: announce(deps, draft, created, decided), created: true };
 }
 
 /** The agent's open request (pending or approved, not yet executed) for the draft's content. */
