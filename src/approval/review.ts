@@ -6,7 +6,7 @@ import { isUuid } from '../core/ids.ts';
 import { agentWithOwner } from '../accounts/index.ts';
 import type { Knex } from 'knex';
 import { heldBy } from '../accounts/index.ts';
-import { mayDecide, restrictionOf, ruleSummaryOf } from './eligible.ts';
+import { mayDecide, ruleSummaryOf } from './eligible.ts';
 
 export interface QueueFilter {
   status?: ApprovalStatus;
@@ -33,25 +33,34 @@ export async function listForReview(deps: ApprovalDeps, f: QueueFilter) {
   if (f.status) q.where('r.status', f.status);
   if (f.tool) q.where('r.tool', f.tool);
   if (f.agent) q.where('a.name', f.agent);
-  if (f.waiting_for) waitingFor(deps, q, f.waiting_for);
-  let rows = (await q) as Record<string, unknown>[];
   if (f.waiting_for) {
     const me = f.waiting_for.name;
     const held = (await heldBy(deps.knex, [me])).get(me) ?? [];
-    rows = rows.filter((r) => {
-      const restriction = restrictionOf(requestFromDb(r));
-      if (!restriction) return true;
-      return 'users' in restriction
-        ? restriction.users.includes(me)
-        : restriction.roles.some((x) => held.includes(x));
-    });
+    waitingFor(deps, q, f.waiting_for, held);
   }
+  const rows = (await q) as Record<string, unknown>[];
   const views = await viewsOf(deps, deps.knex, rows.map(requestFromDb));
   return views.map((view, i) => ({ ...view, agent_name: String(rows[i]!.agent_name) }));
 }
 
-/** The SQL part of "waiting for me": pending, undecided by this user, of an agent they do not own. */
-function waitingFor(deps: ApprovalDeps, q: Knex.QueryBuilder, user: { id: string; name: string }) {
+/**
+ * "Waiting for me" in SQL, so that paging counts only what the user can decide: pending, undecided by
+ * them, of an agent they do not own, under no rule that names who may approve or one that names them
+ * (by name, or by a role or team they hold).
+ */
+function waitingFor(
+  deps: ApprovalDeps,
+  q: Knex.QueryBuilder,
+  user: { id: string; name: string },
+  held: string[],
+) {
+  q.whereRaw(
+    `(r.policy_requirement is null
+      or (r.policy_requirement -> 'roles' is null and r.policy_requirement -> 'users' is null)
+      or jsonb_exists_any(r.policy_requirement -> 'roles', array(select jsonb_array_elements_text(?::jsonb)))
+      or jsonb_exists(r.policy_requirement -> 'users', ?))`,
+    [JSON.stringify(held), user.name],
+  );
   q.where('r.status', 'pending')
     .where((w) => w.whereNull('a.owner_id').orWhereNot('a.owner_id', user.id))
     .whereNull('a.owner_unresolved')
