@@ -41,6 +41,8 @@ describe('approval rules', () => {
       ['target.nope', /No such key/],
       ['content.text', /not bool/],
       ['content.text ==', /.+/],
+      ['content.text.find("EUR (") != ""', /find\(\) pattern: Invalid regular expression/],
+      ['content.text.matches("[")', /matches\(\) pattern/],
     ];
     assert.throws(
       () =>

@@ -67,6 +67,8 @@ function compileRule(env: Environment, rule: Rule): ParseResult {
   const checked = parsed.check();
   if (!checked.valid) throw ruleError(rule, firstLine(checked.error));
   if (checked.type !== 'bool') throw ruleError(rule, `"when" is of type ${checked.type}, not bool`);
+  const bad = badPattern(parsed.ast);
+  if (bad) throw ruleError(rule, bad);
   if ('require' in rule.then && (rule.then.require.users?.length ?? Infinity) < rule.then.require.approvers)
     throw ruleError(rule, 'asks for more approvers than it names users');
   if ('require' in rule.then && rule.then.require.users) {
@@ -75,6 +77,37 @@ function compileRule(env: Environment, rule: Rule): ParseResult {
       if (!/^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/.test(u)) throw ruleError(rule, `"${u}" is not a user name`);
   }
   return parsed;
+}
+
+/** Node kinds whose `args` hold further nodes (a literal's args are its value). */
+const isNode = (v: unknown): v is { op: string; args: unknown } =>
+  typeof v === 'object' && v !== null && 'op' in v && 'args' in v;
+
+/**
+ * The first literal pattern of a `find()` or `matches()` call in `node` that is no valid regular
+ * expression, as its message: refused at load rather than failing (safe, but silently) on every call.
+ */
+function badPattern(node: unknown): string | undefined {
+  if (Array.isArray(node)) {
+    for (const n of node) {
+      const bad = badPattern(n);
+      if (bad) return bad;
+    }
+    return undefined;
+  }
+  if (!isNode(node) || node.op === 'value') return undefined;
+  if (node.op === 'rcall' && Array.isArray(node.args)) {
+    const [name, , params] = node.args as [unknown, unknown, unknown];
+    const first = Array.isArray(params) ? (params[0] as unknown) : undefined;
+    if ((name === 'find' || name === 'matches') && isNode(first) && first.op === 'value') {
+      try {
+        new RegExp(String(first.args), 'u');
+      } catch (err) {
+        return `${String(name)}() pattern: ${firstLine(err)}`;
+      }
+    }
+  }
+  return badPattern(node.args);
 }
 
 const firstLine = (err: unknown) => (err instanceof Error ? err.message : String(err)).split('\n')[0]!;
