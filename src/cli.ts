@@ -52,6 +52,7 @@ const NEEDS_EXISTING = new Set<AdminCommand['command']>([
   'user.list',
   'user.set',
   'user.set_email',
+  'user.set_teams',
   'user.reset_password',
   'user.disable',
   'user.link',
@@ -63,6 +64,9 @@ const NEEDS_EXISTING = new Set<AdminCommand['command']>([
   'approvals.decide',
   'upstream.list',
   'upstream.accept',
+  'policy.show',
+  'policy.set',
+  'policy.explain',
 ]);
 
 /** Refuses, before anything is opened, an embedded database that is not there. */
@@ -214,7 +218,9 @@ function printApproval(a: AdminResults['approvals.show']['approval'], prefix: st
   );
   for (const l of lookalikes(flags)) out(`looks like  ${marked(`${l.display_name} (${l.target_id})`)}`);
   out(`source      ${a.source ?? '(not recorded)'}`);
-  out(`approvers   ${a.approvers.join(', ') || '-'} (${a.approvers.length}/${a.required_approvers})`);
+  out(`rule        ${a.rule.asks}`);
+  out(`approvers   ${a.approvers.join(', ') || '-'} (${a.rule.progress})`);
+  if (a.viewer && !a.viewer.may) out(`read-only   ${a.viewer.reason}`);
   out(`created     ${a.created_at}   expires ${a.expires_at}`);
   if (a.note) out(`note        ${marked(a.note)}`);
   if (a.review) out(`content     ${marked(JSON.stringify(shown, null, 2))}`);
@@ -402,6 +408,9 @@ function program(): Command {
       .description(
         'review and decide approval requests as a chair (password from COUNTERSIGN_PASSWORD or stdin)',
       ),
+  );
+  addPolicyCommands(
+    cli.command('policy').description('approval rules: who must countersign what (docs/policy.md)'),
   );
   addUpstreamCommands(
     cli.command('upstream').description("upstream MCP servers: their tools' pinned classes (read or write)"),
@@ -714,7 +723,8 @@ function addUserCommands(user: Command): void {
       const { users } = await runData(config(), { command: 'user.list' });
       for (const u of users) {
         const state = u.disabled_at ? `disabled ${u.disabled_at}` : 'active';
-        out(`${u.name}\t${u.roles.join(',')}\t${state}${u.email ? `\t${u.email}` : ''}`);
+        const roles = [...u.roles, ...u.teams].join(',');
+        out(`${u.name}\t${roles}\t${state}${u.email ? `\t${u.email}` : ''}`);
       }
     });
   user
@@ -722,9 +732,11 @@ function addUserCommands(user: Command): void {
     .argument('<name>')
     .option('--role <roles>', 'the new roles: chair, compliance, admin (comma-separated)', roles)
     .option('--email <address>', 'where notices of requests reach this chair ("none" clears it)')
-    .description("change a user's roles (the last active admin keeps admin) or e-mail address")
-    .action(async (name: string, opts: { role?: Role[]; email?: string }) => {
-      if (!opts.role && opts.email === undefined) throw usageError('give --role, --email or both');
+    .option('--team <teams>', 'the teams approval rules may ask for, e.g. finance,legal ("none" clears them)')
+    .description("change a user's roles (the last active admin keeps admin), teams or e-mail address")
+    .action(async (name: string, opts: { role?: Role[]; email?: string; team?: string }) => {
+      if (!opts.role && opts.email === undefined && opts.team === undefined)
+        throw usageError('give --role, --team or --email');
       if (opts.role) {
         const result = await runData(config(), {
           command: 'user.set',
@@ -733,6 +745,13 @@ function addUserCommands(user: Command): void {
           actor: cliActor(),
         });
         out(`user "${result.user}" now has roles ${result.roles.join(', ')}`);
+      }
+      if (opts.team !== undefined) {
+        const teams = opts.team === 'none' ? [] : opts.team.split(',').map((t) => t.trim());
+        const result = await runData(config(), { command: 'user.set_teams', name, teams, actor: cliActor() });
+        out(
+          `user "${result.user}" is now in ${result.teams.length ? `teams ${result.teams.join(', ')}` : 'no team'}`,
+        );
       }
       if (opts.email !== undefined) {
         const email = opts.email === 'none' ? null : opts.email;
@@ -792,7 +811,11 @@ function addApprovalCommands(approvals: Command): void {
     .command('list')
     .requiredOption('--as <user>', 'your user name')
     .addOption(new Option('--status <status>', 'which requests').choices(CHOICES.status).default('pending'))
-    .action(async (opts: { as: string; status: string }) => {
+    .option(
+      '--waiting-for-me',
+      'only requests you can decide now (pending, undecided by you, a rule you are among)',
+    )
+    .action(async (opts: { as: string; status: string; waitingForMe?: boolean }) => {
       const password = await chairPassword();
       const cfg = config();
       const { approvals: rows } = await runData(cfg, {
@@ -800,6 +823,7 @@ function addApprovalCommands(approvals: Command): void {
         as: opts.as,
         password,
         status: opts.status,
+        waiting_for_me: opts.waitingForMe,
       });
       if (rows.length === 0) out(`no ${opts.status} requests`);
       for (const a of rows) {
@@ -859,6 +883,81 @@ function printPin(p: AdminResults['upstream.list']['pins'][number]): void {
         `to accept: countersign upstream accept ${p.upstream} ${p.tool}`,
     );
   }
+}
+
+/** A policy file as JSON; a file that cannot be read or parsed is a structured error naming it. */
+function readPolicyFile(file: string): unknown {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new AppError('NOT_FOUND', `cannot read ${file}: ${(e as Error).message}`);
+  }
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (e) {
+    throw new AppError(
+      'CONFIG_INVALID',
+      `${file} is not valid JSON: ${(e as Error).message}`,
+      'policy_invalid',
+    );
+  }
+}
+
+function addPolicyCommands(policy: Command): void {
+  policy
+    .command('check')
+    .argument('<file>', 'a policy file: {"timezone": …, "rules": [{"name", "when", "then"}]}')
+    .description('type-check every rule of a policy file, nothing stored; prints its version')
+    .action(async (file: string) => {
+      const { compilePolicy } = await import('./approval/index.ts');
+      const compiled = compilePolicy(readPolicyFile(file), config().approval.required_approvers);
+      out(`${file}: ${compiled.doc.rules.length} rule(s) compile; version ${compiled.version}`);
+    });
+  policy
+    .command('set')
+    .argument('<file>', 'a policy file, as policy check reads it')
+    .description('store a policy for every replica on this database (audited as policy.changed)')
+    .action(async (file: string) => {
+      const doc = readPolicyFile(file);
+      const result = await runData(config(), { command: 'policy.set', policy: doc, actor: cliActor() });
+      out(
+        `policy stored: version ${result.after}${result.changed ? ` (was ${result.before})` : ' (unchanged)'}`,
+      );
+    });
+  policy
+    .command('show')
+    .description('the policy in force, where it comes from (database or config) and its version')
+    .action(async () => {
+      const shown = await runData(config(), { command: 'policy.show' });
+      out(`version ${shown.version} (from the ${shown.origin})`);
+      out(JSON.stringify(shown.policy, null, 2));
+    });
+  policy
+    .command('explain')
+    .requiredOption('--tool <tool>', 'the tool as agents call it, e.g. isphere_send_message')
+    .requiredOption('--args <json>', "the call's arguments as a JSON object")
+    .option('--agent <name>', 'the calling agent (for agent.name and agent.owner)')
+    .description('which rule a call would meet and what it would ask, nothing drafted')
+    .action(async (opts: { tool: string; args: string; agent?: string }) => {
+      let args: unknown;
+      try {
+        args = JSON.parse(opts.args) as unknown;
+      } catch (e) {
+        throw usageError(`--args is not valid JSON: ${(e as Error).message}`);
+      }
+      if (typeof args !== 'object' || args === null || Array.isArray(args))
+        throw usageError('--args must be a JSON object');
+      const r = await runData(config(), {
+        command: 'policy.explain',
+        tool: opts.tool,
+        args: args as Record<string, unknown>,
+        agent: opts.agent,
+      });
+      out(`rule     ${r.rule ?? '(none matches: the default for this tool)'}`);
+      out(`asks     ${r.asks}`);
+      out(`version  ${r.version}`);
+    });
 }
 
 function addUpstreamCommands(upstream: Command): void {

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
+import { PolicyDoc } from './core/approval-policy.ts';
 import { AppError } from './core/errors.ts';
 import { AgentName, Role, UserName } from './core/identity.ts';
 
@@ -261,6 +262,11 @@ export const ConfigSchema = z
          * as target names and file names always are; by default such text is accepted and flagged.
          */
         refuse_invisible_characters: z.boolean().default(false),
+        /**
+         * Approval rules (docs/policy.md): who must countersign depends on what is written. Used until a
+         * policy is stored in the database with `countersign policy set`, which then applies instead.
+         */
+        rules: PolicyDoc.prefault({}),
       })
       .prefault({}),
     limits: z
@@ -631,6 +637,16 @@ function envNameFor(keyPath: PropertyKey[]): string | undefined {
   return Object.entries(ENV_KEYS).find(([, spec]) => spec.path.join('.') === dotted)?.[0];
 }
 
+const frozenApproval = (approval: z.output<typeof ConfigSchema>['approval']) =>
+  Object.freeze({
+    ...approval,
+    required_approvers: Object.freeze({ ...approval.required_approvers }),
+    rules: Object.freeze({
+      ...approval.rules,
+      rules: Object.freeze(approval.rules.rules.map(Object.freeze)),
+    }),
+  });
+
 /**
  * Builds the frozen config from an optional JSON file and the environment.
  * `env` and `cwd` are parameters so that only the CLI touches process globals.
@@ -661,10 +677,7 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
     pglite_dir: path.join(dataDir, 'pglite'),
     http: Object.freeze({ ...parsed.http, allowed_hosts: Object.freeze([...parsed.http.allowed_hosts]) }),
     tools: Object.freeze(parsed.tools),
-    approval: Object.freeze({
-      ...parsed.approval,
-      required_approvers: Object.freeze({ ...parsed.approval.required_approvers }),
-    }),
+    approval: frozenApproval(parsed.approval),
     limits: Object.freeze(parsed.limits),
     policy: Object.freeze(parsed.policy),
     web: Object.freeze({

@@ -59,6 +59,26 @@ describe('configuration', () => {
     assert.throws(() => loadConfig({}, cwd), /not valid JSON/);
   });
 
+  it('reads approval rules from the file, naming the key of a malformed one', () => {
+    const cwd = tmp();
+    const file = path.join(cwd, 'countersign.config.json');
+    const rule = { name: 'r', when: 'true', then: { require: { approvers: 2 } } };
+    fs.writeFileSync(file, JSON.stringify({ approval: { rules: { rules: [rule] } } }));
+    const config = loadConfig({}, cwd);
+    assert.deepEqual(config.approval.rules, { timezone: 'UTC', rules: [rule] });
+    assert.ok(Object.isFrozen(config.approval.rules.rules[0]));
+    assert.deepEqual(loadConfig({}, tmp()).approval.rules, { timezone: 'UTC', rules: [] });
+    fs.writeFileSync(
+      file,
+      JSON.stringify({ approval: { rules: { rules: [{ ...rule, then: { require: { approvers: 9 } } }] } } }),
+    );
+    assert.throws(
+      () => loadConfig({}, cwd),
+      (err: unknown) =>
+        isAppError(err, 'CONFIG_INVALID', 'config') && /"approval\.rules\.rules\.0\.then/.test(err.message),
+    );
+  });
+
   it('validates upstream entries, naming the entry and the problem', () => {
     const cwd = tmp();
     const file = path.join(cwd, 'countersign.config.json');

@@ -1,5 +1,8 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import type { Client } from '@modelcontextprotocol/client';
 import pg from 'pg';
+import { compilePolicy, inputOf } from '../../src/approval/rules/index.ts';
 import { figure, type Figure } from '../lib/report.ts';
 import { callTool, connect, spawnCountersign } from '../lib/server.ts';
 import { median, percentile } from '../lib/stats.ts';
@@ -15,6 +18,54 @@ export interface ApprovalOptions {
 }
 
 const STEPS = ['dry_run', 'approve', 'get_approval', 'execute'] as const;
+
+/**
+ * The approval policy (e) runs under: four rules of the kinds docs/policy.md shows, none of which match
+ * the bench's writes, then one that does and asks for the one chair the cycle has. Every dry run and
+ * every execution evaluates all five.
+ */
+const RULES = {
+  timezone: 'Europe/Berlin',
+  rules: [
+    {
+      name: 'Never the press',
+      when: 'content.normalized.contains("press release")',
+      then: { deny: { reason: 'no' } },
+    },
+    {
+      name: 'Payments over EUR 10,000',
+      when: 'content.normalized.find("eur ?([0-9]+)") != "" && int(content.normalized.find("eur ?([0-9]+)")) > 10000',
+      then: { require: { approvers: 2, roles: ['finance'] } },
+    },
+    {
+      name: 'Large groups',
+      when: 'target.group && target.member_count > 50',
+      then: { require: { approvers: 2 } },
+    },
+    { name: 'Large files', when: 'content.file_size > 10485760', then: { require: { approvers: 2 } } },
+    { name: 'One chair', when: 'tool == "send_message"', then: { require: { approvers: 1 } } },
+  ],
+};
+
+/** Microseconds per decision of RULES on one write like the bench's, in this process (p50 of rounds). */
+function ruleEvaluationMicros(rounds: number): number[] {
+  const policy = compilePolicy(RULES, {});
+  const facts = {
+    tool: 'send_message',
+    facet: 'send',
+    target: { target_type: 'contact', target_id: 'ct_david', display_name: 'David' },
+    text: 'Bench message 1 — נא לאשר',
+    agent: { name: 'bench', owner: null },
+  };
+  const samples: number[] = [];
+  for (let i = 0; i < rounds; i++) {
+    const t0 = performance.now();
+    // The input is built each time, as a call builds it (normalisation of the text included).
+    policy.decideInput(inputOf(facts, new Date(), RULES.timezone));
+    samples.push((performance.now() - t0) * 1000);
+  }
+  return samples;
+}
 
 /** p50 of `n` plain INSERT round trips (autocommit, one row) on the same database. */
 async function insertRoundTrips(url: string, n: number): Promise<number[]> {
@@ -90,7 +141,13 @@ async function cycle(
  * /metrics between steps would add to the times), the database statements each step sent.
  */
 export async function approvalFigures(o: ApprovalOptions): Promise<Figure[]> {
-  const server = await spawnCountersign({ DATABASE_URL: o.url, COUNTERSIGN_DATA_DIR: o.dataDir });
+  const configFile = path.join(o.dataDir, 'bench-approval-rules.json');
+  fs.writeFileSync(configFile, JSON.stringify({ approval: { rules: RULES } }));
+  const server = await spawnCountersign({
+    DATABASE_URL: o.url,
+    COUNTERSIGN_DATA_DIR: o.dataDir,
+    COUNTERSIGN_CONFIG: configFile,
+  });
   try {
     const agent = await connect(server.url, o.token);
     const chair = new ChairSession(server.url);
@@ -128,6 +185,10 @@ export async function approvalFigures(o: ApprovalOptions): Promise<Figure[]> {
       `  p50 ${median(totals).toFixed(1)} ms (${breakdown} ms); one INSERT p50 ${median(insert).toFixed(2)} ms`,
     );
     o.log(`  database statements per step (median of 10 cycles): ${statements}; cycle ${cycleStatements}`);
+    const micros = ruleEvaluationMicros(20_000);
+    o.log(
+      `  approval rules: ${RULES.rules.length} evaluated per call, p50 ${median(micros).toFixed(1)} µs in process`,
+    );
     return [
       figure({
         id: 'e_approval_roundtrip_p50_ms',
@@ -152,6 +213,13 @@ export async function approvalFigures(o: ApprovalOptions): Promise<Figure[]> {
         value: cycleStatements,
         check: { valueAtMost: 15 },
         note: `database round trips per step: ${statements}`,
+      }),
+      figure({
+        id: 'e_approval_rules_eval_us',
+        unit: 'µs',
+        value: median(micros),
+        check: null,
+        note: `${RULES.rules.length} CEL rules decided per dry run and execution (the cycle above runs under them)`,
       }),
     ];
   } finally {

@@ -19,6 +19,7 @@ import {
   linkIdentity,
   listUsers,
   setUserEmail,
+  setUserTeams,
   userNameOf,
   type UserChange,
 } from './users.ts';
@@ -45,6 +46,7 @@ export interface AccountChanges {
   createUser: Rest<typeof createUser>;
   changeUser: (name: string, change: UserChange) => ReturnType<typeof changeUser>;
   setUserEmail: Rest<typeof setUserEmail>;
+  setUserTeams: Rest<typeof setUserTeams>;
   linkIdentity: Rest<typeof linkIdentity>;
   userNameOf: Rest<typeof userNameOf>;
   /** Records a setting that describes what this change made (the first run's record of its accounts). */
@@ -60,6 +62,8 @@ export interface AccountAdmin {
   listAgents: () => ReturnType<typeof listAgents>;
   listUsers: () => ReturnType<typeof listUsers>;
   countAgents: () => Promise<number>;
+  /** The active (unrevoked) agent by name. */
+  activeAgentNamed: (name: string) => ReturnType<typeof activeAgentNamed>;
 }
 
 function changesIn(trx: Knex.Transaction, audit: AuditLog): AccountChanges {
@@ -75,6 +79,7 @@ function changesIn(trx: Knex.Transaction, audit: AuditLog): AccountChanges {
     createUser: (opts) => createUser(trx, opts),
     changeUser: (name, change) => changeUser(trx, name, change),
     setUserEmail: (name, email) => setUserEmail(trx, name, email),
+    setUserTeams: (name, teams) => setUserTeams(trx, name, teams),
     linkIdentity: (name, identity) => linkIdentity(trx, name, identity),
     userNameOf: (id) => userNameOf(trx, id),
     writeSetting: (name, value) => writeSetting(trx, name, value),
@@ -88,5 +93,6 @@ export function createAccountAdmin(knex: Knex, audit: AuditLog): AccountAdmin {
     listAgents: () => listAgents(knex),
     listUsers: () => listUsers(knex),
     countAgents: () => countAgents(knex),
+    activeAgentNamed: (name) => activeAgentNamed(knex, name),
   };
 }

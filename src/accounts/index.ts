@@ -44,5 +44,5 @@ export {
   countAgents,
   type AgentRecord,
 } from './agents.ts';
-export { countUsers, userNameOf } from './users.ts';
+export { countUsers, heldBy, setUserTeams, TeamName, userNameOf } from './users.ts';
 export { createAccountAdmin, type AccountAdmin, type AccountChanges, type AccountRow } from './admin.ts';

@@ -142,10 +142,11 @@ const rolesOf = (raw: unknown) => z.array(Role).parse(typeof raw === 'string' ? 
 /** Every user, by name: roles, e-mail address, created, whether disabled (never a password hash). */
 export async function listUsers(knex: Knex) {
   const rows = (await knex('users')
-    .select('name', 'roles', 'email', 'created_at', 'disabled_at')
+    .select('name', 'roles', 'teams', 'email', 'created_at', 'disabled_at')
     .orderBy('name')) as {
     name: string;
     roles: unknown;
+    teams: unknown;
     email: string | null;
     created_at: Date | string;
     disabled_at: Date | string | null;
@@ -153,6 +154,7 @@ export async function listUsers(knex: Knex) {
   return rows.map((r) => ({
     name: r.name,
     roles: rolesOf(r.roles),
+    teams: teamsOf(r.teams),
     email: r.email,
     created_at: new Date(r.created_at).toISOString(),
     disabled_at: r.disabled_at === null ? null : new Date(r.disabled_at).toISOString(),
@@ -231,6 +233,43 @@ export async function setUserEmail(
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
   await trx('users').where({ id: row.id }).update({ email: after });
   return { before: row.email, after };
+}
+
+/** A team's name: lower-case letters, digits, dot, dash and underscore; never a built-in role's. */
+export const TeamName = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, 'lower-case letters, digits, dot, dash and underscore, at most 64')
+  .refine((t) => !Role.safeParse(t).success, 'a built-in role, not a team');
+
+const teamsOf = (raw: unknown) => z.array(z.string()).parse(typeof raw === 'string' ? JSON.parse(raw) : raw);
+
+/** Sets the teams of the active user `name` in `trx` (with the caller's audit row); before and after. */
+export async function setUserTeams(
+  trx: Knex.Transaction,
+  name: string,
+  teams: string[],
+): Promise<{ before: string[]; after: string[] }> {
+  const after = z.array(TeamName).parse([...new Set(teams)].sort());
+  const row = (await trx('users').where({ name }).whereNull('disabled_at').forUpdate().first()) as
+    { id: string; teams: unknown } | undefined;
+  if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
+  await trx('users')
+    .where({ id: row.id })
+    .update({ teams: JSON.stringify(after) });
+  return { before: teamsOf(row.teams), after };
+}
+
+/**
+ * What each named user holds that an approval rule can ask for: built-in roles and teams together, by
+ * name. A name that is no user, or a disabled one, holds nothing.
+ */
+export async function heldBy(q: Knex | Knex.Transaction, names: string[]): Promise<Map<string, string[]>> {
+  if (names.length === 0) return new Map();
+  const rows = (await q('users')
+    .select('name', 'roles', 'teams')
+    .whereIn('name', names)
+    .whereNull('disabled_at')) as { name: string; roles: unknown; teams: unknown }[];
+  return new Map(rows.map((r) => [r.name, [...rolesOf(r.roles), ...teamsOf(r.teams)]]));
 }
 
 async function otherActiveAdmins(trx: Knex.Transaction, id: string): Promise<number> {

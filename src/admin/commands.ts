@@ -1,7 +1,7 @@
 import os from 'node:os';
 import { z } from 'zod';
 import { demoData, parseImportFile, type DirectoryImport, type PinAdmin } from '../connectors/index.ts';
-import { isDecisionRefusal, type Approvals } from '../approval/index.ts';
+import { describeRequirement, isDecisionRefusal, type Approvals } from '../approval/index.ts';
 import { ApprovalStatus } from '../core/schemas.ts';
 import { ExportFilter, describeAnchors, type AuditChecks } from '../audit/index.ts';
 import type { Config } from '../config.ts';
@@ -56,6 +56,13 @@ export const AdminCommand = z.discriminatedUnion('command', [
     actor: z.string().min(1),
   }),
   z.strictObject({
+    command: z.literal('user.set_teams'),
+    name: z.string().min(1),
+    /** Replaces every team the user was in; empty leaves none. */
+    teams: z.array(z.string()),
+    actor: z.string().min(1),
+  }),
+  z.strictObject({
     command: z.literal('user.set_email'),
     name: z.string().min(1),
     /** null clears it. */
@@ -82,6 +89,22 @@ export const AdminCommand = z.discriminatedUnion('command', [
     as: z.string().min(1),
     password: z.string(),
     status: z.string().optional(),
+    /** Only what this chair can decide now (pending, undecided by them, a rule they are among). */
+    waiting_for_me: z.boolean().optional(),
+  }),
+  z.strictObject({ command: z.literal('policy.show') }),
+  z.strictObject({
+    command: z.literal('policy.set'),
+    /** The policy document, as `countersign policy check` reads it. */
+    policy: z.unknown(),
+    actor: z.string().min(1),
+  }),
+  z.strictObject({
+    command: z.literal('policy.explain'),
+    /** The tool as agents call it, with or without the configured prefix. */
+    tool: z.string().min(1),
+    args: z.record(z.string(), z.unknown()),
+    agent: z.string().min(1).optional(),
   }),
   z.strictObject({
     command: z.literal('audit.export'),
@@ -184,6 +207,17 @@ async function signInAs(deps: AdminDeps, name: string, password: string): Promis
 }
 
 type Command<K extends AdminCommand['command']> = Extract<AdminCommand, { command: K }>;
+
+/** Which approval rule a call would meet and what it would ask, nothing drafted (policy explain). */
+async function explainCommand(deps: AdminDeps, cmd: Command<'policy.explain'>) {
+  const prefix = deps.config.tools.prefix;
+  const tool = cmd.tool.startsWith(prefix) ? cmd.tool.slice(prefix.length) : cmd.tool;
+  const record = cmd.agent ? await deps.accounts.activeAgentNamed(cmd.agent) : undefined;
+  if (cmd.agent && !record) throw new AppError('NOT_FOUND', `no active agent named "${cmd.agent}"`);
+  const agent: Agent = record ?? { id: '', name: '', profile: '', owner_id: null, rate_limit_per_min: null };
+  const decision = await deps.approvals.explain(tool, cmd.args, agent);
+  return { tool, ...decision, asks: describeRequirement(decision.requirement) };
+}
 
 /** A chair's decision; a refusal keeps its reason, in its message too (the CLI prints that). */
 async function decideCommand(deps: AdminDeps, cmd: Command<'approvals.decide'>) {
@@ -424,18 +458,33 @@ const HANDLERS = {
       await tx.audit({ kind: 'user.email_changed', actor: cmd.actor, details });
       return { user: cmd.name, email: after };
     }),
+  'user.set_teams': (deps, cmd) =>
+    audited(deps, async (tx) => {
+      const { before, after } = await tx.setUserTeams(cmd.name, cmd.teams);
+      const details = { user: cmd.name, teams_before: before, teams_after: after };
+      await tx.audit({ kind: 'user.teams_changed', actor: cmd.actor, details });
+      return { user: cmd.name, teams: after };
+    }),
   'user.reset_password': (deps, cmd) =>
     userCommand(deps, cmd, 'user.password_reset', { password: cmd.password }),
   'user.disable': (deps, cmd) => userCommand(deps, cmd, 'user.disabled', { disable: true }),
   'user.link': linkCommand,
   'approvals.list': async (deps, cmd) => {
-    await signInAs(deps, cmd.as, cmd.password);
+    const user = await signInAs(deps, cmd.as, cmd.password);
     const status = ApprovalStatus.parse(cmd.status ?? 'pending');
-    return { approvals: await deps.approvals.listForReview({ status }) };
+    const waiting_for = cmd.waiting_for_me ? { id: user.id, name: user.name } : undefined;
+    return { approvals: await deps.approvals.listForReview({ status, waiting_for }) };
   },
+  'policy.show': async (deps) => {
+    const { policy } = deps.approvals;
+    const current = await policy.fresh();
+    return { version: current.version, origin: await policy.origin(), policy: current.doc };
+  },
+  'policy.set': async (deps, cmd) => deps.approvals.policy.set(cmd.policy, cmd.actor),
+  'policy.explain': explainCommand,
   'approvals.show': async (deps, cmd) => {
-    await signInAs(deps, cmd.as, cmd.password);
-    const shown = await deps.approvals.showForReview(cmd.id);
+    const user = await signInAs(deps, cmd.as, cmd.password);
+    const shown = await deps.approvals.showForReview(cmd.id, user.name);
     if (!shown) throw new AppError('NOT_FOUND', `no approval request ${cmd.id}`);
     return { approval: shown };
   },

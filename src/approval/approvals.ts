@@ -16,10 +16,29 @@ import { expireDue, purgeIdempotencyKeys, reconcileStale, type WriteLookup } fro
 import { getOwnApproval, listOwnApprovals, requestApproval, type DraftWrite } from './request.ts';
 import type { ApprovalStatus } from '../core/schemas.ts';
 import type { NamedRequestRow } from './view.ts';
+import { createPolicySource, type Decision } from './rules/index.ts';
+import { explainFacts, ruleOn } from './ruling.ts';
 
-/** The approval module's one face: request, read, decide, execute, expire, reconcile. */
-export function createApprovals(deps: ApprovalDeps) {
+/**
+ * The approval module's one face: request, read, decide, execute, expire, reconcile, and the approval
+ * policy. The config file's approval rules are compiled here: one that does not compile throws
+ * (CONFIG_INVALID, naming the rule), so start-up stops.
+ */
+export function createApprovals(options: Omit<ApprovalDeps, 'rules'>) {
+  const deps: ApprovalDeps = {
+    ...options,
+    rules: createPolicySource(options.knex, options.config, options.audit),
+  };
   return {
+    policy: deps.rules,
+    /** Which rule the policy in force applies to this call, what it asks; nothing drafted. */
+    explain: async (tool: string, args: Record<string, unknown>, agent: Agent): Promise<Decision> =>
+      ruleOn(
+        deps.knex,
+        await deps.rules.fresh(),
+        { agent, tool, facts: explainFacts(tool, args) },
+        new Date(),
+      ),
     request: (draft: DraftWrite) => requestApproval(deps, draft),
     getOwn: (agent: Agent, by: { approval_request_id?: string; approval_id?: string }) =>
       getOwnApproval(deps, agent.id, by),
@@ -32,7 +51,7 @@ export function createApprovals(deps: ApprovalDeps) {
     listForReview: (filter: QueueFilter) => listForReview(deps, filter),
     countByStatus: (filter: Pick<QueueFilter, 'tool' | 'agent'>) => countByStatus(deps, filter),
     countPending: () => countPending(deps),
-    showForReview: (id: string) => showForReview(deps, id),
+    showForReview: (id: string, viewer?: string) => showForReview(deps, id, viewer),
     preflight: (req: ExecutionRequest) => preflightExecution(deps, req),
     readApproval: (approval_id: string) => readApproval(deps, approval_id),
     beginExecution: (req: ExecutionRequest, early?: Promise<ApprovedRow>) => beginExecution(deps, req, early),

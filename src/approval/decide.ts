@@ -24,6 +24,7 @@ import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
 import { retryingTransaction } from '../db/retry.ts';
 import { agentById } from '../accounts/index.ts';
+import { eligibleApprovers, restrictionOf, whoMayApprove } from './eligible.ts';
 
 export type DecisionRefusal =
   | 'not_found'
@@ -33,7 +34,8 @@ export type DecisionRefusal =
   | 'not_pending'
   | 'expired'
   | 'already_decided'
-  | 'note_required';
+  | 'note_required'
+  | 'not_eligible';
 
 /** The code each refusal is answered with; the reason is stable for the CLI, the web form and tests. */
 export const DECISION_CODE = {
@@ -45,6 +47,7 @@ export const DECISION_CODE = {
   not_pending: 'CONFLICT',
   expired: 'CONFLICT',
   already_decided: 'CONFLICT',
+  not_eligible: 'PERMISSION_DENIED',
 } as const satisfies Record<DecisionRefusal, AppErrorCode>;
 
 /** A decision that cannot be taken. */
@@ -153,6 +156,13 @@ async function refusalOrRepeat(
       `agent ${agent.name}'s owner "${agent.owner_unresolved}" names no user: set its owner first`,
     );
   }
+  const restriction = restrictionOf(row);
+  if (restriction && (await eligibleApprovers(trx, restriction, [opts.user.name])).length === 0) {
+    throw refused(
+      'not_eligible',
+      `${opts.user.name} is not among those approval rule "${row.policy_rule}" asks for (${whoMayApprove(restriction)})`,
+    );
+  }
   return undefined;
 }
 
@@ -233,6 +243,8 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
   const row = namedRequestFromDb(raw);
   const now = new Date();
   if (row.status !== 'pending' || new Date(row.expires_at) <= now) return;
+  // A rule that names who may approve: the locking transaction checks the chair and counts the approvals.
+  if (restrictionOf(row)) return;
 
   const approvers = [...approversColumn(raw), opts.user.name];
   const decision = {
@@ -288,8 +300,12 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
 /** One more approval; the last one required issues the approval_id, valid for approval.execute_ttl_s. */
 async function approve({ deps, trx, row, user, now, note }: Recording): Promise<Outcome> {
   const approvers = await approversOf(trx, row.id);
-  const tally = { approvals: approvers.length, required: row.required_approvers };
-  if (approvers.length < row.required_approvers) {
+  // Under a rule that names who may approve, only approvals by those it names count (a request sent back
+  // to pending under such a rule keeps the approvals given before, and may not count them all).
+  const restriction = restrictionOf(row);
+  const counted = restriction ? await eligibleApprovers(trx, restriction, approvers) : approvers;
+  const tally = { approvals: counted.length, required: row.required_approvers };
+  if (counted.length < row.required_approvers) {
     await deps.audit.appendIn(trx, {
       ...decisionFacts(row, user, { final: false, ...tally }),
       kind: 'approval.approved',

@@ -1,5 +1,3 @@
-import { createHash } from 'node:crypto';
-import canonicalize from 'canonicalize';
 import type { Knex } from 'knex';
 import type { AuditLog } from '../audit/index.ts';
 import type { Config } from '../config.ts';
@@ -11,6 +9,7 @@ import {
   type RequestRow,
 } from './view.ts';
 import { changeAndQueue, deliveriesFor } from './outbox.ts';
+import type { PolicySource } from './rules/index.ts';
 
 export interface ApprovalDeps {
   knex: Knex;
@@ -23,16 +22,11 @@ export interface ApprovalDeps {
    * than at its next poll; must not throw (src/notify/).
    */
   onQueued?(): void;
-}
-
-/** What approvals are bound to besides content: the approval policy in force when they were issued. */
-export function policyVersion(config: Config): string {
-  const policy = { required_approvers: config.approval.required_approvers };
-  return createHash('sha256').update(canonicalize(policy)!).digest('hex').slice(0, 16);
-}
-
-export function requiredApprovers(config: Config, tool: string): number {
-  return config.approval.required_approvers[tool] ?? 1;
+  /**
+   * The approval policy in force (approval/rules/): who must countersign what. Approvals are bound to
+   * its version. Built by createApprovals from the config and the database.
+   */
+  rules: PolicySource;
 }
 
 /**

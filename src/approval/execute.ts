@@ -10,7 +10,6 @@ import {
   approversOf,
   expireRows,
   loadRow,
-  policyVersion,
   requestFacts,
   type ApprovalDeps,
 } from './deps.ts';
@@ -27,6 +26,8 @@ import {
 import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
 import { retryingTransaction, withRetries } from '../db/retry.ts';
+import { policyChange, policyChanged, reopen, type DraftFacts } from './ruling.ts';
+import { POLICY_UNCHANGED_SQL, type HeldPolicy } from './rules/index.ts';
 
 export type RefusalReason =
   | 'missing'
@@ -37,7 +38,8 @@ export type RefusalReason =
   | 'consumed'
   | 'mismatch'
   | 'wrong_agent'
-  | 'approver_disabled';
+  | 'approver_disabled'
+  | 'policy_changed';
 
 const MESSAGES: Record<RefusalReason, string> = {
   missing: 'a real write needs an approval_id: run it with dry_run first and have it approved',
@@ -49,6 +51,8 @@ const MESSAGES: Record<RefusalReason, string> = {
   mismatch: 'this approval was issued for another tool, source, target or content',
   wrong_agent: 'this approval was issued to another agent',
   approver_disabled: 'a user who approved this request has been disabled since: draft the write again',
+  policy_changed:
+    'the approval policy changed since this was approved and now asks more: the request waits for approval again',
 };
 
 export const approvalRequired = (reason: RefusalReason, detail?: string) =>
@@ -66,6 +70,11 @@ export interface ExecutionRequest {
   trace_id: string;
   /** The connector this call resolved to: bound by the approval like the target. */
   source: string;
+  /**
+   * What the approval rules look at, to decide again under a policy changed since the approval; without
+   * it, a changed policy is taken to ask more.
+   */
+  facts?: DraftFacts;
 }
 
 /** What a replayed idempotency key answers: the stored outcome of the first execution. */
@@ -112,8 +121,10 @@ export async function beginExecution(
   req: ExecutionRequest,
   early?: Promise<ApprovedRow>,
 ): Promise<{ row: ExecutingRow; replay: boolean }> {
+  // Read before any transaction: inside one, PGlite's single connection is the transaction's.
+  const policy = await deps.rules.current();
   if (!req.idempotency_key) {
-    const row = await beginAtOnce(deps, req, early);
+    const row = await beginAtOnce(deps, req, policy, early);
     if (row) return { row, replay: false };
   }
   // Locks in the one order (idempotency key, approval row, then the chain's lock in appendIn); a
@@ -127,8 +138,14 @@ export async function beginExecution(
         await expireRows(deps, trx, [row]);
         return { refusal: approvalRequired('expired') };
       }
-      const mismatch = bindingMismatch(deps, row, req);
+      const mismatch = bindingMismatch(row, req);
       if (mismatch) throw mismatchError(mismatch);
+      // The policy as stored now, read under this transaction: a replica's copy may be a second old.
+      const changed = await policyChange(deps, trx, undefined, row, req);
+      if (changed) {
+        await reopen(deps, trx, row, changed);
+        return { refusal: policyChanged(row, changed) };
+      }
       return { row: await markExecuting(deps, trx, row, req), replay: false };
     })
     .catch((err: unknown) => {
@@ -216,8 +233,10 @@ export async function preflightExecution(deps: ApprovalDeps, req: ExecutionReque
     }
     const row = await lockApproval(deps.knex, req, false);
     if (new Date(row.expires_at) <= new Date()) return no(approvalRequired('expired'));
-    const mismatch = bindingMismatch(deps, row, req);
+    const mismatch = bindingMismatch(row, req);
     if (mismatch) return no(mismatchError(mismatch));
+    const changed = await policyChange(deps, deps.knex, await deps.rules.current(), row, req);
+    if (changed) return no(policyChanged(row, changed));
     return { would_execute: true, code: null, reason: null, message: null };
   } catch (err) {
     if (err instanceof AppError) return no(err);
@@ -232,7 +251,6 @@ const BINDINGS = {
   target: 'target',
   target_display: "target's display name",
   content: 'content',
-  policy: 'policy',
 } as const;
 type Binding = keyof typeof BINDINGS;
 
@@ -247,16 +265,16 @@ const mismatchError = (differs: Binding) =>
 
 /**
  * Which binding of the approval this call breaks, if any: tool, where the write goes (the source, the
- * target, the target's display name as the chair saw it), content or policy version. A request drafted
- * before its source was recorded (null) matches no source.
+ * target, the target's display name as the chair saw it) or content. A request drafted before its source
+ * was recorded (null) matches no source. The policy version is checked apart (policyChange): a changed
+ * policy that asks no more lets the approval through.
  */
-function bindingMismatch(deps: ApprovalDeps, row: RequestRow, req: ExecutionRequest): Binding | undefined {
+function bindingMismatch(row: RequestRow, req: ExecutionRequest): Binding | undefined {
   if (row.tool !== req.tool) return 'tool';
   if (row.source !== req.source) return 'source';
   if (row.target_type !== req.target.target_type || row.target_id !== req.target.target_id) return 'target';
   if (row.target_display !== req.target.display_name) return 'target_display';
   if (row.content_sha256 !== req.content_sha256) return 'content';
-  if (row.policy_version !== policyVersion(deps.config)) return 'policy';
   return undefined;
 }
 
@@ -327,6 +345,7 @@ export async function readApproval(deps: ApprovalDeps, approval_id: string): Pro
 async function beginAtOnce(
   deps: ApprovalDeps,
   req: ExecutionRequest,
+  policy: HeldPolicy,
   early?: Promise<ApprovedRow>,
 ): Promise<ExecutingRow | undefined> {
   const raw = await (early ?? readApproval(deps, req.approval_id));
@@ -334,7 +353,9 @@ async function beginAtOnce(
   const row = requestFromDb(raw);
   const now = new Date();
   if (row.agent_id !== req.agent.id || row.status !== 'approved' || new Date(row.expires_at) <= now) return;
-  if (raw.approver_disabled === true || bindingMismatch(deps, row, req)) return undefined;
+  if (raw.approver_disabled === true || bindingMismatch(row, req)) return undefined;
+  // Bound to another policy version: the locking transaction decides whether the new one asks more.
+  if (row.policy_version !== policy.version) return undefined;
   // The calling agent's own request: its name is the one the call carries.
   const named = { ...row, agent_name: req.agent.name };
   const approvers = approversColumn(raw);
@@ -346,8 +367,10 @@ async function beginAtOnce(
   const done = await deps.audit.appendWith(
     updateFromGuard('change', 'approval_requests', row.id, started, {
       // An approver disabled since the read above is caught here, in the same statement.
-      sql: `t.status = 'approved' and t.expires_at > ?::timestamptz and not ${approverDisabledOf('t')}`,
-      bindings: [now.toISOString()],
+      // So is an approval policy stored meanwhile by another replica (then the transaction decides).
+      sql: `t.status = 'approved' and t.expires_at > ?::timestamptz and not ${approverDisabledOf('t')}
+        and ${POLICY_UNCHANGED_SQL}`,
+      bindings: [now.toISOString(), policy.stored],
     }),
     startedRow(named, req, approvers),
   );

@@ -10,6 +10,7 @@ import type { Agent } from '../core/identity.ts';
 import { approvalRequired, type ExecutionRequest, type Preflight } from './execute.ts';
 import type { Approvals } from './approvals.ts';
 import { nextStep, type ApprovalSummary, type Target } from './view.ts';
+import type { DraftFacts } from './ruling.ts';
 
 /** The controls every write tool's input carries. */
 export interface WriteControls {
@@ -71,6 +72,8 @@ export interface PreparedWrite<T> {
   content: Record<string, unknown>;
   /** What the chair reviews. */
   review: Record<string, unknown>;
+  /** What the connector told of the target for the approval rules (a group's size, whether it is internal). */
+  target_facts?: { member_count?: number; external?: boolean };
   file_sha256: string | null;
   /** Performs the write exactly once per key (the approval_id). */
   perform(key: string): Promise<Record<string, unknown>>;
@@ -89,6 +92,8 @@ export interface GateContext {
   faults?: Faults;
   /** How the agent sees get_approval (config tools.prefix), for the next step of an unknown outcome. */
   getApprovalTool: string;
+  /** The tool's facet, for the approval rules (send, upstream_write). */
+  facet: string;
 }
 
 /** The audit facts of a write and the tool's own output fields. */
@@ -153,6 +158,7 @@ async function draft(write: Write, args: WriteControls, ctx: GateContext): Promi
     request_id: ctx.request_id,
     trace_id: ctx.trace_id,
     idempotency_key: args.idempotency_key,
+    facts: factsOf(write, ctx),
   });
   const approval = {
     approval_request_id: view.approval_request_id,
@@ -167,6 +173,33 @@ async function draft(write: Write, args: WriteControls, ctx: GateContext): Promi
       ...write.facts,
       dry_run: true,
       details: { approval_request_id: view.approval_request_id, created },
+    },
+  };
+}
+
+const text = (v: unknown) => (typeof v === 'string' ? v : '');
+const isRecord = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * What the approval rules see of a write (approval/rules/input.ts), from what the tool prepared: the
+ * message text or caption, the file, an upstream call and its arguments, the target.
+ */
+export function factsOf(write: Write, ctx: Pick<GateContext, 'facet'>): DraftFacts {
+  const { content, review, target, target_facts } = write.prepared;
+  const call = isRecord(review.upstream_call) ? review.upstream_call : undefined;
+  return {
+    facet: ctx.facet,
+    target: { ...target, ...target_facts },
+    text: text(content.content_text) || text(content.caption),
+    file:
+      typeof review.file_size_bytes === 'number'
+        ? { name: text(review.file_name), size: review.file_size_bytes, type: text(review.mime_type) }
+        : undefined,
+    upstream: call && {
+      name: text(call.upstream),
+      tool: text(call.tool),
+      arguments: isRecord(call.arguments) ? call.arguments : {},
     },
   };
 }
@@ -206,6 +239,7 @@ const executionOf = (
   request_id: ctx.request_id,
   trace_id: ctx.trace_id,
   source: write.prepared.source,
+  facts: factsOf(write, ctx),
 });
 
 /**

@@ -17,3 +17,11 @@ export {
 } from './outbox.ts';
 export { ApprovalSummary, ApprovalView, Preflight, Target } from './view.ts';
 export { createApprovals, type Approvals } from './approvals.ts';
+export { describeRequirement, type RuleSummary } from './eligible.ts';
+export {
+  compilePolicy,
+  PolicyDoc,
+  requirementOf,
+  type CompiledPolicy,
+  type Decision,
+} from './rules/index.ts';

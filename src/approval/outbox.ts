@@ -4,6 +4,8 @@ import type { Config, NotificationEvent } from '../config.ts';
 import { countHiddenIn, marked } from '../core/visible.ts';
 import { queuedAfterChange, type Delivery } from './guarded.ts';
 import type { RequestRow } from './view.ts';
+import { describeRequirement } from './eligible.ts';
+import type { Requirement } from './rules/index.ts';
 
 /**
  * The queueing side of notifications (docs/notifications.md): which notices a state change queues, and
@@ -48,6 +50,11 @@ export interface Notice {
   approvers: string[];
   decided_by: string | null;
   note: string | null;
+  /**
+   * Who must approve and how far it is: the approval rule that matched ("Payments over EUR 10,000: 2 of
+   * finance") and the approvals so far ("1 of 2"). Absent on notices queued before rules existed.
+   */
+  rule?: { name: string | null; asks: string; progress: string };
 }
 
 /** The request as a notice needs it. */
@@ -66,7 +73,24 @@ export type NoticeFacts = Pick<
   | 'status'
   | 'expires_at'
   | 'note'
->;
+> &
+  Partial<Pick<RequestRow, 'policy_rule' | 'policy_requirement' | 'required_approvers'>>;
+
+/** The rule line of a notice, from the request's binding and the approvals given so far. */
+function ruleOf(row: NoticeFacts, approvers: string[]): Notice['rule'] {
+  if (row.required_approvers === undefined) return undefined;
+  const req = (row.policy_requirement as Requirement | null | undefined) ?? {
+    kind: 'require' as const,
+    approvers: row.required_approvers,
+  };
+  const words = describeRequirement(req);
+  const from = req.kind === 'require' && req.roles ? ` from ${req.roles.join(' or ')}` : '';
+  return {
+    name: row.policy_rule ?? null,
+    asks: row.policy_rule ? `${row.policy_rule}: ${words}` : words,
+    progress: `${approvers.length} of ${row.required_approvers}${from}`,
+  };
+}
 
 /** What of ApprovalDeps this needs (not the type itself: deps.ts queues through this module). */
 interface NoticeDeps {
@@ -177,6 +201,7 @@ function noticeOf(
     expires_at: row.expires_at,
     ...decision,
     note: row.note,
+    ...(row.required_approvers === undefined ? {} : { rule: ruleOf(row, decision.approvers) }),
   };
 }
 

@@ -6,8 +6,6 @@ import {
   APPROVERS_OF_R,
   approversColumn,
   expireRows,
-  policyVersion,
-  requiredApprovers,
   viewOf,
   viewsOf,
   type ApprovalDeps,
@@ -19,6 +17,8 @@ import { named } from '../db/knex.ts';
 import { retryingTransaction } from '../db/retry.ts';
 import { insertFromGuard, withQueued } from './guarded.ts';
 import { changeAndQueue, deliveriesFor } from './outbox.ts';
+import { bindingOf, policyDenied, ruleOn, type DraftFacts } from './ruling.ts';
+import type { Decision } from './rules/index.ts';
 
 export interface DraftWrite {
   agent: Agent;
@@ -35,6 +35,8 @@ export interface DraftWrite {
   trace_id: string;
   /** The key the agent will execute with, if it gave one: a key already spent on other content is refused now. */
   idempotency_key?: string;
+  /** What the approval rules look at (docs/policy.md). */
+  facts: DraftFacts;
 }
 
 /** A dry run naming an idempotency_key already spent on other content is refused now, not at execution. */
@@ -51,9 +53,8 @@ async function refuseSpentKey(deps: ApprovalDeps, draft: DraftWrite): Promise<vo
 /** The open-request index (agent, content) that makes a repeated draft find the first one. */
 const OPEN_CONTENT = "(agent_id, content_sha256) where status in ('pending', 'approved') do nothing";
 
-/** A new pending request for `draft`, as its row. */
-function newRequest(deps: ApprovalDeps, draft: DraftWrite) {
-  const now = new Date();
+/** A new pending request for `draft`, as its row, bound to the policy's decision on it. */
+function newRequest(deps: ApprovalDeps, draft: DraftWrite, decision: Decision, now: Date) {
   return {
     id: randomUUID(),
     agent_id: draft.agent.id,
@@ -64,14 +65,20 @@ function newRequest(deps: ApprovalDeps, draft: DraftWrite) {
     target_display: draft.target.display_name,
     content_sha256: draft.content_sha256,
     file_sha256: draft.file_sha256,
-    status: 'pending' satisfies ApprovalStatus,
-    required_approvers: requiredApprovers(deps.config, draft.tool),
-    policy_version: policyVersion(deps.config),
+    status: 'pending' as ApprovalStatus,
+    ...bindingOf(decision),
     created_at: now.toISOString(),
     expires_at: new Date(now.getTime() + deps.config.approval.pending_ttl_s * 1000).toISOString(),
   };
 }
 type NewRequest = ReturnType<typeof newRequest>;
+
+/** The row as a knex insert takes it: jsonb columns as JSON text. */
+const insertable = (created: NewRequest, review: Record<string, unknown>) => ({
+  ...created,
+  review: JSON.stringify(review),
+  policy_requirement: created.policy_requirement && JSON.stringify(created.policy_requirement),
+});
 
 const requestedRow = (draft: DraftWrite, id: string) => ({
   kind: 'approval.requested' as const,
@@ -100,7 +107,13 @@ export async function requestApproval(
   draft: DraftWrite,
 ): Promise<{ view: ApprovalView; created: boolean }> {
   await refuseSpentKey(deps, draft);
-  const created = newRequest(deps, draft);
+  const now = new Date();
+  const decision = await ruleOn(deps.knex, await deps.rules.current(), draft, now);
+  if (decision.requirement.kind === 'deny')
+    throw policyDenied({ ...decision, requirement: decision.requirement });
+  const created = newRequest(deps, draft, decision, now);
+  if (decision.requirement.kind === 'allow_without_review')
+    return allowWithoutReview(deps, draft, created, decision.requirement.reason);
   const row = { ...created, review: draft.review };
   const done = await deps.audit.appendWith(
     withQueued(
@@ -118,14 +131,20 @@ const noticesOf = (deps: ApprovalDeps, draft: DraftWrite, created: NewRequest) =
   deliveriesFor(deps, 'requested', { ...created, status: 'pending', review: draft.review, note: null });
 
 /** The request as just written, with no decision yet (no second read); the deliverer is woken. */
-function announce(deps: ApprovalDeps, draft: DraftWrite, created: NewRequest): ApprovalView {
+function announce(
+  deps: ApprovalDeps,
+  draft: DraftWrite,
+  created: NewRequest,
+  decided: { approval_id: string; note: string; decided_at: string } | undefined = undefined,
+): ApprovalView {
   const view = toView(
     requestFromDb({
-      ...created,
-      review: draft.review,
       approval_id: null,
       note: null,
       decided_at: null,
+      ...created,
+      ...decided,
+      review: draft.review,
       execution_started_at: null,
       execution_finished_at: null,
       execution_result: null,
@@ -139,21 +158,65 @@ function announce(deps: ApprovalDeps, draft: DraftWrite, created: NewRequest): A
   return view;
 }
 
+/**
+ * A write a rule lets through without review: recorded approved at once by `policy:<rule>` under this
+ * policy version (approval.requested, then approval.approved naming the rule), never silently. The
+ * agent's open request for the same content, if it has one, is the answer instead.
+ */
+async function allowWithoutReview(
+  deps: ApprovalDeps,
+  draft: DraftWrite,
+  pending: NewRequest,
+  reason: string,
+): Promise<{ view: ApprovalView; created: boolean }> {
+  const expires = new Date(Date.parse(pending.created_at) + deps.config.approval.execute_ttl_s * 1000);
+  const created = { ...pending, status: 'approved' as const, expires_at: expires.toISOString() };
+  const decided = { approval_id: randomUUID(), note: reason, decided_at: pending.created_at };
+  const actor = `policy:${pending.policy_rule}`;
+  try {
+    await retryingTransaction(deps.knex, async (trx) => {
+      await trx('approval_requests').insert({ ...insertable(created, draft.review), ...decided });
+      await deps.audit.appendIn(trx, requestedRow(draft, created.id), {
+        ...requestedRow(draft, created.id),
+        kind: 'approval.approved',
+        actor,
+        approval_id: decided.approval_id,
+        approvers: [],
+        details: {
+          agent_name: draft.agent.name,
+          rule: pending.policy_rule,
+          reason,
+          policy_version: pending.policy_version,
+          final: true,
+        },
+      });
+    });
+  } catch (err) {
+    const open = await openRequest(deps, draft);
+    if (open) return { view: await viewOf(deps, deps.knex, open.request), created: false };
+    throw err;
+  }
+  return { view: announce(deps, draft, created, decided), created: true };
+}
+
+/** The agent's open request (pending or approved, not yet executed) for the draft's content. */
+async function openRequest(deps: ApprovalDeps, draft: DraftWrite) {
+  const row = (await deps
+    .knex('approval_requests as r')
+    .select('r.*', deps.knex.raw(APPROVER_DISABLED_OF_R))
+    .where({ 'r.agent_id': draft.agent.id, 'r.content_sha256': draft.content_sha256 })
+    .whereIn('r.status', ['pending', 'approved'])
+    .first()) as Record<string, unknown> | undefined;
+  return row ? { request: requestFromDb(row), voided: row.approver_disabled === true } : undefined;
+}
+
 /** The general path: the open request if there is one, else a new one (expiring a stale open one). */
 async function requestInTransaction(
   deps: ApprovalDeps,
   draft: DraftWrite,
   created: NewRequest,
 ): Promise<{ view: ApprovalView; created: boolean }> {
-  const existing = async () => {
-    const row = (await deps
-      .knex('approval_requests as r')
-      .select('r.*', deps.knex.raw(APPROVER_DISABLED_OF_R))
-      .where({ 'r.agent_id': draft.agent.id, 'r.content_sha256': draft.content_sha256 })
-      .whereIn('r.status', ['pending', 'approved'])
-      .first()) as Record<string, unknown> | undefined;
-    return row ? { request: requestFromDb(row), voided: row.approver_disabled === true } : undefined;
-  };
+  const existing = () => openRequest(deps, draft);
   const found = await existing();
   if (found && !found.voided && new Date(found.request.expires_at) > new Date())
     return { view: await viewOf(deps, deps.knex, found.request), created: false };
@@ -166,7 +229,7 @@ async function requestInTransaction(
         const why = found.voided ? { reason: 'approver_disabled' } : {};
         await expireRows(deps, trx, [{ ...found.request, agent_name: draft.agent.name }], why);
       }
-      const insert = trx('approval_requests').insert({ ...created, review: JSON.stringify(draft.review) });
+      const insert = trx('approval_requests').insert(insertable(created, draft.review));
       await changeAndQueue(trx, insert, noticesOf(deps, draft, created));
       await deps.audit.appendIn(trx, requestedRow(draft, created.id));
     });

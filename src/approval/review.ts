@@ -4,6 +4,9 @@ import type { ApprovalStatus } from '../core/schemas.ts';
 import { requestFromDb } from './view.ts';
 import { isUuid } from '../core/ids.ts';
 import { agentWithOwner } from '../accounts/index.ts';
+import type { Knex } from 'knex';
+import { heldBy } from '../accounts/index.ts';
+import { mayDecide, ruleSummaryOf } from './eligible.ts';
 
 export interface QueueFilter {
   status?: ApprovalStatus;
@@ -11,6 +14,11 @@ export interface QueueFilter {
   agent?: string;
   limit?: number;
   offset?: number;
+  /**
+   * Only requests this user can decide now: pending, not decided by them, of an agent they do not own,
+   * and, under a rule that names who may approve, one they are among.
+   */
+  waiting_for?: { id: string; name: string };
 }
 
 /** Requests for people to review, oldest first, with the requesting agent's name. */
@@ -25,9 +33,43 @@ export async function listForReview(deps: ApprovalDeps, f: QueueFilter) {
   if (f.status) q.where('r.status', f.status);
   if (f.tool) q.where('r.tool', f.tool);
   if (f.agent) q.where('a.name', f.agent);
+  if (f.waiting_for) {
+    const me = f.waiting_for.name;
+    const held = (await heldBy(deps.knex, [me])).get(me) ?? [];
+    waitingFor(deps, q, f.waiting_for, held);
+  }
   const rows = (await q) as Record<string, unknown>[];
   const views = await viewsOf(deps, deps.knex, rows.map(requestFromDb));
   return views.map((view, i) => ({ ...view, agent_name: String(rows[i]!.agent_name) }));
+}
+
+/**
+ * "Waiting for me" in SQL, so that paging counts only what the user can decide: pending, undecided by
+ * them, of an agent they do not own, under no rule that names who may approve or one that names them
+ * (by name, or by a role or team they hold).
+ */
+function waitingFor(
+  deps: ApprovalDeps,
+  q: Knex.QueryBuilder,
+  user: { id: string; name: string },
+  held: string[],
+) {
+  q.whereRaw(
+    `(r.policy_requirement is null
+      or (r.policy_requirement -> 'roles' is null and r.policy_requirement -> 'users' is null)
+      or jsonb_exists_any(r.policy_requirement -> 'roles', array(select jsonb_array_elements_text(?::jsonb)))
+      or jsonb_exists(r.policy_requirement -> 'users', ?))`,
+    [JSON.stringify(held), user.name],
+  );
+  q.where('r.status', 'pending')
+    .where((w) => w.whereNull('a.owner_id').orWhereNot('a.owner_id', user.id))
+    .whereNull('a.owner_unresolved')
+    .whereNotExists(
+      deps
+        .knex('approval_decisions as d')
+        .whereRaw('d.approval_request_id = r.id')
+        .where('d.user_name', user.name),
+    );
 }
 
 /** How many requests are in each status (for the queue's counts), with tool and agent filters applied. */
@@ -53,8 +95,12 @@ export async function countByStatus(deps: ApprovalDeps, f: Pick<QueueFilter, 'to
   >;
 }
 
-/** One request with what the chair must see: the exact content, the agent and earlier decisions. */
-export async function showForReview(deps: ApprovalDeps, id: string) {
+/**
+ * One request with what the chair must see: the exact content, the agent, earlier decisions, and the
+ * rule that decides who must approve with the progress so far; with `viewer`, whether that user may
+ * decide it and if not why.
+ */
+export async function showForReview(deps: ApprovalDeps, id: string, viewer?: string) {
   if (!isUuid(id)) return undefined;
   const row = await loadRow(deps.knex, { id });
   if (!row) return undefined;
@@ -68,8 +114,11 @@ export async function showForReview(deps: ApprovalDeps, id: string) {
     note: string | null;
     created_at: unknown;
   }[];
+  const view = await viewOf(deps, deps.knex, row);
   return {
-    ...(await viewOf(deps, deps.knex, row)),
+    ...view,
+    rule: await ruleSummaryOf(deps.knex, row, view.approvers),
+    viewer: viewer === undefined ? null : await mayDecide(deps.knex, row, viewer),
     agent_name: agent.name,
     // The owner's name for display; an owner name that names no user says so.
     agent_owner:

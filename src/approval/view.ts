@@ -109,6 +109,10 @@ export const RequestRow = z.object({
   approval_id: z.string().nullable(),
   required_approvers: z.coerce.number().int(),
   policy_version: z.string(),
+  /** The approval rule that matched at the dry run; null when none did (the per-tool default). */
+  policy_rule: z.string().nullable().default(null),
+  /** What that rule asked (approval/rules Requirement); null with policy_rule. */
+  policy_requirement: JsonObject.nullable().default(null),
   note: z.string().nullable(),
   created_at: Timestamp,
   expires_at: Timestamp,

@@ -82,6 +82,10 @@ export interface ResolvedTarget {
   display_name: string | null;
   /** Other directory entries whose names look the same (same TR39 skeleton), where the connector knows. */
   lookalikes?: { target_id: string; display_name: string }[];
+  /** A group's member count, where the connector knows it (approval rules: target.member_count). */
+  member_count?: number;
+  /** False where the connector knows the target is inside the organisation (approval rules: target.external). */
+  external?: boolean;
 }
 
 /** A file to send, already stored by sha256 in countersign's blob store. */

@@ -38,6 +38,9 @@ export const AuditKind = z.enum([
   'upstream.tool_classified',
   'upstream.classification_changed',
   'upstream.classification_accepted',
+  'policy.changed',
+  'approval.reopened',
+  'user.teams_changed',
 ]);
 export type AuditKind = z.infer<typeof AuditKind>;
 

@@ -62,3 +62,12 @@ export function createSettings(knex: Knex): Settings {
     replace: (name, expected, next) => replaceSetting(knex, name, expected, next),
   };
 }
+
+/**
+ * SQL true unless the setting `name` holds, at `key`, a JSON value other than the one bound (`?`, JSON
+ * text): no row, or the same value (compared as jsonb, so key order and spacing do not matter). For a
+ * statement that must act only while a setting is what its caller last read, with no statement of its
+ * own.
+ */
+export const settingUnchangedSql = (name: string, key: string) =>
+  `not exists (select 1 from settings s where s.name = '${name}' and (s.value -> '${key}') is distinct from ?::jsonb)`;

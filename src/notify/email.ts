@@ -55,6 +55,7 @@ export function bodyOf(n: Notice): string {
     `Target:  ${targetLine(n)}`,
     `Source:  ${n.source ?? '(not recorded)'}`,
     `Agent:   ${n.agent ?? n.agent_id}`,
+    ...(n.rule ? [`Rule:    ${n.rule.asks} (${n.rule.progress})`] : []),
     ...content,
     `Content SHA-256: ${n.content_sha256}`,
     ...(n.file_sha256 ? [`File SHA-256:    ${n.file_sha256}`] : []),

@@ -95,6 +95,14 @@ export function requestBlocks(n: Notice): Block[] {
         { type: 'mrkdwn', text: `*Target*\n${esc(cut(targetLine(n), 1900))}` },
         { type: 'mrkdwn', text: `*Agent*\n${esc(cut(n.agent ?? n.agent_id, 200))}` },
         { type: 'mrkdwn', text: `*Source*\n${esc(cut(n.source ?? '(not recorded)', 200))}` },
+        ...(n.rule
+          ? [
+              {
+                type: 'mrkdwn',
+                text: `*Who approves*\n${esc(cut(`${n.rule.asks} (${n.rule.progress})`, 1900))}`,
+              },
+            ]
+          : []),
       ],
     },
     ...(warnings.length > 0

@@ -372,6 +372,7 @@ function handle(
         ...base,
         dryRunOnly: profile.dry_run_only.includes(tool.facet),
         getApprovalTool: `${config.tools.prefix}get_approval`,
+        facet: tool.facet,
         approvals: deps.approvals,
         faults: deps.faults,
       });

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import type { Response, Router } from 'express';
-import { isDecisionRefusal, type Approvals } from '../approval/index.ts';
+import { describeRequirement, isDecisionRefusal, requirementOf, type Approvals } from '../approval/index.ts';
 import { ApprovalStatus } from '../core/schemas.ts';
 import { HTTP_STATUS } from '../core/errors.ts';
 import { countHiddenIn } from '../core/visible.ts';
@@ -36,10 +36,19 @@ export function mountApprovalPages(router: Router, kit: PageKit, deps: ApprovalP
       // Typed as agents call it (isphere_send_message) or as requests store it (send_message).
       tool: tool ? storedToolName(tool, prefix) : undefined,
       agent: typeof req.query.agent === 'string' && req.query.agent ? req.query.agent : undefined,
+      mine: req.query.mine === '1',
     } as const;
+    const { user } = res.locals.session as WebSession;
+    // "Waiting for me": pending requests this user can decide now (approval/ says which).
+    const waiting_for = filter.mine ? { id: user.id, name: user.name } : undefined;
     const page = Math.max(1, Math.min(10_000, Number.parseInt(String(req.query.page ?? '1'), 10) || 1));
     const [rows, counts] = await Promise.all([
-      deps.approvals.listForReview({ ...filter, limit: PAGE_SIZE + 1, offset: (page - 1) * PAGE_SIZE }),
+      deps.approvals.listForReview({
+        ...filter,
+        waiting_for,
+        limit: PAGE_SIZE + 1,
+        offset: (page - 1) * PAGE_SIZE,
+      }),
       deps.approvals.countByStatus(filter),
     ]);
     const query = (p: number) =>
@@ -47,6 +56,7 @@ export function mountApprovalPages(router: Router, kit: PageKit, deps: ApprovalP
         status: filter.status,
         tool: filter.tool ?? '',
         agent: filter.agent ?? '',
+        ...(filter.mine ? { mine: '1' } : {}),
         page: String(p),
       }).toString();
     kit.render(res, 200, 'queue.njk', {
@@ -58,6 +68,22 @@ export function mountApprovalPages(router: Router, kit: PageKit, deps: ApprovalP
       page,
       prev: page > 1 ? `/approvals?${query(page - 1)}` : null,
       next: rows.length > PAGE_SIZE ? `/approvals?${query(page + 1)}` : null,
+    });
+  });
+
+  router.get('/admin/policy', kit.requireUser, async (_req, res) => {
+    const { roles } = (res.locals.session as WebSession).user;
+    if (!roles.includes('admin') && !roles.includes('compliance'))
+      return kit.render(res, 403, 'error.njk', {
+        title: 'Not allowed',
+        message: 'The approval policy is shown to admin and compliance users.',
+      });
+    const policy = await deps.approvals.policy.fresh();
+    kit.render(res, 200, 'policy.njk', {
+      version: policy.version,
+      origin: await deps.approvals.policy.origin(),
+      policy: policy.doc,
+      rules: policy.doc.rules.map((r) => ({ ...r, asks: describeRequirement(requirementOf(r)) })),
     });
   });
 
@@ -86,7 +112,8 @@ export function mountApprovalPages(router: Router, kit: PageKit, deps: ApprovalP
 /** One request's review page: the exact content, a preview of a small text file, the decision form. */
 function showRequest(kit: PageKit, deps: ApprovalPageDeps) {
   return async (res: Response, id: string, status = 200, extra: Record<string, unknown> = {}) => {
-    const request = await deps.approvals.showForReview(id);
+    const session = res.locals.session as WebSession;
+    const request = await deps.approvals.showForReview(id, session.user.name);
     if (!request)
       return kit.render(res, 404, 'error.njk', {
         title: 'Not found',
@@ -102,8 +129,8 @@ function showRequest(kit: PageKit, deps: ApprovalPageDeps) {
     ) {
       preview = await fs.promises.readFile(deps.blobs.pathOf(sha), 'utf8').catch(() => null);
     }
-    const session = res.locals.session as WebSession;
     const { target_flags: flags, ...shown } = review;
+    const open = session.user.roles.includes('chair') && request.status === 'pending';
     kit.render(res, status, 'detail.njk', {
       request: withAgentToolName(request, deps.config.tools.prefix),
       review,
@@ -115,7 +142,9 @@ function showRequest(kit: PageKit, deps: ApprovalPageDeps) {
       flags,
       // Every agent-supplied string the page shows, counted before any of it (the markers are below).
       hidden: countHiddenIn([request.target.target_id, request.target.display_name, shown, preview]),
-      canDecide: session.user.roles.includes('chair') && request.status === 'pending',
+      canDecide: open && request.viewer?.may !== false,
+      // A chair the request's approval rule does not name sees why, and no form.
+      readOnly: open && request.viewer?.may === false ? request.viewer.reason : null,
       ...extra,
     });
   };

@@ -23,9 +23,16 @@ const LOOKALIKES = `(select coalesce(json_agg(l), '[]') from (
     select id as target_id, display_name from groups where name_skeleton = t.name_skeleton and id <> t.id
     order by 1 limit 5) l) as lookalikes`;
 
-/** The target's row, with its look-alikes where the directory has names to compare (not conversations). */
+/** A group's member count, selected with the group (approval rules read it as target.member_count). */
+const MEMBER_COUNT = '(select count(*) from group_members m where m.group_id = t.id) as member_count';
+
+/**
+ * The target's row, with its look-alikes where the directory has names to compare (not conversations),
+ * and a group's member count.
+ */
 const targetQuery = (knex: Knex, type: TargetType) => {
   const q = knex(`${TABLE[type]} as t`).select('t.*');
+  if (type === 'group') q.select(knex.raw(MEMBER_COUNT));
   return type === 'conversation' ? q : q.select(knex.raw(LOOKALIKES));
 };
 
@@ -78,6 +85,7 @@ export async function resolveLocalTarget(knex: Knex, type: TargetType, ref: stri
     target_id: String(row.id),
     display_name: String(row.display_name),
     ...(lookalikes ? { lookalikes } : {}),
+    ...(type === 'group' ? { member_count: Number(row.member_count) } : {}),
   };
 }
 

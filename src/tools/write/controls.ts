@@ -110,12 +110,18 @@ export async function resolveWriteTarget(
   connector: Connector,
   type: MessageTargetType,
   ref: string,
-): Promise<{ target: ResolvedTarget; review: { target_flags?: TargetFlags } }> {
+): Promise<{
+  target: ResolvedTarget;
+  review: { target_flags?: TargetFlags };
+  target_facts: { member_count?: number; external?: boolean };
+}> {
   refuseHidden('target_id', ref);
-  const { lookalikes, ...target } = await connector.resolveTarget(type, ref);
+  const { lookalikes, member_count, external, ...target } = await connector.resolveTarget(type, ref);
   refuseHiddenTarget(target);
+  // What approval rules read of the target besides its name; not part of what the tool returns or hashes.
+  const target_facts = { member_count, external };
   const name = target.display_name ?? '';
   const scripts = mixesScripts(name) ? scriptsOf(name) : [];
-  if (!lookalikes?.length && scripts.length === 0) return { target, review: {} };
-  return { target, review: { target_flags: { looks_like: lookalikes ?? [], scripts } } };
+  if (!lookalikes?.length && scripts.length === 0) return { target, review: {}, target_facts };
+  return { target, review: { target_flags: { looks_like: lookalikes ?? [], scripts } }, target_facts };
 }

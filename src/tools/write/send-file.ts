@@ -122,6 +122,7 @@ export const sendFile = {
         caption,
         ...resolved.review,
       },
+      target_facts: resolved.target_facts,
       file_sha256: blob.sha256,
       async perform(key) {
         const sent = await connector.sendFile({ target, file, caption, key });

@@ -51,6 +51,7 @@ export const sendMessage = {
       target,
       content: { content_text: args.content_text },
       review: { content_text: args.content_text, ...resolved.review },
+      target_facts: resolved.target_facts,
       file_sha256: null,
       perform: async (key) => ({
         message_ref: (await connector.sendMessage({ target, text: args.content_text, key })).ref,

@@ -1,0 +1,192 @@
+import { Environment, type ParseResult } from '@marcbachmann/cel-js';
+import { AppError } from '../../core/errors.ts';
+import { INPUT_DECLARATIONS, inputOf, type RuleInput, type WriteFacts } from './input.ts';
+import { PolicyDoc, versionOf, type Rule } from '../../core/approval-policy.ts';
+
+/** What a policy asks of one write: who must countersign, or a refusal, or no review at all. */
+export type Requirement =
+  | { kind: 'require'; approvers: number; roles?: string[]; users?: string[] }
+  | { kind: 'deny'; reason: string }
+  | { kind: 'allow_without_review'; reason: string };
+
+/** The rule that matched (null: none did, the per-tool default applies), what it asks, and the version. */
+export interface Decision {
+  rule: string | null;
+  requirement: Requirement;
+  version: string;
+}
+
+export interface CompiledPolicy {
+  readonly doc: PolicyDoc;
+  readonly version: string;
+  /** The first matching rule's requirement for this write at `at`, or the per-tool default. */
+  decide(facts: WriteFacts, at?: Date): Decision;
+  /** The same, for an input already built (policy explain, the bench). */
+  decideInput(input: RuleInput): Decision;
+  /** What applies when no rule matches: the tool's `approval.required_approvers`, else one. */
+  defaultFor(tool: string): Decision;
+}
+
+/** The CEL environment every rule is checked and evaluated in: the input's fields, typed, and nothing else. */
+function environment(): Environment {
+  const env = new Environment({
+    unlistedVariablesAreDyn: false,
+    limits: { maxAstNodes: 2000, maxDepth: 50 },
+  });
+  for (const [name, type] of Object.entries(INPUT_DECLARATIONS)) {
+    if (typeof type === 'string') env.registerVariable(name, type);
+    else env.registerVariable({ name, schema: { ...type } });
+  }
+  // `text.find(re)`: the first capture group of the first match (the whole match without a group), or "".
+  env.registerFunction({
+    name: 'find',
+    receiverType: 'string',
+    returnType: 'string',
+    params: [{ name: 'pattern', type: 'string' }],
+    handler: (text: string, pattern: string) => {
+      const m = new RegExp(pattern, 'u').exec(text);
+      return m ? (m[1] ?? m[0]) : '';
+    },
+  });
+  return env;
+}
+
+/** A rule refused at load: its name and the compiler's first line, for the operator. */
+const ruleError = (rule: Rule, message: string) =>
+  new AppError('CONFIG_INVALID', `approval rule "${rule.name}": ${message}`, 'rule_invalid', {
+    details: { rule: rule.name },
+  });
+
+function compileRule(env: Environment, rule: Rule): ParseResult {
+  let parsed: ParseResult;
+  try {
+    parsed = env.parse(rule.when);
+  } catch (err) {
+    throw ruleError(rule, firstLine(err));
+  }
+  const checked = parsed.check();
+  if (!checked.valid) throw ruleError(rule, firstLine(checked.error));
+  if (checked.type !== 'bool') throw ruleError(rule, `"when" is of type ${checked.type}, not bool`);
+  const bad = badPattern(parsed.ast);
+  if (bad) throw ruleError(rule, bad);
+  if ('require' in rule.then && (rule.then.require.users?.length ?? Infinity) < rule.then.require.approvers)
+    throw ruleError(rule, 'asks for more approvers than it names users');
+  if ('require' in rule.then && rule.then.require.users) {
+    // Names are compared as stored; one spelled otherwise would never count, so the rule could never be met.
+    for (const u of rule.then.require.users)
+      if (!/^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$/.test(u)) throw ruleError(rule, `"${u}" is not a user name`);
+  }
+  return parsed;
+}
+
+/** Node kinds whose `args` hold further nodes (a literal's args are its value). */
+const isNode = (v: unknown): v is { op: string; args: unknown } =>
+  typeof v === 'object' && v !== null && 'op' in v && 'args' in v;
+
+/**
+ * The first literal pattern of a `find()` or `matches()` call in `node` that is no valid regular
+ * expression, as its message: refused at load rather than failing (safe, but silently) on every call.
+ */
+function badPattern(node: unknown): string | undefined {
+  if (Array.isArray(node)) {
+    for (const n of node) {
+      const bad = badPattern(n);
+      if (bad) return bad;
+    }
+    return undefined;
+  }
+  if (!isNode(node) || node.op === 'value') return undefined;
+  if (node.op === 'rcall' && Array.isArray(node.args)) {
+    const [name, , params] = node.args as [unknown, unknown, unknown];
+    const first = Array.isArray(params) ? (params[0] as unknown) : undefined;
+    if ((name === 'find' || name === 'matches') && isNode(first) && first.op === 'value') {
+      try {
+        new RegExp(String(first.args), 'u');
+      } catch (err) {
+        return `${String(name)}() pattern: ${firstLine(err)}`;
+      }
+    }
+  }
+  return badPattern(node.args);
+}
+
+const firstLine = (err: unknown) => (err instanceof Error ? err.message : String(err)).split('\n')[0]!;
+
+/** What a rule asks when it matches. */
+export const requirementOf = (rule: Rule): Requirement => {
+  const then = rule.then;
+  if ('deny' in then) return { kind: 'deny', reason: then.deny.reason };
+  if ('allow_without_review' in then)
+    return { kind: 'allow_without_review', reason: then.allow_without_review.reason };
+  return { kind: 'require', ...then.require };
+};
+
+/**
+ * Whether a rule holds. An expression that fails on this input (a `double()` of text that is no number)
+ * fails safe: it counts as matching when its rule asks for review or refuses, and as not matching when
+ * it would let the write through without review.
+ */
+function holds(fn: ParseResult, rule: Rule, input: RuleInput): boolean {
+  try {
+    return fn(input) === true;
+  } catch {
+    return !('allow_without_review' in rule.then);
+  }
+}
+
+/**
+ * Compiles and type-checks every rule; the first that does not compile is refused with its name
+ * (CONFIG_INVALID, reason rule_invalid), so a bad policy stops start-up or is refused on edit.
+ */
+export function compilePolicy(
+  raw: unknown,
+  requiredApprovers: Readonly<Record<string, number>>,
+): CompiledPolicy {
+  const parsed = PolicyDoc.safeParse(raw ?? {});
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new AppError(
+      'CONFIG_INVALID',
+      `approval policy ${issue.path.join('.') || '(root)'}: ${issue.message}`,
+      'policy_invalid',
+    );
+  }
+  const doc = parsed.data;
+  const env = environment();
+  const compiled = doc.rules.map((rule) => ({ rule, fn: compileRule(env, rule) }));
+  const version = versionOf(doc, requiredApprovers);
+  const decideInput = (input: RuleInput): Decision => {
+    for (const { rule, fn } of compiled) {
+      if (holds(fn, rule, input)) return { rule: rule.name, requirement: requirementOf(rule), version };
+    }
+    return defaultFor(input.tool);
+  };
+  const defaultFor = (tool: string): Decision => ({
+    rule: null,
+    requirement: { kind: 'require', approvers: requiredApprovers[tool] ?? 1 },
+    version,
+  });
+  return {
+    doc,
+    version,
+    decideInput,
+    defaultFor,
+    decide: (facts, at = new Date()) => decideInput(inputOf(facts, at, doc.timezone)),
+  };
+}
+
+/**
+ * Whether `now` asks more than `then`, the requirement an approval was given under: a refusal, more
+ * approvers, or people the earlier requirement did not already accept. Asking the same or less proceeds.
+ */
+export function asksMore(now: Requirement, then: Requirement): boolean {
+  if (now.kind === 'deny') return true;
+  if (now.kind === 'allow_without_review') return false;
+  if (then.kind !== 'require') return true;
+  if (now.approvers > then.approvers) return true;
+  const widerOrSame = (n?: string[], t?: string[]) => !n || (!!t && t.every((x) => n.includes(x)));
+  if (now.roles && !then.roles && !then.users) return true;
+  if (now.users && !then.users && !then.roles) return true;
+  if ((now.roles && then.users) || (now.users && then.roles)) return true;
+  return !(widerOrSame(now.roles, then.roles) && widerOrSame(now.users, then.users));
+}

@@ -1,0 +1,141 @@
+import { isHidden } from '../../core/visible.ts';
+
+/**
+ * What a rule's `when` sees of one write (docs/policy.md, "The input"). Every field is always present,
+ * with an empty value where the write has none, so that an expression never fails on a missing key.
+ * Integers are bigints, as CEL's `int` is 64-bit.
+ */
+export interface RuleInput {
+  /** The tool's name, unprefixed (send_message, send_file) or an upstream's `<upstream>__<tool>`. */
+  tool: string;
+  facet: string;
+  /** The upstream MCP server and its tool; empty strings for a built-in tool. */
+  upstream: { name: string; tool: string };
+  /** The upstream call's arguments; an empty map for a built-in tool. */
+  arguments: Record<string, unknown>;
+  target: {
+    type: string;
+    id: string;
+    display_name: string;
+    /** True unless the connector says the target is inside the organisation. */
+    external: boolean;
+    group: boolean;
+    /** The group's member count where the connector knows it, else 0. */
+    member_count: bigint;
+  };
+  content: {
+    /** The message text or the file's caption, exactly as written. */
+    text: string;
+    /** `text` with invisible and format characters removed, NFKC-normalised and lower-cased. */
+    normalized: string;
+    /** Length of `text` in code points. */
+    length: bigint;
+    file_name: string;
+    file_size: bigint;
+    file_type: string;
+  };
+  agent: { name: string; owner: string };
+  /** When the write is drafted (or executed), in the policy's time zone. */
+  time: { hour: bigint; minute: bigint; weekday: bigint };
+}
+
+/** The CEL declarations of RuleInput: the type checker holds every expression to them. */
+export const INPUT_DECLARATIONS = {
+  tool: 'string',
+  facet: 'string',
+  upstream: { name: 'string', tool: 'string' },
+  arguments: 'map<string, dyn>',
+  target: {
+    type: 'string',
+    id: 'string',
+    display_name: 'string',
+    external: 'bool',
+    group: 'bool',
+    member_count: 'int',
+  },
+  content: {
+    text: 'string',
+    normalized: 'string',
+    length: 'int',
+    file_name: 'string',
+    file_size: 'int',
+    file_type: 'string',
+  },
+  agent: { name: 'string', owner: 'string' },
+  time: { hour: 'int', minute: 'int', weekday: 'int' },
+} as const satisfies Record<keyof RuleInput, string | Record<string, string>>;
+
+/**
+ * The form of a text a rule matches against without being dodged: no zero-width or format characters an
+ * agent could slip between letters, compatibility forms folded (NFKC: full-width digits become digits),
+ * lower case.
+ */
+export function normalizedText(text: string): string {
+  let out = '';
+  for (const ch of text.normalize('NFKC')) if (!isHidden(ch)) out += ch;
+  return out.normalize('NFKC').toLowerCase();
+}
+
+const WEEKDAYS: Record<string, bigint> = { Sun: 0n, Mon: 1n, Tue: 2n, Wed: 3n, Thu: 4n, Fri: 5n, Sat: 6n };
+
+/** Hour, minute and weekday (0 = Sunday) of `at` in `timezone`. */
+export function timeIn(at: Date, timezone: string): RuleInput['time'] {
+  const parts = new Intl.DateTimeFormat('en-GB', {
+    timeZone: timezone,
+    hour: '2-digit',
+    minute: '2-digit',
+    weekday: 'short',
+    hourCycle: 'h23',
+  }).formatToParts(at);
+  const part = (type: string) => parts.find((p) => p.type === type)?.value ?? '';
+  return {
+    hour: BigInt(Number(part('hour'))),
+    minute: BigInt(Number(part('minute'))),
+    weekday: WEEKDAYS[part('weekday')] ?? 0n,
+  };
+}
+
+/** What the gate knows of a write, from which the input is built. */
+export interface WriteFacts {
+  tool: string;
+  facet: string;
+  upstream?: { name: string; tool: string; arguments: Record<string, unknown> };
+  target: {
+    target_type: string;
+    target_id: string;
+    display_name: string | null;
+    external?: boolean;
+    member_count?: number;
+  };
+  text: string;
+  file?: { name: string; size: number; type: string };
+  agent: { name: string; owner: string | null };
+}
+
+export function inputOf(facts: WriteFacts, at: Date, timezone: string): RuleInput {
+  const t = facts.target;
+  return {
+    tool: facts.tool,
+    facet: facts.facet,
+    upstream: { name: facts.upstream?.name ?? '', tool: facts.upstream?.tool ?? '' },
+    arguments: facts.upstream?.arguments ?? {},
+    target: {
+      type: t.target_type,
+      id: t.target_id,
+      display_name: t.display_name ?? '',
+      external: t.external ?? true,
+      group: t.target_type === 'group',
+      member_count: BigInt(t.member_count ?? 0),
+    },
+    content: {
+      text: facts.text,
+      normalized: normalizedText(facts.text),
+      length: BigInt([...facts.text].length),
+      file_name: facts.file?.name ?? '',
+      file_size: BigInt(facts.file?.size ?? 0),
+      file_type: facts.file?.type ?? '',
+    },
+    agent: { name: facts.agent.name, owner: facts.agent.owner ?? '' },
+    time: timeIn(at, timezone),
+  };
+}

@@ -1,0 +1,147 @@
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import type { Client } from '@modelcontextprotocol/client';
+import { createUser } from '../src/accounts/users.ts';
+import { detailsOf } from './helpers/audit-rows.ts';
+import { runCli } from './helpers/cli.ts';
+import { databaseKinds } from './helpers/db.ts';
+import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
+
+const FINANCE = {
+  timezone: 'Europe/Berlin',
+  rules: [
+    {
+      name: 'Payments over EUR 10,000',
+      when: 'content.text.find("EUR ([0-9]+)") != "" && int(content.text.find("EUR ([0-9]+)")) > 10000',
+      then: { require: { approvers: 2, roles: ['finance'] } },
+    },
+  ],
+};
+
+for (const kind of databaseKinds()) {
+  describe(`countersign policy commands on ${kind}`, () => {
+    let server: TestServer;
+    let agent: Client;
+    let dir: string;
+    const file = (name: string, doc: unknown) => {
+      const p = path.join(dir, name);
+      fs.writeFileSync(p, typeof doc === 'string' ? doc : JSON.stringify(doc));
+      return p;
+    };
+
+    before(async () => {
+      server = await startTestServer(kind);
+      agent = await connectHttp(server.url, server.demoToken);
+      dir = fs.mkdtempSync(path.join(server.db.dataDir, 'policy-'));
+      for (const name of ['fin-a', 'fin-b', 'plain-c'])
+        await createUser(server.services.knex, { name, roles: ['chair'], password: `${name} password` });
+    });
+    after(async () => {
+      await agent?.close();
+      await server?.stop();
+    });
+
+    it('checks a policy file: its version when every rule compiles, the failing rule named when not', async () => {
+      const ok = await runCli(['policy', 'check', file('ok.json', FINANCE)], server.env);
+      assert.equal(ok.code, 0, ok.stderr);
+      assert.match(ok.stdout, /1 rule\(s\) compile; version [0-9a-f]{64}/);
+      const bad = {
+        rules: [{ name: 'After hours', when: 'time.hour > "18"', then: { require: { approvers: 2 } } }],
+      };
+      const no = await runCli(['policy', 'check', file('bad.json', bad)], server.env);
+      assert.equal(no.code, 1);
+      assert.match(no.stderr, /approval rule "After hours": no such overload/);
+      const broken = await runCli(['policy', 'check', file('broken.json', '{ not json')], server.env);
+      assert.equal(broken.code, 1);
+      assert.match(broken.stderr, /not valid JSON/);
+    });
+
+    it('stores a policy (audited), shows it, and explains which rule a call meets without drafting', async () => {
+      const set = await runCli(['policy', 'set', file('finance.json', FINANCE)], server.env);
+      assert.equal(set.code, 0, set.stderr);
+      const version = /version ([0-9a-f]{64})/.exec(set.stdout)![1];
+      const row = await server.services
+        .knex('audit_events')
+        .where({ kind: 'policy.changed' })
+        .orderBy('seq', 'desc')
+        .first();
+      assert.equal(detailsOf(row).version_after, version);
+      assert.match(row.actor, /^cli:/);
+      const shown = await runCli(['policy', 'show'], server.env);
+      assert.match(shown.stdout, new RegExp(`version ${version} \\(from the database\\)`));
+      const before = await server.services.knex('approval_requests').count({ n: '*' }).first();
+      const args = { target_type: 'contact', target_id: 'ct_david', content_text: 'pay EUR 12000' };
+      const explained = await runCli(
+        [
+          'policy',
+          'explain',
+          '--tool',
+          'isphere_send_message',
+          '--args',
+          JSON.stringify(args),
+          '--agent',
+          'demo',
+        ],
+        server.env,
+      );
+      assert.equal(explained.code, 0, explained.stderr);
+      assert.match(explained.stdout, /rule {5}Payments over EUR 10,000/);
+      assert.match(explained.stdout, /asks {5}2 of finance/);
+      const small = await runCli(
+        [
+          'policy',
+          'explain',
+          '--tool',
+          'send_message',
+          '--args',
+          JSON.stringify({ ...args, content_text: 'hi' }),
+        ],
+        server.env,
+      );
+      assert.match(small.stdout, /none matches/);
+      assert.match(small.stdout, /asks {5}1 chair/);
+      const after = await server.services.knex('approval_requests').count({ n: '*' }).first();
+      assert.deepEqual(after, before, 'nothing drafted');
+      const badArgs = await runCli(
+        ['policy', 'explain', '--tool', 'send_message', '--args', '[1'],
+        server.env,
+      );
+      assert.equal(badArgs.code, 2);
+    });
+
+    it('shows chairs the rule and the progress, read-only to a chair outside it, and filters what waits for me', async () => {
+      for (const name of ['fin-a', 'fin-b']) {
+        const res = await runCli(['user', 'set', name, '--team', 'finance'], server.env);
+        assert.equal(res.code, 0, res.stderr);
+      }
+      const draft = await call(agent, 'isphere_send_message', {
+        target_type: 'contact',
+        target_id: 'ct_david',
+        content_text: 'pay EUR 20000 to the supplier',
+      });
+      const id = draft.approval.approval_request_id;
+      const env = (name: string) => ({ ...server.env, COUNTERSIGN_PASSWORD: `${name} password` });
+      const approved = await runCli(['approvals', 'approve', id, '--as', 'fin-a'], env('fin-a'));
+      assert.equal(approved.code, 0, approved.stderr);
+      const shown = await runCli(['approvals', 'show', id, '--as', 'fin-b'], env('fin-b'));
+      assert.match(shown.stdout, /rule {8}Payments over EUR 10,000: 2 of finance/);
+      assert.match(shown.stdout, /\(1 of 2 from finance\)/);
+      assert.doesNotMatch(shown.stdout, /read-only/);
+      const outsider = await runCli(['approvals', 'show', id, '--as', 'plain-c'], env('plain-c'));
+      assert.match(
+        outsider.stdout,
+        /read-only {3}approval rule "Payments over EUR 10,000" asks for holders of finance/,
+      );
+      const refused = await runCli(['approvals', 'approve', id, '--as', 'plain-c'], env('plain-c'));
+      assert.equal(refused.code, 1);
+      assert.match(refused.stderr, /not among/);
+      const mine = (name: string) =>
+        runCli(['approvals', 'list', '--as', name, '--waiting-for-me'], env(name)).then((r) => r.stdout);
+      assert.match(await mine('fin-b'), new RegExp(id));
+      assert.doesNotMatch(await mine('fin-a'), new RegExp(id), 'already decided by fin-a');
+      assert.doesNotMatch(await mine('plain-c'), new RegExp(id), 'not in finance');
+    });
+  });
+}
