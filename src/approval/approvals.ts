@@ -16,6 +16,16 @@ import { expireDue, purgeIdempotencyKeys, reconcileStale, type WriteLookup } fro
 import { getOwnApproval, listOwnApprovals, requestApproval, type DraftWrite } from './request.ts';
 import type { ApprovalStatus } from '../core/schemas.ts';
 import type { NamedRequestRow } from './view.ts';
+import {
+  cancelTask,
+  claimRunnable,
+  createTask,
+  getTask,
+  releaseTask,
+  requestStatusOf,
+  settleTask,
+  type NewTask,
+} from './tasks.ts';
 
 /** The approval module's one face: request, read, decide, execute, expire, reconcile. */
 export function createApprovals(deps: ApprovalDeps) {
@@ -44,6 +54,16 @@ export function createApprovals(deps: ApprovalDeps) {
     expireDue: () => expireDue(deps),
     purgeIdempotencyKeys: () => purgeIdempotencyKeys(deps),
     reconcile: (lookup: WriteLookup, log: Logger) => reconcileStale(deps, lookup, log),
+    /** Writes asked for as MCP tasks (tasks.ts). */
+    tasks: {
+      create: (draft: NewTask) => createTask(deps, draft),
+      get: (agent: Agent, id: string) => getTask(deps, agent.id, id),
+      cancel: (agent: Agent, id: string) => cancelTask(deps, agent.id, id),
+      claim: (staleMs: number) => claimRunnable(deps, staleMs),
+      settle: (id: string, outcome: Parameters<typeof settleTask>[2]) => settleTask(deps, id, outcome),
+      release: (id: string) => releaseTask(deps, id),
+      requestStatus: (approval_request_id: string) => requestStatusOf(deps, approval_request_id),
+    },
   };
 }
 

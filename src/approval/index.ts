@@ -17,3 +17,11 @@ export {
 } from './outbox.ts';
 export { ApprovalSummary, ApprovalView, Preflight, Target } from './view.ts';
 export { createApprovals, type Approvals } from './approvals.ts';
+export {
+  TASK_FAILED,
+  TASK_POLL_INTERVAL_MS,
+  type CancelOutcome,
+  type ClaimedTask,
+  type TaskError,
+  type TaskView,
+} from './tasks.ts';

@@ -38,6 +38,7 @@ export const AuditKind = z.enum([
   'upstream.tool_classified',
   'upstream.classification_changed',
   'upstream.classification_accepted',
+  'approval.withdrawn',
 ]);
 export type AuditKind = z.infer<typeof AuditKind>;
 
