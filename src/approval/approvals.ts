@@ -21,7 +21,6 @@ import {
   claimRunnable,
   createTask,
   getTask,
-  releaseTask,
   requestStatusOf,
   settleTask,
   type NewTask,
@@ -49,7 +48,7 @@ export function createApprovals(deps: ApprovalDeps) {
     finishExecution: (
       row: NamedRequestRow,
       outcome: ExecutionOutcome,
-      ctx: { request_id?: string; trace_id?: string; source?: string },
+      ctx: { request_id?: string; trace_id?: string; source?: string; task_id?: string },
     ) => finishExecution(deps, row, outcome, ctx),
     expireDue: () => expireDue(deps),
     purgeIdempotencyKeys: () => purgeIdempotencyKeys(deps),
@@ -59,9 +58,8 @@ export function createApprovals(deps: ApprovalDeps) {
       create: (draft: NewTask) => createTask(deps, draft),
       get: (agent: Agent, id: string) => getTask(deps, agent.id, id),
       cancel: (agent: Agent, id: string) => cancelTask(deps, agent.id, id),
-      claim: (staleMs: number) => claimRunnable(deps, staleMs),
+      claim: (staleMs: number, limit?: number) => claimRunnable(deps, staleMs, limit),
       settle: (id: string, outcome: Parameters<typeof settleTask>[2]) => settleTask(deps, id, outcome),
-      release: (id: string) => releaseTask(deps, id),
       requestStatus: (approval_request_id: string) => requestStatusOf(deps, approval_request_id),
     },
   };

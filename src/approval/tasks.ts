@@ -294,11 +294,6 @@ export async function settleTask(
   return updated === 1;
 }
 
-/** Lets another round (on any replica) take the task again: its write could not be run now. */
-export async function releaseTask(deps: ApprovalDeps, id: string): Promise<void> {
-  await deps.knex('approval_tasks').where({ id, status: 'working' }).update({ claimed_at: null });
-}
-
 /** What tasks/cancel found. */
 export type CancelOutcome =
   | { kind: 'not_found' }
