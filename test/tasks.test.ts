@@ -194,6 +194,21 @@ for (const kind of databaseKinds()) {
       assert.equal(await sent(text), 0);
     });
 
+    it('fails a task whose write reconciliation settled as unknown, and never runs it again', async () => {
+      const text = 'asked as a task, outcome unknown';
+      const created = await createTask(text);
+      const request = await requestFor(text);
+      // What reconciliation leaves when the connector cannot tell (an upstream): set here directly, as
+      // the local store always can tell.
+      await knex()('approval_requests').where({ id: request.id }).update({ status: 'unknown' });
+      const got = (await getTask(String(created.taskId))) as unknown as {
+        result: { status: string; error: { data: { code: string } } };
+      };
+      assert.equal(got.result.status, 'failed');
+      assert.equal(got.result.error.data.code, 'OUTCOME_UNKNOWN');
+      assert.equal(await sent(text), 0);
+    });
+
     it('cancels a pending task: the request is withdrawn and audited, nothing is sent, a late approval is refused', async () => {
       const text = 'asked as a task, cancelled';
       const created = await createTask(text);
