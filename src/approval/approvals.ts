@@ -21,6 +21,7 @@ import {
   claimRunnable,
   createTask,
   getTask,
+  listTasks,
   requestStatusOf,
   settleTask,
   type NewTask,
@@ -57,6 +58,7 @@ export function createApprovals(deps: ApprovalDeps) {
     tasks: {
       create: (draft: NewTask) => createTask(deps, draft),
       get: (agent: Agent, id: string) => getTask(deps, agent.id, id),
+      list: (agent: Agent, limit: number) => listTasks(deps, agent.id, limit),
       cancel: (agent: Agent, id: string) => cancelTask(deps, agent.id, id),
       claim: (staleMs: number, limit?: number) => claimRunnable(deps, staleMs, limit),
       settle: (id: string, outcome: Parameters<typeof settleTask>[2]) => settleTask(deps, id, outcome),

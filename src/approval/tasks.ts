@@ -149,6 +149,21 @@ export async function getTask(
   return found ? taskView(found) : undefined;
 }
 
+/** The agent's own tasks, newest first (tasks/list on 2025-11-25): at most `limit`. */
+export async function listTasks(deps: ApprovalDeps, agent_id: string, limit: number): Promise<TaskView[]> {
+  const rows = (await deps
+    .knex('approval_tasks as t')
+    .join('approval_requests as r', 'r.id', 't.approval_request_id')
+    .select('t.*', deps.knex.raw('row_to_json(r) as r_row'))
+    .where('t.agent_id', agent_id)
+    .orderBy([
+      { column: 't.created_at', order: 'desc' },
+      { column: 't.id', order: 'desc' },
+    ])
+    .limit(limit)) as Record<string, unknown>[];
+  return rows.map((raw) => taskView(parseJoined(deps, raw)));
+}
+
 /** What a task's request says of it while the task has no outcome of its own. */
 function fromRequest({
   task,

@@ -100,7 +100,7 @@ export interface CallPipeline {
   /** Set when tracing is on: the transport opens each request's span with it. */
   readonly tracer?: Tracer;
   /** The agents' tasks, as tasks/get and tasks/cancel read and cancel them (approval/tasks.ts). */
-  readonly tasks: Pick<Approvals['tasks'], 'get' | 'cancel'>;
+  readonly tasks: Pick<Approvals['tasks'], 'get' | 'cancel' | 'list'>;
 }
 
 /** One tools/call as it moves through the steps: its typed context, from begin to record. */
@@ -489,7 +489,8 @@ async function record(deps: CallDeps, call: Call, settled: Settled): Promise<Cal
     setImmediate(() => deps.metrics.record(metricLabelOf(call), failure ? toolCodeOf(failure) : null, took));
     return row;
   });
-  if (call.hold) {
+  // A task's answer does not depend on the row's seq: it goes once the row has committed.
+  if (call.hold && !task) {
     // Announced before committed: the result goes now, the commit to the hold.
     const sent = await Promise.race([announced, committed.then(() => undefined)]);
     if (sent) {

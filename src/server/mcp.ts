@@ -4,7 +4,7 @@ import type { ActiveSpan } from '../core/tracing.ts';
 import { outageOf } from '../db/outage.ts';
 import { databaseUnavailable, type CallPipeline } from './call.ts';
 import type { RequestContext } from './call-context.ts';
-import { declaresTasks, handleTasks, tasksCapability } from './tasks.ts';
+import { asCoreTaskResult, handleTasks, taskAsk, tasksCapability } from './tasks.ts';
 import { inRequestSpan } from './tracing.ts';
 
 export const SERVER_NAME = 'countersign';
@@ -55,8 +55,11 @@ export function createMcpServer(opts: {
     const run = async (span?: ActiveSpan) => {
       const { agent, hold } = await context(span);
       const { name, arguments: args } = request.params;
-      const tasks = declaresTasks(ctx.mcpReq.envelope) ? { asTask: true } : undefined;
-      return opts.pipeline.call(agent, name, args, ctx.mcpReq.signal, hold, tasks);
+      const ask = taskAsk(ctx.mcpReq.envelope, request.params);
+      const result = await opts.pipeline.call(agent, name, args, ctx.mcpReq.signal, hold, {
+        asTask: ask !== undefined,
+      });
+      return ask === 'core' ? asCoreTaskResult(result) : result;
     };
     return tracer ? inRequestSpan(tracer, server, ctx, request.params.name, run) : run();
   });

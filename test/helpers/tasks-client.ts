@@ -30,7 +30,12 @@ let nextId = 1;
  * One 2026-07-28 request POSTed to /mcp with the standard headers (Mcp-Method, and Mcp-Name for the
  * methods whose body names a tool or a task): what a requester's raw dispatch sends.
  */
-export async function rawRequest(url: string, token: string, request: unknown): Promise<JsonRpcAnswer> {
+export async function rawRequest(
+  url: string,
+  token: string,
+  request: unknown,
+  version = FRAMING.protocolVersion,
+): Promise<JsonRpcAnswer> {
   const { method, params } = request as { method: string; params?: Record<string, unknown> };
   const name =
     method === 'tools/call' ? params?.name : method.startsWith('tasks/') ? params?.taskId : undefined;
@@ -40,7 +45,7 @@ export async function rawRequest(url: string, token: string, request: unknown): 
       Authorization: `Bearer ${token}`,
       'Content-Type': 'application/json',
       Accept: 'application/json, text/event-stream',
-      'MCP-Protocol-Version': FRAMING.protocolVersion,
+      'MCP-Protocol-Version': version,
       'Mcp-Method': method,
       ...(typeof name === 'string' ? { 'Mcp-Name': name } : {}),
     },
