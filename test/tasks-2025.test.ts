@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
 import { createAgent } from '../src/accounts/agents.ts';
 import { createUser } from '../src/accounts/users.ts';
 import type { User } from '../src/core/identity.ts';
 import { databaseKinds } from './helpers/db.ts';
-import { startTestServer, waitFor, type Envelope, type TestServer } from './helpers/server.ts';
+import { connectHttp, startTestServer, waitFor, type Envelope, type TestServer } from './helpers/server.ts';
 import { rawRequest } from './helpers/tasks-client.ts';
 
 const VERSION = '2025-11-25';
@@ -96,6 +97,35 @@ for (const kind of databaseKinds()) {
       assert.ok(listed.result.tasks.some((t) => t.taskId === taskId));
       const theirs = (await rpc('tasks/list', {}, otherToken)) as { result: { tasks: unknown[] } };
       assert.equal(theirs.result.tasks.length, 0);
+    });
+
+    it('runs a write through the official requester on a 2025-11-25 client: approved → completed with sent', async () => {
+      const text = 'a core task through the requester';
+      const client = await connectHttp(server.url, server.demoToken, 'legacy');
+      const session = createTaskSessionFromClient(client, { endpointId: `countersign-2025-${server.url}` });
+      try {
+        // The tool's taskSupport is optional: the requester calls it as a task when asked to prefer one.
+        const execution = await session.callTool(
+          TOOL,
+          { ...message(text), dry_run: false },
+          { task: { preference: 'prefer' } },
+        );
+        assert.equal(execution.kind, 'task');
+        const taskId = String(execution.handle?.taskId);
+        await server.services.approvals.decide({
+          id: await requestOf(taskId),
+          user: chair,
+          decision: 'approve',
+        });
+        const { outcome } = await execution.settle();
+        assert.equal(outcome.status, 'completed', JSON.stringify(outcome));
+        const result = (outcome as { result: { structuredContent: Envelope } }).result;
+        assert.equal(result.structuredContent.send_status, 'sent');
+        assert.equal(await sent(text), 1);
+      } finally {
+        await session.close();
+        await client.close();
+      }
     });
 
     it("reject → failed, and tasks/result answers the chair's note as the error", async () => {
