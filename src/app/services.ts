@@ -470,7 +470,12 @@ function startTasks(
     interval_ms: TASK_POLL_INTERVAL_MS,
     stale_ms: 2 * deps.config.limits.call_timeout_ms,
   });
-  closers.push(() => runner.close());
+  // A task's request approved on this replica runs at once; one approved elsewhere, at the next round.
+  const stopListening = deps.approvals.tasks.onApproved(runner.poke);
+  closers.push(async () => {
+    stopListening();
+    await runner.close();
+  });
 }
 
 interface PeriodicDeps {

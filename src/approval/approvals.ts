@@ -28,7 +28,16 @@ import {
 } from './tasks.ts';
 
 /** The approval module's one face: request, read, decide, execute, expire, reconcile. */
-export function createApprovals(deps: ApprovalDeps) {
+export function createApprovals(given: ApprovalDeps) {
+  // Who hears that a task's request was approved: the caller's hook, and the task runner (onApproved).
+  const approved = new Set<() => void>();
+  const deps: ApprovalDeps = {
+    ...given,
+    onTaskApproved() {
+      given.onTaskApproved?.();
+      for (const listener of approved) listener();
+    },
+  };
   return {
     request: (draft: DraftWrite) => requestApproval(deps, draft),
     getOwn: (agent: Agent, by: { approval_request_id?: string; approval_id?: string }) =>
@@ -63,6 +72,11 @@ export function createApprovals(deps: ApprovalDeps) {
       claim: (staleMs: number, limit?: number) => claimRunnable(deps, staleMs, limit),
       settle: (id: string, outcome: Parameters<typeof settleTask>[2]) => settleTask(deps, id, outcome),
       requestStatus: (approval_request_id: string) => requestStatusOf(deps, approval_request_id),
+      /** Calls `listener` after each approval of a task's request committed here; returns the unsubscribe. */
+      onApproved(listener: () => void): () => void {
+        approved.add(listener);
+        return () => approved.delete(listener);
+      },
     },
   };
 }

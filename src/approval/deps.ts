@@ -23,6 +23,11 @@ export interface ApprovalDeps {
    * than at its next poll; must not throw (src/notify/).
    */
   onQueued?(): void;
+  /**
+   * Called after an approval of a request that a task follows is committed, so that the task's write
+   * runs now on this replica rather than at the runner's next round (server/task-runner.ts).
+   */
+  onTaskApproved?(): void;
 }
 
 /** What approvals are bound to besides content: the approval policy in force when they were issued. */
