@@ -83,7 +83,12 @@ async function runTask(deps: TaskRunnerDeps, task: ClaimedTask, signal: AbortSig
   }
   const status = await tasks.requestStatus(task.approval_request_id);
   const failure = errorOf(result);
-  if (status === 'succeeded' || status === 'failed') {
+  if ((status === 'succeeded' || status === 'failed') && failure?.code === 'APPROVAL_REQUIRED') {
+    // The agent executed the approval itself, with its approval_id, before the runner came to it.
+    const message = 'The approval was used by a call outside this task: see its outcome with get_approval';
+    const error = { code: TASK_FAILED, message, data: { code: 'APPROVAL_REQUIRED', reason: 'consumed' } };
+    await tasks.settle(task.id, { status: 'failed', error });
+  } else if (status === 'succeeded' || status === 'failed') {
     // The write's outcome, as the agent's own call would have answered it (a replay after a crash).
     await tasks.settle(task.id, { status: 'completed', result: result as Record<string, unknown> });
   } else if (status === 'approved' && failure && !TRANSIENT.has(failure.code)) {
