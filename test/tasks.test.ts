@@ -249,6 +249,39 @@ for (const kind of databaseKinds()) {
       assert.equal(await sent(text), 1);
     });
 
+    it('fails a task whose approval the agent used itself first, and writes once', async () => {
+      const text = 'asked as a task, executed by hand';
+      const created = await createTask(text);
+      const request = await requestFor(text);
+      // A claim taken now (as a replica that then died would leave it) holds the runner off until it
+      // goes stale, so that the agent's own execution comes first.
+      await knex()('approval_tasks')
+        .where({ id: created.taskId })
+        .update({ claimed_at: new Date().toISOString() });
+      const view = await decide(request.id, 'approve');
+      const own = await call(client, TOOL, {
+        ...message(text),
+        dry_run: false,
+        approval_id: view.approval_id,
+      });
+      assert.equal(own.send_status, 'sent');
+      await knex()('approval_tasks')
+        .where({ id: created.taskId })
+        .update({ claimed_at: new Date(0).toISOString() });
+      const settled = await waitFor('the task to settle', async () => {
+        const got = (await getTask(String(created.taskId))) as unknown as {
+          result: { status: string; error?: { data: { code: string; reason: string } } };
+        };
+        return got.result.status === 'working' ? undefined : got.result;
+      });
+      assert.equal(settled.status, 'failed');
+      assert.deepEqual(
+        [settled.error?.data.code, settled.error?.data.reason],
+        ['APPROVAL_REQUIRED', 'consumed'],
+      );
+      assert.equal(await sent(text), 1);
+    });
+
     it('changes nothing for a client without the extension, nor for a dry run with it', async () => {
       const plain = await rawRequest(
         server.url,
