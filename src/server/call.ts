@@ -39,7 +39,8 @@ import { failIfToolError } from './tracing.ts';
  *                down (SOURCE_UNAVAILABLE)
  *   4. admit     the agent's profile allows the tool's facet (else -32602, data.code TOOL_DENIED)
  *   5. validate  the arguments against the tool's input schema (INVALID_ARGUMENT)
- *   6. handle    the tool's own work under the call deadline; a write through the approval gate
+ *   6. handle    the tool's own work under the call deadline; a write through the approval gate (a real
+ *                write asked as an MCP task is drafted there and answered with the task: TaskCall)
  *   7. record    the call's audit row, committed before the answer leaves; then the envelope
  *
  * Failures of 2, 5 and 6 are the tool's answer (an envelope with ok: false); every other failure is a
