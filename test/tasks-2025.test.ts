@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
 import { createAgent } from '../src/accounts/agents.ts';
@@ -163,6 +164,55 @@ for (const kind of databaseKinds()) {
       };
       assert.equal(row.status, 'expired');
       assert.equal(await sent(text), 0);
+    });
+
+    it('pages tasks/list with a cursor bound to the agent, and refuses an altered one', async () => {
+      // 120 tasks, each on a request of its own: copies of one drafted request's row, set here directly.
+      const first = await createTask('a core task to page past');
+      const source = (await knex()('approval_requests')
+        .where({ id: await requestOf(first) })
+        .first()) as Record<string, unknown>;
+      const task = (await knex()('approval_tasks').where({ id: first }).first()) as Record<string, unknown>;
+      for (let i = 0; i < 120; i++) {
+        const id = randomUUID();
+        const at = new Date(Date.now() - (i + 1) * 1000).toISOString();
+        await knex()('approval_requests').insert({
+          ...source,
+          id,
+          content_sha256: `${i}`.padStart(64, '0'),
+          created_at: at,
+        });
+        await knex()('approval_tasks').insert({
+          ...task,
+          id: randomUUID(),
+          approval_request_id: id,
+          arguments: JSON.stringify(task.arguments),
+          created_at: at,
+          updated_at: at,
+        });
+      }
+      const seen = new Set<string>();
+      let cursor: string | undefined;
+      let pages = 0;
+      do {
+        const page = (await rpc('tasks/list', cursor ? { cursor } : {})) as {
+          result: { tasks: { taskId: string }[]; nextCursor?: string };
+        };
+        for (const t of page.result.tasks) seen.add(t.taskId);
+        cursor = page.result.nextCursor;
+        pages++;
+      } while (cursor && pages < 10);
+      assert.ok(pages >= 2, 'more than one page');
+      assert.ok(seen.has(first));
+      const all = Number(
+        (await knex()('approval_tasks').where({ agent_id: task.agent_id }).count({ n: '*' }).first())?.n,
+      );
+      assert.equal(seen.size, all);
+      const firstPage = (await rpc('tasks/list', {})) as { result: { nextCursor: string } };
+      const theirs = await rpc('tasks/list', { cursor: firstPage.result.nextCursor }, otherToken);
+      assert.equal(theirs.kind, 'error', "a cursor of another agent's list");
+      const altered = await rpc('tasks/list', { cursor: `${firstPage.result.nextCursor}x` });
+      assert.equal(altered.kind, 'error');
     });
 
     it('without the task parameter a real run is refused as before', async () => {

@@ -67,7 +67,7 @@ export function createApprovals(given: ApprovalDeps) {
     tasks: {
       create: (draft: NewTask) => createTask(deps, draft),
       get: (agent: Agent, id: string) => getTask(deps, agent.id, id),
-      list: (agent: Agent, limit: number) => listTasks(deps, agent.id, limit),
+      list: (agent: Agent, opts: Parameters<typeof listTasks>[2]) => listTasks(deps, agent.id, opts),
       cancel: (agent: Agent, id: string) => cancelTask(deps, agent.id, id),
       claim: (staleMs: number, limit?: number) => claimRunnable(deps, staleMs, limit),
       settle: (id: string, outcome: Parameters<typeof settleTask>[2]) => settleTask(deps, id, outcome),

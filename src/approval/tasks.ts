@@ -149,9 +149,16 @@ export async function getTask(
   return found ? taskView(found) : undefined;
 }
 
-/** The agent's own tasks, newest first (tasks/list on 2025-11-25): at most `limit`. */
-export async function listTasks(deps: ApprovalDeps, agent_id: string, limit: number): Promise<TaskView[]> {
-  const rows = (await deps
+/**
+ * The agent's own tasks, newest first (tasks/list on 2025-11-25): a page of at most `limit`, after the
+ * position `after` (the last one of the page before), and the position of the next page's start.
+ */
+export async function listTasks(
+  deps: ApprovalDeps,
+  agent_id: string,
+  opts: { limit: number; after?: { t: string; id: string } },
+): Promise<{ items: TaskView[]; next: { t: string; id: string } | null }> {
+  const q = deps
     .knex('approval_tasks as t')
     .join('approval_requests as r', 'r.id', 't.approval_request_id')
     .select('t.*', deps.knex.raw('row_to_json(r) as r_row'))
@@ -160,8 +167,16 @@ export async function listTasks(deps: ApprovalDeps, agent_id: string, limit: num
       { column: 't.created_at', order: 'desc' },
       { column: 't.id', order: 'desc' },
     ])
-    .limit(limit)) as Record<string, unknown>[];
-  return rows.map((raw) => taskView(parseJoined(deps, raw)));
+    .limit(opts.limit + 1);
+  if (opts.after)
+    q.whereRaw('(t.created_at, t.id) < (?::timestamptz, ?::uuid)', [opts.after.t, opts.after.id]);
+  const rows = ((await q) as Record<string, unknown>[]).map((raw) => parseJoined(deps, raw));
+  const page = rows.slice(0, opts.limit);
+  const last = page.at(-1);
+  return {
+    items: page.map(taskView),
+    next: rows.length > opts.limit && last ? { t: last.task.created_at, id: last.task.id } : null,
+  };
 }
 
 /** What a task's request says of it while the task has no outcome of its own. */

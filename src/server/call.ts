@@ -100,8 +100,11 @@ export interface CallPipeline {
   onListChanged(listener: () => void): () => void;
   /** Set when tracing is on: the transport opens each request's span with it. */
   readonly tracer?: Tracer;
-  /** The agents' tasks, as tasks/get and tasks/cancel read and cancel them (approval/tasks.ts). */
-  readonly tasks: Pick<Approvals['tasks'], 'get' | 'cancel' | 'list'>;
+  /** The agents' tasks, as the tasks methods read, list and cancel them (approval/tasks.ts). */
+  readonly tasks: Pick<Approvals['tasks'], 'get' | 'cancel'> & {
+    /** The agent's tasks, newest first, a page after `cursor` (tamper-checked, bound to the agent). */
+    list(agent: Agent, cursor?: string): Promise<{ items: TaskView[]; next_cursor: string | null }>;
+  };
 }
 
 /** One tools/call as it moves through the steps: its typed context, from begin to record. */
@@ -135,9 +138,22 @@ export function createCallPipeline(deps: CallDeps): CallPipeline {
           runCall(deps, catalogue, beginCall({ agent, name, args, signal, hold, tasks })),
     onListChanged: catalogue.onChanged,
     tracer: deps.tracer,
-    tasks: deps.approvals.tasks,
+    tasks: {
+      get: deps.approvals.tasks.get,
+      cancel: deps.approvals.tasks.cancel,
+      list: (agent, cursor) =>
+        deps.cursors.page<TaskView, { t: string; id: string }>(
+          'tasks/list',
+          { agent: agent.id },
+          cursor,
+          (after) => deps.approvals.tasks.list(agent, { limit: TASK_LIST_PAGE, after }),
+        ),
+    },
   };
 }
+
+/** How many tasks a page of tasks/list holds. */
+const TASK_LIST_PAGE = 100;
 
 /** The steps, in order. */
 async function runCall(deps: CallDeps, catalogue: Catalogue, call: Call): Promise<CallToolResult> {

@@ -2,6 +2,7 @@ import { ProtocolError, ProtocolErrorCode, type Server } from '@modelcontextprot
 import type { CallToolResult } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { TaskView } from '../approval/index.ts';
+import { AppError } from '../core/errors.ts';
 import type { Agent } from '../core/identity.ts';
 import type { CallPipeline } from './call.ts';
 
@@ -84,8 +85,6 @@ const notFound = (taskId: string) =>
     code: 'TARGET_NOT_FOUND',
   });
 
-/** How many tasks tasks/list answers (the newest). */
-const LIST_LIMIT = 100;
 /** How long tasks/result waits for a working task before answering that it still is. */
 const RESULT_WAIT_MS = 30_000;
 
@@ -107,9 +106,18 @@ export function handleTasks(
     const view = await cancel(tasks, await agentOf(), taskId);
     return modern(ctx.mcpReq.envelope) ? {} : taskCore(view);
   });
-  server.setRequestHandler('tasks/list', { params: ListParams }, async () => ({
-    tasks: (await tasks.list(await agentOf(), LIST_LIMIT)).map(taskCore),
-  }));
+  server.setRequestHandler('tasks/list', { params: ListParams }, async ({ cursor }) => {
+    const page = await tasks.list(await agentOf(), cursor).catch((err: unknown) => {
+      // A cursor altered, or issued for another agent's list.
+      if (err instanceof AppError)
+        throw new ProtocolError(ProtocolErrorCode.InvalidParams, err.message, {
+          code: err.code,
+          reason: err.reason,
+        });
+      throw err;
+    });
+    return { tasks: page.items.map(taskCore), ...(page.next_cursor ? { nextCursor: page.next_cursor } : {}) };
+  });
   server.setRequestHandler('tasks/result', { params: TaskIdParams }, async ({ taskId }, ctx) =>
     result(tasks, await agentOf(), taskId, ctx.mcpReq.signal),
   );
