@@ -26,6 +26,7 @@ const OWNERS: Record<string, string> = {
   approval_decisions: 'approval',
   idempotency_keys: 'approval',
   notification_outbox: 'approval',
+  approval_tasks: 'approval',
   slack_messages: 'notify',
   slack_callbacks_seen: 'notify',
   contacts: 'connectors',

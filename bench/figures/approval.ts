@@ -7,6 +7,7 @@ import { figure, type Figure } from '../lib/report.ts';
 import { callTool, connect, spawnCountersign } from '../lib/server.ts';
 import { median, percentile } from '../lib/stats.ts';
 import { ChairSession } from '../lib/web.ts';
+import { TASK_POLL_MS, taskRounds } from './approval-task.ts';
 
 export interface ApprovalOptions {
   url: string;
@@ -177,6 +178,7 @@ export async function approvalFigures(o: ApprovalOptions): Promise<Figure[]> {
       for (const s of STEPS) counts[s].push(n[s]);
     }
     await agent.close();
+    const task = await taskRounds(server.url, o.token, chair, o.rounds, 10 * (warmup + o.rounds));
     const insert = await insertRoundTrips(o.url, Math.max(200, o.rounds));
     const breakdown = STEPS.map((s) => `${s} ${median(steps[s]).toFixed(1)}`).join(', ');
     const statements = STEPS.map((s) => `${s} ${median(counts[s])}`).join(', ');
@@ -188,6 +190,9 @@ export async function approvalFigures(o: ApprovalOptions): Promise<Figure[]> {
     const micros = ruleEvaluationMicros(20_000);
     o.log(
       `  approval rules: ${RULES.rules.length} evaluated per call, p50 ${median(micros).toFixed(1)} µs in process`,
+    );
+    o.log(
+      `  as a task: p50 ${task.p50.toFixed(1)} ms (${task.breakdown} ms; tasks/get every ${TASK_POLL_MS} ms)`,
     );
     return [
       figure({
@@ -203,6 +208,23 @@ export async function approvalFigures(o: ApprovalOptions): Promise<Figure[]> {
         id: 'e_approval_roundtrip_p99_ms',
         unit: 'ms',
         value: percentile(totals, 99),
+        baseline: percentile(insert, 99),
+        baseline_label: 'one plain INSERT round trip (p99)',
+        check: null,
+      }),
+      figure({
+        id: 'e_task_roundtrip_p50_ms',
+        unit: 'ms',
+        value: task.p50,
+        baseline: median(insert),
+        baseline_label: 'one plain INSERT round trip (p50)',
+        check: null,
+        note: `${o.rounds} writes asked as tasks, create → approve → completed from the client (tasks/get every ${TASK_POLL_MS} ms); p50 per step: ${task.breakdown} ms`,
+      }),
+      figure({
+        id: 'e_task_roundtrip_p99_ms',
+        unit: 'ms',
+        value: task.p99,
         baseline: percentile(insert, 99),
         baseline_label: 'one plain INSERT round trip (p99)',
         check: null,

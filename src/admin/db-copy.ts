@@ -32,6 +32,7 @@ export const COPIED_TABLES = [
   { table: 'settings', why: "installation facts, e.g. that the first run's banner was shown" },
   { table: 'approval_requests', why: 'approvals in every state' },
   { table: 'approval_decisions', why: "the chairs' decisions" },
+  { table: 'approval_tasks', why: 'writes asked as tasks: the copy runs and answers them' },
   { table: 'notification_outbox', why: 'notices: those not yet delivered go out from the copy' },
   { table: 'slack_messages', why: "where each request's Slack message is, so its outcome updates it" },
   { table: 'idempotency_keys', why: 'retries of real writes answer the stored result' },

@@ -5,7 +5,7 @@ import { startAdminEndpoint } from '../admin/endpoint.ts';
 import { firstRun as seedFirstRun, type FirstRun, type FirstRunDeps } from '../admin/first-run.ts';
 import type { AdminDeps } from '../admin/commands.ts';
 import { adminDeps } from './admin-deps.ts';
-import { createApprovals, type Approvals } from '../approval/index.ts';
+import { createApprovals, TASK_POLL_INTERVAL_MS, type Approvals } from '../approval/index.ts';
 import {
   createAuditLog,
   type AuditLog,
@@ -59,12 +59,14 @@ import {
   type OAuthAgents,
   createOAuthVerifier,
   createRateLimiter,
+  agentById,
 } from '../accounts/index.ts';
 import { loadProfiles } from '../core/profiles.ts';
 import type { MemoryStore } from '../tools/memory/store.ts';
 import { createSlackStore, type SlackStore } from '../notify/slack-store.ts';
 import { createMetrics, type Metrics } from '../server/metrics.ts';
 import { createCallPipeline, type CallPipeline } from '../server/call.ts';
+import { startTaskRunner } from '../server/task-runner.ts';
 import { tracesUrl } from '../server/tracing.ts';
 import { VERSION } from '../core/version.ts';
 import { startedRow, stoppedRow, type StopReason, type Transport } from './lifecycle.ts';
@@ -155,7 +157,6 @@ export async function openServices(
   };
   try {
     const tracer = await openTracing(config, closers);
-
     const blobs = createBlobStore(path.join(config.data_dir, 'blobs'));
     const audit = createAuditLog(db.knex);
     closers.push(() => audit.drain());
@@ -184,7 +185,7 @@ export async function openServices(
       ...{ connectors, cursors, approvals, blobs, config, log, faults: options.faults, tracer },
     });
     const maintain = await startPeriodicWork(
-      { approvals, local, bridge, memory, limiter, checkpoints: cluster.checkpoints },
+      { approvals, local, bridge, memory, limiter, pipeline, knex: db.knex, ...cluster },
       cluster.leadership,
       config,
       log,
@@ -466,8 +467,35 @@ async function connectUpstreams(
   return upstreams;
 }
 
+/** The runner of approved tasks (server/task-runner.ts); it stops before the database closes. */
+function startTasks(
+  deps: { approvals: Approvals; pipeline: CallPipeline; knex: Knex; config: Config; log: Logger },
+  closers: Closers,
+): void {
+  const runner = startTaskRunner({
+    approvals: deps.approvals,
+    pipeline: deps.pipeline,
+    async agentOf(id) {
+      const row = await agentById(deps.knex, id);
+      return row && row.revoked_at === null ? row : undefined;
+    },
+    log: deps.log,
+    interval_ms: TASK_POLL_INTERVAL_MS,
+    stale_ms: 2 * deps.config.limits.call_timeout_ms,
+  });
+  // A task's request approved on this replica runs at once; one approved elsewhere, at the next round.
+  const stopListening = deps.approvals.tasks.onApproved(runner.poke);
+  closers.push(async () => {
+    stopListening();
+    await runner.close();
+  });
+}
+
 interface PeriodicDeps {
   approvals: Approvals;
+  /** For the runner of approved tasks. */
+  pipeline: CallPipeline;
+  knex: Knex;
   local: ReturnType<typeof createLocalConnector>;
   bridge: ReturnType<typeof createBridgeConnector> | undefined;
   memory: ReturnType<typeof createAgentMemory>;
@@ -491,6 +519,8 @@ async function startPeriodicWork(
   const maintain = () => (maintaining ??= maintainOnce(deps, log).finally(() => (maintaining = undefined)));
   leadership.onLead(() => void maintain());
   await maintaining;
+  // Approved tasks are run on every replica, not only the leader's: each task is claimed by one.
+  startTasks({ ...deps, config, log }, closers);
   const timer = setInterval(() => {
     if (leadership.isLeader()) void maintain();
   }, config.approval.maintenance_interval_s * 1000);

@@ -18,16 +18,32 @@ import type { ApprovalStatus } from '../core/schemas.ts';
 import type { NamedRequestRow } from './view.ts';
 import { createPolicySource, type Decision } from './rules/index.ts';
 import { explainFacts, ruleOn } from './ruling.ts';
+import {
+  cancelTask,
+  claimRunnable,
+  createTask,
+  getTask,
+  listTasks,
+  requestStatusOf,
+  settleTask,
+  type NewTask,
+} from './tasks.ts';
 
 /**
- * The approval module's one face: request, read, decide, execute, expire, reconcile, and the approval
- * policy. The config file's approval rules are compiled here: one that does not compile throws
- * (CONFIG_INVALID, naming the rule), so start-up stops.
+ * The approval module's one face: request, read, decide, execute, expire, reconcile, the approval
+ * policy and the tasks that follow requests. The config file's approval rules are compiled here: one
+ * that does not compile throws (CONFIG_INVALID, naming the rule), so start-up stops.
  */
-export function createApprovals(options: Omit<ApprovalDeps, 'rules'>) {
+export function createApprovals(given: Omit<ApprovalDeps, 'rules'>) {
+  // Who hears that a task's request was approved: the caller's hook, and the task runner (onApproved).
+  const approved = new Set<() => void>();
   const deps: ApprovalDeps = {
-    ...options,
-    rules: createPolicySource(options.knex, options.config, options.audit),
+    ...given,
+    rules: createPolicySource(given.knex, given.config, given.audit),
+    onTaskApproved() {
+      given.onTaskApproved?.();
+      for (const listener of approved) listener();
+    },
   };
   return {
     policy: deps.rules,
@@ -58,11 +74,26 @@ export function createApprovals(options: Omit<ApprovalDeps, 'rules'>) {
     finishExecution: (
       row: NamedRequestRow,
       outcome: ExecutionOutcome,
-      ctx: { request_id?: string; trace_id?: string; source?: string },
+      ctx: { request_id?: string; trace_id?: string; source?: string; task_id?: string },
     ) => finishExecution(deps, row, outcome, ctx),
     expireDue: () => expireDue(deps),
     purgeIdempotencyKeys: () => purgeIdempotencyKeys(deps),
     reconcile: (lookup: WriteLookup, log: Logger) => reconcileStale(deps, lookup, log),
+    /** Writes asked for as MCP tasks (tasks.ts). */
+    tasks: {
+      create: (draft: NewTask) => createTask(deps, draft),
+      get: (agent: Agent, id: string) => getTask(deps, agent.id, id),
+      list: (agent: Agent, opts: Parameters<typeof listTasks>[2]) => listTasks(deps, agent.id, opts),
+      cancel: (agent: Agent, id: string) => cancelTask(deps, agent.id, id),
+      claim: (staleMs: number, limit?: number) => claimRunnable(deps, staleMs, limit),
+      settle: (id: string, outcome: Parameters<typeof settleTask>[2]) => settleTask(deps, id, outcome),
+      requestStatus: (approval_request_id: string) => requestStatusOf(deps, approval_request_id),
+      /** Calls `listener` after each approval of a task's request committed here; returns the unsubscribe. */
+      onApproved(listener: () => void): () => void {
+        approved.add(listener);
+        return () => approved.delete(listener);
+      },
+    },
   };
 }
 

@@ -113,6 +113,8 @@ export async function decide(deps: ApprovalDeps, opts: Decision): Promise<Approv
   });
   if (outcome.refusal) throw outcome.refusal;
   deps.onQueued?.();
+  // The transaction path does not read whether a task follows: the runner looks (one statement).
+  if (outcome.settled?.row.status === 'approved') deps.onTaskApproved?.();
   if (outcome.settled) {
     return toView(outcome.settled.row, outcome.settled.approvers, deps.reviewUrl(outcome.settled.row.id));
   }
@@ -233,6 +235,8 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
         'exists (select 1 from approval_decisions m where m.approval_request_id = r.id and m.user_name = ?) as mine',
         [opts.user.name],
       ),
+      // Whether a task follows the request: its approval then runs the task's write (tasks.ts).
+      deps.knex.raw('exists (select 1 from approval_tasks k where k.approval_request_id = r.id) as has_task'),
     )
     .where('r.id', opts.id)
     .first();
@@ -294,6 +298,7 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
     approvers,
   });
   if (!done) return;
+  if (change && raw.has_task === true) deps.onTaskApproved?.();
   return toView({ ...row, ...change }, approvers, deps.reviewUrl(row.id));
 }
 

@@ -27,6 +27,11 @@ export interface ApprovalDeps {
    * its version. Built by createApprovals from the config and the database.
    */
   rules: PolicySource;
+  /**
+   * Called after an approval of a request that a task follows is committed, so that the task's write
+   * runs now on this replica rather than at the runner's next round (server/task-runner.ts).
+   */
+  onTaskApproved?(): void;
 }
 
 /**

@@ -75,6 +75,8 @@ export interface ExecutionRequest {
    * it, a changed policy is taken to ask more.
    */
   facts?: DraftFacts;
+  /** The task this execution runs for, when the task runner runs it. */
+  task_id?: string;
 }
 
 /** What a replayed idempotency key answers: the stored outcome of the first execution. */
@@ -377,9 +379,12 @@ async function beginAtOnce(
   return done ? { ...named, ...started, approvers } : undefined;
 }
 
+/** What the rows of an execution run for a task add to their details. */
+const taskDetails = (task_id: string | undefined) => (task_id ? { origin: 'task', task_id } : {});
+
 const startedRow = (row: NamedRequestRow, req: ExecutionRequest, approvers: string[]) => ({
   kind: 'write.started' as const,
-  ...requestFacts(row),
+  ...requestFacts(row, taskDetails(req.task_id)),
   request_id: req.request_id,
   trace_id: req.trace_id,
   source: req.source,
@@ -474,7 +479,13 @@ async function lateOutcome(
   await deps.audit.appendIn(trx, { ...audited, details: { ...audited.details, ...late } });
 }
 
-type FinishContext = { request_id?: string; trace_id?: string; source?: string; reconciled?: boolean };
+type FinishContext = {
+  request_id?: string;
+  trace_id?: string;
+  source?: string;
+  reconciled?: boolean;
+  task_id?: string;
+};
 
 /** The request's columns once its execution has an outcome. */
 const finishedColumns = (outcome: ExecutionOutcome) => ({
@@ -502,6 +513,7 @@ function finishedRow(
     ...requestFacts(row, {
       ...(outcome.status === 'succeeded' ? outcome.result : (outcome.details ?? {})),
       ...(context.reconciled ? { reconciled: true } : {}),
+      ...taskDetails(context.task_id),
     }),
     request_id: context.request_id ?? null,
     trace_id: context.trace_id ?? null,

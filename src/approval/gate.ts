@@ -9,6 +9,7 @@ import { isUuid } from '../core/ids.ts';
 import type { Agent } from '../core/identity.ts';
 import { approvalRequired, type ExecutionRequest, type Preflight } from './execute.ts';
 import type { Approvals } from './approvals.ts';
+import type { TaskView } from './tasks.ts';
 import { nextStep, type ApprovalSummary, type Target } from './view.ts';
 import type { DraftFacts } from './ruling.ts';
 
@@ -87,7 +88,18 @@ export interface GateContext {
   trace_id: string;
   /** The agent's profile allows this tool's writes in dry run only. */
   dryRunOnly: boolean;
-  approvals: Pick<Approvals, 'request' | 'preflight' | 'readApproval' | 'beginExecution' | 'finishExecution'>;
+  approvals: Pick<
+    Approvals,
+    'request' | 'preflight' | 'readApproval' | 'beginExecution' | 'finishExecution' | 'tasks'
+  >;
+  /**
+   * Set when the client declared the Tasks extension on this call: a real run without an approval_id
+   * is then drafted as a dry run and answered as a task that executes once approved. `tool` is the name
+   * the agent called the tool by, which the task's runner calls again.
+   */
+  asTask?: { tool: string };
+  /** Set when the task runner executes this call for the task: its rows say so. */
+  task_id?: string;
   /** Test hooks; production wiring never provides them. */
   faults?: Faults;
   /** How the agent sees get_approval (config tools.prefix), for the next step of an unknown outcome. */
@@ -99,6 +111,8 @@ export interface GateContext {
 /** The audit facts of a write and the tool's own output fields. */
 export interface GateOutcome {
   data: Record<string, unknown>;
+  /** A write asked for as a task: the task created, answered instead of the envelope. */
+  task?: TaskView;
   /** Every fact a write reports, approval_id once there is one. */
   audit: AuditFacts & Required<Omit<AuditFacts, 'approval_id'>>;
 }
@@ -141,6 +155,7 @@ export async function runWrite(
       file_sha256: prepared.file_sha256,
     },
   };
+  if (!args.dry_run && !args.approval_id && ctx.asTask) return draftTask(write, args, ctx, ctx.asTask);
   if (!args.dry_run) return execute(write, args, ctx, early);
   return args.approval_id ? preflight(write, args, args.approval_id, ctx) : draft(write, args, ctx);
 }
@@ -204,6 +219,32 @@ export function factsOf(write: Write, ctx: Pick<GateContext, 'facet'>): DraftFac
   };
 }
 
+/**
+ * A real run asked for as a task, with no approval_id: drafted exactly as its dry run (the same request,
+ * hash and notices), and a task that follows the request; the runner executes it once approved.
+ */
+async function draftTask(
+  write: Write,
+  args: WriteControls,
+  ctx: GateContext,
+  asTask: { tool: string },
+): Promise<GateOutcome> {
+  if (ctx.dryRunOnly) throw dryRunOnly();
+  const drafted = await draft(write, { ...args, dry_run: true }, ctx);
+  const approval_request_id = drafted.audit.details.approval_request_id as string;
+  const task = await ctx.approvals.tasks.create({
+    agent_id: ctx.agent.id,
+    approval_request_id,
+    tool: asTask.tool,
+    arguments: { ...args, dry_run: false },
+  });
+  return {
+    ...drafted,
+    task,
+    audit: { ...drafted.audit, details: { ...drafted.audit.details, task_id: task.taskId } },
+  };
+}
+
 /** A dry run's output: nothing written, the approval request or the preflight answer beside it. */
 const planned = (write: Write, with_: Pick<WriteResult, 'approval' | 'preflight'>) =>
   write.prepared.present({
@@ -240,6 +281,7 @@ const executionOf = (
   trace_id: ctx.trace_id,
   source: write.prepared.source,
   facts: factsOf(write, ctx),
+  ...(ctx.task_id ? { task_id: ctx.task_id } : {}),
 });
 
 /**
@@ -292,11 +334,7 @@ async function execute(
     await ctx.faults?.at('after_write_started');
     result = await perform(write, row, ctx);
     await ctx.faults?.at('after_connector_write');
-    await ctx.approvals.finishExecution(
-      row,
-      { status: 'succeeded', result },
-      { request_id: ctx.request_id, trace_id: ctx.trace_id, source: write.prepared.source },
-    );
+    await ctx.approvals.finishExecution(row, { status: 'succeeded', result }, finishContext(write, ctx));
   } catch (err) {
     throw outageOf(err) ? outcomeUnknown(row, ctx, err) : err;
   }
@@ -316,6 +354,14 @@ async function execute(
     },
   };
 }
+
+/** What the outcome's row repeats of the call: its ids, the connector, and the task it ran for. */
+const finishContext = (write: Write, ctx: GateContext) => ({
+  request_id: ctx.request_id,
+  trace_id: ctx.trace_id,
+  source: write.prepared.source,
+  ...(ctx.task_id ? { task_id: ctx.task_id } : {}),
+});
 
 type ExecutingRow = Awaited<ReturnType<Approvals['beginExecution']>>['row'];
 
@@ -353,7 +399,7 @@ async function perform(write: Write, row: ExecutingRow, ctx: GateContext) {
     await ctx.approvals.finishExecution(
       row,
       { status: 'failed', error_code: err.code, details: { reason: err.reason ?? null } },
-      { request_id: ctx.request_id, trace_id: ctx.trace_id, source: write.prepared.source },
+      finishContext(write, ctx),
     );
     throw err;
   }

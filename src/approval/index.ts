@@ -25,3 +25,11 @@ export {
   type CompiledPolicy,
   type Decision,
 } from './rules/index.ts';
+export {
+  TASK_FAILED,
+  TASK_POLL_INTERVAL_MS,
+  type CancelOutcome,
+  type ClaimedTask,
+  type TaskError,
+  type TaskView,
+} from './tasks.ts';

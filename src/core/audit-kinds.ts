@@ -41,6 +41,7 @@ export const AuditKind = z.enum([
   'policy.changed',
   'approval.reopened',
   'user.teams_changed',
+  'approval.withdrawn',
 ]);
 export type AuditKind = z.infer<typeof AuditKind>;
 

@@ -4,7 +4,7 @@ import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import type { z } from 'zod';
 import { runWrite } from '../approval/index.ts';
-import type { Approvals } from '../approval/index.ts';
+import type { Approvals, TaskView } from '../approval/index.ts';
 import type { AuditLog } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet, BlobStore, Upstream } from '../connectors/index.ts';
@@ -39,7 +39,8 @@ import { failIfToolError } from './tracing.ts';
  *                down (SOURCE_UNAVAILABLE)
  *   4. admit     the agent's profile allows the tool's facet (else -32602, data.code TOOL_DENIED)
  *   5. validate  the arguments against the tool's input schema (INVALID_ARGUMENT)
- *   6. handle    the tool's own work under the call deadline; a write through the approval gate
+ *   6. handle    the tool's own work under the call deadline; a write through the approval gate (a real
+ *                write asked as an MCP task is drafted there and answered with the task: TaskCall)
  *   7. record    the call's audit row, committed before the answer leaves; then the envelope
  *
  * Failures of 2, 5 and 6 are the tool's answer (an envelope with ok: false); every other failure is a
@@ -70,6 +71,16 @@ export interface CallDeps {
   tracer?: Tracer;
 }
 
+/**
+ * How a call takes part in MCP tasks: `asTask` when the client declared the Tasks extension (a real
+ * write without an approval_id is then answered with a CreateTaskResult), `task_id` when the task
+ * runner makes the call to execute an approved task's write.
+ */
+export interface TaskCall {
+  asTask?: boolean;
+  task_id?: string;
+}
+
 export interface CallPipeline {
   listTools(agent: Agent): Tool[];
   /**
@@ -83,11 +94,17 @@ export interface CallPipeline {
     args: unknown,
     signal: AbortSignal,
     hold?: AnswerHold,
+    tasks?: TaskCall,
   ): Promise<CallToolResult>;
   /** Calls `listener` whenever the tool list changed (an upstream's tools); returns the unsubscribe. */
   onListChanged(listener: () => void): () => void;
   /** Set when tracing is on: the transport opens each request's span with it. */
   readonly tracer?: Tracer;
+  /** The agents' tasks, as the tasks methods read, list and cancel them (approval/tasks.ts). */
+  readonly tasks: Pick<Approvals['tasks'], 'get' | 'cancel'> & {
+    /** The agent's tasks, newest first, a page after `cursor` (tamper-checked, bound to the agent). */
+    list(agent: Agent, cursor?: string): Promise<{ items: TaskView[]; next_cursor: string | null }>;
+  };
 }
 
 /** One tools/call as it moves through the steps: its typed context, from begin to record. */
@@ -106,6 +123,8 @@ export interface Call {
   unknown?: true;
   /** Where the transport holds the answer until the row commits, if it can (see AnswerHold). */
   hold?: AnswerHold;
+  /** The call's part in MCP tasks, if it has one. */
+  tasks?: TaskCall;
 }
 
 export function createCallPipeline(deps: CallDeps): CallPipeline {
@@ -115,12 +134,26 @@ export function createCallPipeline(deps: CallDeps): CallPipeline {
     // Chosen once: without tracing, a call takes exactly the path it always took.
     call: deps.tracer
       ? tracedCall(deps, catalogue, deps.tracer)
-      : (agent, name, args, signal, hold) =>
-          runCall(deps, catalogue, beginCall({ agent, name, args, signal, hold })),
+      : (agent, name, args, signal, hold, tasks) =>
+          runCall(deps, catalogue, beginCall({ agent, name, args, signal, hold, tasks })),
     onListChanged: catalogue.onChanged,
     tracer: deps.tracer,
+    tasks: {
+      get: deps.approvals.tasks.get,
+      cancel: deps.approvals.tasks.cancel,
+      list: (agent, cursor) =>
+        deps.cursors.page<TaskView, { t: string; id: string }>(
+          'tasks/list',
+          { agent: agent.id },
+          cursor,
+          (after) => deps.approvals.tasks.list(agent, { limit: TASK_LIST_PAGE, after }),
+        ),
+    },
   };
 }
+
+/** How many tasks a page of tasks/list holds. */
+const TASK_LIST_PAGE = 100;
 
 /** The steps, in order. */
 async function runCall(deps: CallDeps, catalogue: Catalogue, call: Call): Promise<CallToolResult> {
@@ -158,12 +191,12 @@ async function runCall(deps: CallDeps, catalogue: Catalogue, call: Call): Promis
  * answer is held: the span ends once the row has committed.
  */
 function tracedCall(deps: CallDeps, catalogue: Catalogue, tracer: Tracer): CallPipeline['call'] {
-  return (agent, name, args, signal) =>
+  return (agent, name, args, signal, _hold, tasks) =>
     tracer.span(
       `execute_tool ${name}`,
       { 'gen_ai.operation.name': 'execute_tool', 'gen_ai.tool.name': name },
       async (span) => {
-        const call = beginCall({ agent, name, args, signal }, span.traceId);
+        const call = beginCall({ agent, name, args, signal, tasks }, span.traceId);
         span.set({ 'gen_ai.tool.call.id': call.request_id, 'countersign.agent.id': agent.id });
         const result = await runCall(deps, catalogue, call);
         failIfToolError(span, result);
@@ -183,7 +216,7 @@ export const TOO_DEEP_ARGUMENTS = Object.freeze({ [STAND_IN_KEY]: 'arguments nes
 
 /** `trace_id` is the call's span's trace id when tracing is on. */
 function beginCall(
-  given: Pick<Call, 'agent' | 'name' | 'args' | 'signal' | 'hold'>,
+  given: Pick<Call, 'agent' | 'name' | 'args' | 'signal' | 'hold' | 'tasks'>,
   trace_id = newTraceId(),
 ): Call {
   const args = given.args ?? {};
@@ -375,6 +408,8 @@ function handle(
         facet: tool.facet,
         approvals: deps.approvals,
         faults: deps.faults,
+        ...(call.tasks?.asTask ? { asTask: { tool: call.name } } : {}),
+        ...(call.tasks?.task_id ? { task_id: call.tasks.task_id } : {}),
       });
     }
     if (tool.facet === 'memory') return tool.handler(args, { ...base, memory: deps.memory });
@@ -433,18 +468,21 @@ interface Built {
 async function record(deps: CallDeps, call: Call, settled: Settled): Promise<CallToolResult> {
   const facts = settled.outcome?.audit ?? {};
   const failure = settled.failure;
+  const task = settled.outcome?.task;
   const answer = (audit_seq: number) =>
-    toCallResult(
-      {
-        tool: toolNameOf(call),
-        request_id: call.request_id,
-        trace_id: call.trace_id,
-        operator_id: call.agent.id,
-        started: call.started,
-        audit_seq,
-      },
-      settled,
-    );
+    task
+      ? taskCreated(task)
+      : toCallResult(
+          {
+            tool: toolNameOf(call),
+            request_id: call.request_id,
+            trace_id: call.trace_id,
+            operator_id: call.agent.id,
+            started: call.started,
+            audit_seq,
+          },
+          settled,
+        );
   /** The result built from the row as chained, while it commits. */
   let early: Built | undefined;
   let built = (_: Built) => {};
@@ -469,7 +507,8 @@ async function record(deps: CallDeps, call: Call, settled: Settled): Promise<Cal
     setImmediate(() => deps.metrics.record(metricLabelOf(call), failure ? toolCodeOf(failure) : null, took));
     return row;
   });
-  if (call.hold) {
+  // A task's answer does not depend on the row's seq: it goes once the row has committed.
+  if (call.hold && !task) {
     // Announced before committed: the result goes now, the commit to the hold.
     const sent = await Promise.race([announced, committed.then(() => undefined)]);
     if (sent) {
@@ -480,6 +519,24 @@ async function record(deps: CallDeps, call: Call, settled: Settled): Promise<Cal
   const row = await committed;
   return early?.seq === row.seq ? early.result : answer(row.seq);
 }
+
+/**
+ * A write asked for as a task: the CreateTaskResult (Tasks extension) in place of the envelope. The
+ * SDK's tools/call result check adds `content: []` to a result without content; it is given here, so
+ * that what the check passes is what this says.
+ */
+const taskCreated = (task: TaskView): CallToolResult =>
+  ({
+    resultType: 'task',
+    taskId: task.taskId,
+    status: task.status,
+    statusMessage: task.statusMessage,
+    createdAt: task.createdAt,
+    lastUpdatedAt: task.lastUpdatedAt,
+    ttlMs: task.ttlMs,
+    pollIntervalMs: task.pollIntervalMs,
+    content: [],
+  }) as CallToolResult;
 
 type AppendInput = Parameters<AuditLog['append']>[0];
 
@@ -504,6 +561,7 @@ function appendCallRow(
     tool: toolNameOf(call),
     details: {
       ...(kind === 'tool.call' ? { args_sha256: call.args_sha256 } : {}),
+      ...(call.tasks?.task_id ? { origin: 'task', task_id: call.tasks.task_id } : {}),
       ...row.details,
       ...(call.unknown ? { tool_sha256: hash('sha256', call.name, 'hex') } : {}),
       agent_name: call.agent.name,

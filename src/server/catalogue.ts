@@ -120,6 +120,9 @@ function listingOf(tool: AnyToolDef, exposed: string): Tool {
     inputSchema: tool.listing?.inputSchema ?? jsonSchema(tool.input, 'input'),
     outputSchema: jsonSchema(envelopeSchema(tool.output), 'output') as Tool['outputSchema'],
     annotations: tool.listing?.annotations ?? annotationsFor(tool),
+    // A write may be asked for as a task (server/tasks.ts): it completes once a chair has decided.
+    // 2025-11-25 lists the marker; 2026-07-28 has none per tool (the SDK leaves it out there).
+    ...(tool.kind === 'write' ? { execution: { taskSupport: 'optional' as const } } : {}),
   };
 }
 

@@ -4,6 +4,7 @@ import type { ActiveSpan } from '../core/tracing.ts';
 import { outageOf } from '../db/outage.ts';
 import { databaseUnavailable, type CallPipeline } from './call.ts';
 import type { RequestContext } from './call-context.ts';
+import { asCoreTaskResult, handleTasks, taskAsk, tasksCapability } from './tasks.ts';
 import { inRequestSpan } from './tracing.ts';
 
 export const SERVER_NAME = 'countersign';
@@ -31,7 +32,7 @@ export function createMcpServer(opts: {
 }): Server {
   const server = new Server(
     { name: SERVER_NAME, version: opts.version },
-    { capabilities: { tools: { listChanged: true } }, instructions: INSTRUCTIONS },
+    { capabilities: { tools: { listChanged: true }, ...tasksCapability }, instructions: INSTRUCTIONS },
   );
   // Authenticating may need the database: an outage is answered as such, not as an internal error.
   const context = async (span?: ActiveSpan) => {
@@ -54,9 +55,14 @@ export function createMcpServer(opts: {
     const run = async (span?: ActiveSpan) => {
       const { agent, hold } = await context(span);
       const { name, arguments: args } = request.params;
-      return opts.pipeline.call(agent, name, args, ctx.mcpReq.signal, hold);
+      const ask = taskAsk(ctx.mcpReq.envelope, request.params);
+      const result = await opts.pipeline.call(agent, name, args, ctx.mcpReq.signal, hold, {
+        asTask: ask !== undefined,
+      });
+      return ask === 'core' ? asCoreTaskResult(result) : result;
     };
     return tracer ? inRequestSpan(tracer, server, ctx, request.params.name, run) : run();
   });
+  handleTasks(server, opts.pipeline, async () => (await context()).agent);
   return server;
 }

@@ -1,7 +1,7 @@
 import type { Tool } from '@modelcontextprotocol/server';
 import type { z } from 'zod';
 import type { AuditFacts } from '../core/audit-kinds.ts';
-import type { PreparedWrite, Approvals } from '../approval/index.ts';
+import type { PreparedWrite, Approvals, TaskView } from '../approval/index.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet, BlobStore } from '../connectors/index.ts';
 import type { Agent } from '../core/identity.ts';
@@ -46,6 +46,8 @@ export interface ToolOutcome<T> {
   empty?: boolean;
   next_cursor?: string | null;
   audit?: AuditFacts;
+  /** A write asked for as an MCP task: the task, answered instead of the envelope (approval/gate.ts). */
+  task?: TaskView;
 }
 
 interface ToolBase<I extends z.ZodObject, O extends z.ZodObject> {

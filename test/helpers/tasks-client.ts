@@ -1,0 +1,81 @@
+import type { Client } from '@modelcontextprotocol/client';
+import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
+
+/** The framing the Tasks requester puts on its 2026-07-28 requests. */
+export const FRAMING = {
+  protocolVersion: '2026-07-28',
+  clientInfo: { name: 'countersign-test', version: '1.0.0' },
+  clientCapabilities: {},
+};
+
+type JsonRpcAnswer =
+  | { kind: 'result'; result: Record<string, unknown> }
+  | { kind: 'error'; error: { code: number; message: string; data?: unknown } };
+
+/** The body of an answer: one JSON object, or the last data line of an event stream. */
+async function answerOf(res: Response): Promise<Record<string, unknown>> {
+  const text = await res.text();
+  if (!(res.headers.get('content-type') ?? '').includes('text/event-stream')) return JSON.parse(text);
+  const data = text
+    .split('\n')
+    .filter((l) => l.startsWith('data:'))
+    .map((l) => l.slice(5).trim())
+    .filter((l) => l.length > 0);
+  return JSON.parse(data.at(-1)!);
+}
+
+let nextId = 1;
+
+/**
+ * One 2026-07-28 request POSTed to /mcp with the standard headers (Mcp-Method, and Mcp-Name for the
+ * methods whose body names a tool or a task): what a requester's raw dispatch sends.
+ */
+export async function rawRequest(
+  url: string,
+  token: string,
+  request: unknown,
+  version = FRAMING.protocolVersion,
+): Promise<JsonRpcAnswer> {
+  const { method, params } = request as { method: string; params?: Record<string, unknown> };
+  const name =
+    method === 'tools/call' ? params?.name : method.startsWith('tasks/') ? params?.taskId : undefined;
+  const res = await fetch(new URL('/mcp', url), {
+    method: 'POST',
+    headers: {
+      Authorization: `Bearer ${token}`,
+      'Content-Type': 'application/json',
+      Accept: 'application/json, text/event-stream',
+      'MCP-Protocol-Version': version,
+      'Mcp-Method': method,
+      ...(typeof name === 'string' ? { 'Mcp-Name': name } : {}),
+    },
+    body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, ...(request as object) }),
+  });
+  const body = await answerOf(res);
+  if ('error' in body) return { kind: 'error', error: body.error as { code: number; message: string } };
+  return { kind: 'result', result: body.result as Record<string, unknown> };
+}
+
+/** A 2026-07-28 request as the Tasks requester frames it (its metadata envelope with the extension). */
+export const framed = (method: string, params: Record<string, unknown>, tasks = true) => ({
+  method,
+  params: {
+    ...params,
+    _meta: {
+      'io.modelcontextprotocol/protocolVersion': FRAMING.protocolVersion,
+      'io.modelcontextprotocol/clientInfo': FRAMING.clientInfo,
+      'io.modelcontextprotocol/clientCapabilities': tasks
+        ? { extensions: { 'io.modelcontextprotocol/tasks': {} } }
+        : {},
+    },
+  },
+});
+
+/** The official Tasks requester on a connected 2026-07-28 client, dispatching over HTTP with `token`. */
+export function taskSession(client: Client, url: string, token: string) {
+  return createTaskSessionFromClient(client, {
+    endpointId: `countersign-${url}`,
+    rawDispatch: (request) => rawRequest(url, token, request) as never,
+    v2RequestFraming: FRAMING,
+  });
+}
