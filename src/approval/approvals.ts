@@ -25,6 +25,7 @@ import {
   getTask,
   listTasks,
   requestStatusOf,
+  releaseTask,
   settleTask,
   type NewTask,
 } from './tasks.ts';
@@ -87,6 +88,8 @@ export function createApprovals(given: Omit<ApprovalDeps, 'rules'>) {
       cancel: (agent: Agent, id: string) => cancelTask(deps, agent.id, id),
       claim: (staleMs: number, limit?: number) => claimRunnable(deps, staleMs, limit),
       settle: (id: string, outcome: Parameters<typeof settleTask>[2]) => settleTask(deps, id, outcome),
+      /** Gives up a claim on a task still working: any round may take it again. */
+      release: (id: string) => releaseTask(deps, id),
       requestStatus: (approval_request_id: string) => requestStatusOf(deps, approval_request_id),
       /** Calls `listener` after each approval of a task's request committed here; returns the unsubscribe. */
       onApproved(listener: () => void): () => void {

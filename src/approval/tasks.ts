@@ -306,6 +306,11 @@ export async function requestStatusOf(
   return row ? ApprovalStatus.parse(row.status) : undefined;
 }
 
+/** Drops the claim on a task still working (its request went back to pending): the next round may take it. */
+export async function releaseTask(deps: ApprovalDeps, id: string): Promise<void> {
+  await deps.knex('approval_tasks').where({ id, status: 'working' }).update({ claimed_at: null });
+}
+
 /** Gives a working task its outcome; false if it already had one (a cancel, another runner). */
 export async function settleTask(
   deps: ApprovalDeps,

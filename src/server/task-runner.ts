@@ -91,6 +91,10 @@ async function runTask(deps: TaskRunnerDeps, task: ClaimedTask, signal: AbortSig
   } else if (status === 'succeeded' || status === 'failed') {
     // The write's outcome, as the agent's own call would have answered it (a replay after a crash).
     await tasks.settle(task.id, { status: 'completed', result: result as Record<string, unknown> });
+  } else if (status === 'pending') {
+    // Sent back for more approvals (a policy made stricter since the approval): the task waits with
+    // its request, and the next approval's round takes it at once rather than once this claim is stale.
+    await tasks.release(task.id);
   } else if (status === 'approved' && failure && !TRANSIENT.has(failure.code)) {
     // Refused before it started, for good (a binding the approval no longer matches, a disabled approver).
     const error = { code: TASK_FAILED, message: failure.message, data: { ...failure } };
