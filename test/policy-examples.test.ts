@@ -85,6 +85,8 @@ for (const kind of databaseKinds()) {
       await only(1);
       const row = await requestOf(await send('hello there'));
       assert.deepEqual([row.policy_rule, row.required_approvers], ['External contacts', 2]);
+      // Alice is inside the organisation (the demo directory says so): the rule does not apply.
+      assert.equal(await ruleOf(await send('hello there', 'ct_alice')), null);
       assert.equal(await ruleOf(await send('hello board', 'cv_board', 'conversation')), null);
     });
 

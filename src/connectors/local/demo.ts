@@ -267,7 +267,8 @@ const FILES: Entry<'files'>[] = [
 export function demoData(): ImportData {
   // A copy for each caller: the constants stay as they are, whatever a caller does with its data.
   return structuredClone({
-    contacts: CONTACTS,
+    // Every demo contact is inside the organisation but David Levi, who chairs the committee from outside.
+    contacts: CONTACTS.map((c) => ({ ...c, external: c.id === 'ct_david' })),
     groups: GROUPS,
     conversations: CONVERSATIONS,
     messages: MESSAGES,

@@ -21,6 +21,8 @@ export const ImportData = z.strictObject({
         department: z.string().nullish(),
         title: z.string().nullish(),
         active: z.boolean().default(true),
+        /** Outside the organisation (approval rules: target.external); omitted: not known, counted as outside. */
+        external: z.boolean().nullish(),
       }),
     )
     .default([]),
@@ -159,6 +161,7 @@ export async function importData(knex: Knex, blobs: BlobStore, input: unknown): 
         account: c.account ?? null,
         department: c.department ?? null,
         title: c.title ?? null,
+        external: c.external ?? null,
         name_key: searchKey(c.display_name),
         name_skeleton: skeletonOf(c.display_name),
         search_key: searchKey(c.display_name, c.account, c.department, c.title),

@@ -27,12 +27,25 @@ const LOOKALIKES = `(select coalesce(json_agg(l), '[]') from (
 const MEMBER_COUNT = '(select count(*) from group_members m where m.group_id = t.id) as member_count';
 
 /**
+ * Whether a group reaches outside the organisation: true when one of its members is outside or not
+ * known to be inside, false when every member is known inside, null for a group of none.
+ */
+const ANY_EXTERNAL = `(select bool_or(coalesce(c.external, true)) from group_members m
+    join contacts c on c.id = m.contact_id where m.group_id = t.id) as any_external`;
+
+/** What the directory knows of a target's being outside the organisation; undefined: not known. */
+const externalOf = (type: TargetType, row: Row): boolean | undefined => {
+  const known = type === 'contact' ? row.external : type === 'group' ? row.any_external : null;
+  return typeof known === 'boolean' ? known : undefined;
+};
+
+/**
  * The target's row, with its look-alikes where the directory has names to compare (not conversations),
- * and a group's member count.
+ * and a group's member count and whether it reaches outside the organisation.
  */
 const targetQuery = (knex: Knex, type: TargetType) => {
   const q = knex(`${TABLE[type]} as t`).select('t.*');
-  if (type === 'group') q.select(knex.raw(MEMBER_COUNT));
+  if (type === 'group') q.select(knex.raw(MEMBER_COUNT), knex.raw(ANY_EXTERNAL));
   return type === 'conversation' ? q : q.select(knex.raw(LOOKALIKES));
 };
 
@@ -86,6 +99,7 @@ export async function resolveLocalTarget(knex: Knex, type: TargetType, ref: stri
     display_name: String(row.display_name),
     ...(lookalikes ? { lookalikes } : {}),
     ...(type === 'group' ? { member_count: Number(row.member_count) } : {}),
+    ...(externalOf(type, row) === undefined ? {} : { external: externalOf(type, row) }),
   };
 }
 
