@@ -141,6 +141,35 @@ for (const kind of databaseKinds()) {
       assert.equal((got as { result: Record<string, unknown> }).result.status, 'working');
     });
 
+    it('refuses the tasks methods to a request that does not declare the extension (-32021)', async () => {
+      const created = await createTask('asked, then read without the extension');
+      for (const method of ['tasks/get', 'tasks/cancel', 'tasks/update']) {
+        const refused = await rawRequest(
+          server.url,
+          server.demoToken,
+          framed(method, { taskId: created.taskId }, false),
+        );
+        assert.equal(refused.kind, 'error', method);
+        const error = (refused as { error: { code: number; data?: unknown } }).error;
+        assert.equal(error.code, -32021, method);
+        assert.deepEqual(error.data, {
+          requiredCapabilities: { extensions: { 'io.modelcontextprotocol/tasks': {} } },
+        });
+      }
+      // Declared, the task is there and still working: the refusals changed nothing.
+      const got = await getTask(String(created.taskId));
+      assert.equal((got as { result: Record<string, unknown> }).result.status, 'working');
+      const update = await rawRequest(
+        server.url,
+        server.demoToken,
+        framed('tasks/update', { taskId: created.taskId }),
+      );
+      assert.equal(
+        (update as { error: { data?: { reason?: string } } }).error.data?.reason,
+        'no_input_requested',
+      );
+    });
+
     it("refuses another agent's task id as not found, exactly as an unknown id", async () => {
       const created = await createTask('only mine to see');
       const theirs = await getTask(String(created.taskId), other.token);

@@ -85,6 +85,19 @@ const notFound = (taskId: string) =>
     code: 'TARGET_NOT_FOUND',
   });
 
+/**
+ * On 2026-07-28 the tasks methods are the extension's: a request whose envelope does not declare it is
+ * refused with -32021, naming the capability it lacks (2025-11-25 requests have no envelope: core tasks).
+ */
+function requireExtension(envelope: unknown): void {
+  if (!modern(envelope) || taskAsk(envelope, undefined) === 'extension') return;
+  throw new ProtocolError(
+    ProtocolErrorCode.MissingRequiredClientCapability,
+    `Declare the ${TASKS_EXTENSION} extension in this request's client capabilities to use tasks`,
+    { requiredCapabilities: { extensions: { [TASKS_EXTENSION]: {} } } },
+  );
+}
+
 /** How long tasks/result waits for a working task before answering that it still is. */
 const RESULT_WAIT_MS = 30_000;
 
@@ -98,11 +111,13 @@ export function handleTasks(
 ) {
   const { tasks } = pipeline;
   server.setRequestHandler('tasks/get', { params: TaskIdParams }, async ({ taskId }, ctx) => {
+    requireExtension(ctx.mcpReq.envelope);
     const view = await tasks.get(await agentOf(), taskId);
     if (!view) throw notFound(taskId);
     return modern(ctx.mcpReq.envelope) ? taskWire(view) : taskCore(view);
   });
   server.setRequestHandler('tasks/cancel', { params: TaskIdParams }, async ({ taskId }, ctx) => {
+    requireExtension(ctx.mcpReq.envelope);
     const view = await cancel(tasks, await agentOf(), taskId);
     return modern(ctx.mcpReq.envelope) ? {} : taskCore(view);
   });
@@ -117,6 +132,16 @@ export function handleTasks(
       throw err;
     });
     return { tasks: page.items.map(taskCore), ...(page.next_cursor ? { nextCursor: page.next_cursor } : {}) };
+  });
+  // countersign's tasks never ask the client for input, so there is nothing to update; a task id is
+  // answered as tasks/get would answer its owner (not found for anyone else's).
+  server.setRequestHandler('tasks/update', { params: TaskIdParams }, async ({ taskId }, ctx) => {
+    requireExtension(ctx.mcpReq.envelope);
+    if (!(await tasks.get(await agentOf(), taskId))) throw notFound(taskId);
+    throw new ProtocolError(ProtocolErrorCode.InvalidParams, 'This task asks for no input', {
+      code: 'INVALID_ARGUMENT',
+      reason: 'no_input_requested',
+    });
   });
   server.setRequestHandler('tasks/result', { params: TaskIdParams }, async ({ taskId }, ctx) =>
     result(tasks, await agentOf(), taskId, ctx.mcpReq.signal),
