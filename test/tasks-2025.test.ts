@@ -7,7 +7,7 @@ import { createUser } from '../src/accounts/users.ts';
 import type { User } from '../src/core/identity.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { connectHttp, startTestServer, waitFor, type Envelope, type TestServer } from './helpers/server.ts';
-import { rawRequest } from './helpers/tasks-client.ts';
+import { rawRequest, sentCount } from './helpers/tasks-client.ts';
 
 const VERSION = '2025-11-25';
 const TOOL = 'isphere_send_message';
@@ -23,15 +23,7 @@ for (const kind of databaseKinds()) {
     const rpc = (method: string, params: Record<string, unknown>, token = server.demoToken) =>
       rawRequest(server.url, token, { method, params }, VERSION) as Promise<Envelope>;
     const knex = () => server.services.knex;
-    const sent = async (text: string) =>
-      Number(
-        (
-          await knex()('messages')
-            .where({ direction: 'outgoing', content_text: text })
-            .count({ n: '*' })
-            .first()
-        )?.n,
-      );
+    const sent = (text: string) => sentCount(knex(), text);
     const requestOf = async (taskId: string) =>
       (
         (await knex()('approval_tasks').where({ id: taskId }).first('approval_request_id')) as {

@@ -7,7 +7,7 @@ import { startBalancer, type Balancer } from './helpers/balancer.ts';
 import { runCli, spawnServer, stopChild } from './helpers/cli.ts';
 import { createTestDatabase, describeOnPostgres, type TestDatabase } from './helpers/db.ts';
 import { testEnv, waitFor, type Envelope } from './helpers/server.ts';
-import { framed, rawRequest } from './helpers/tasks-client.ts';
+import { framed, rawRequest, sentCount } from './helpers/tasks-client.ts';
 
 const REPLICAS = 3;
 const TOOL = 'isphere_send_message';
@@ -45,16 +45,7 @@ describeOnPostgres(`tasks on ${REPLICAS} replicas of one PostgreSQL`, () => {
     (await direct.knex('approval_requests').whereRaw("review->>'content_text' = ?", [text]).first('id')) as {
       id: string;
     };
-  const sent = async (text: string) =>
-    Number(
-      (
-        await direct
-          .knex('messages')
-          .where({ direction: 'outgoing', content_text: text })
-          .count({ n: '*' })
-          .first()
-      )?.n,
-    );
+  const sent = (text: string) => sentCount(direct.knex, text);
   const started = async (id: string) =>
     (await direct
       .knex('audit_events')

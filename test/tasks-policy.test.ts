@@ -4,7 +4,7 @@ import { createUser } from '../src/accounts/users.ts';
 import type { User } from '../src/core/identity.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { startTestServer, waitFor, type TestServer } from './helpers/server.ts';
-import { framed, rawRequest } from './helpers/tasks-client.ts';
+import { framed, rawRequest, sentCount } from './helpers/tasks-client.ts';
 
 /**
  * Writes asked as tasks under approval rules: what the rules decide at the dry run decides the task,
@@ -31,15 +31,7 @@ for (const kind of databaseKinds()) {
 
     const knex = () => server.services.knex;
     const setPolicy = (rules: unknown[]) => server.services.approvals.policy.set({ rules }, 'test-admin');
-    const sent = async (text: string) =>
-      Number(
-        (
-          await knex()('messages')
-            .where({ direction: 'outgoing', content_text: text })
-            .count({ n: '*' })
-            .first()
-        )?.n,
-      );
+    const sent = (text: string) => sentCount(knex(), text);
     const ask = (text: string) =>
       rawRequest(
         server.url,

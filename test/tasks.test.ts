@@ -15,7 +15,7 @@ import {
   type Envelope,
   type TestServer,
 } from './helpers/server.ts';
-import { framed, rawRequest, taskSession } from './helpers/tasks-client.ts';
+import { framed, rawRequest, sentCount, taskSession } from './helpers/tasks-client.ts';
 
 const TOOL = 'isphere_send_message';
 const message = (text: string) => ({ target_type: 'contact', target_id: 'ct_david', content_text: text });
@@ -28,15 +28,7 @@ for (const kind of databaseKinds()) {
     let chair: User;
 
     const knex = () => server.services.knex;
-    const sent = async (text: string) =>
-      Number(
-        (
-          await knex()('messages')
-            .where({ direction: 'outgoing', content_text: text })
-            .count({ n: '*' })
-            .first()
-        )?.n,
-      );
+    const sent = (text: string) => sentCount(knex(), text);
     /** The agent's open request for exactly this text, once the task's draft made it. */
     const requestFor = (text: string) =>
       waitFor(`the request for "${text}"`, async () => {

@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import type { Client } from '@modelcontextprotocol/client';
 import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
 
@@ -78,4 +79,13 @@ export function taskSession(client: Client, url: string, token: string) {
     rawDispatch: (request) => rawRequest(url, token, request) as never,
     v2RequestFraming: FRAMING,
   });
+}
+
+/** How many outgoing messages carry exactly `text`: what a task's write sent, counted in the store. */
+export async function sentCount(knex: Knex, text: string): Promise<number> {
+  const row = (await knex('messages')
+    .where({ direction: 'outgoing', content_text: text })
+    .count({ n: '*' })
+    .first()) as { n?: unknown } | undefined;
+  return Number(row?.n);
 }
