@@ -173,5 +173,68 @@ for (const kind of databaseKinds()) {
       );
       assert.equal(rows[2]!.details.ref, 'crm-42');
     });
+    it('that landed and was found by reconciliation is recorded once more as a late answer, the status kept', async () => {
+      const { knex, approvals } = server.services;
+      const chair = await createUser(knex, { name: 'grace', roles: ['chair'], password: 'grace password' });
+      const args = { target_type: 'contact', target_id: 'ct_david', content_text: 'Landed, then paused.' };
+      const draft = await call(agent, 'isphere_send_message', args);
+      const approvalId = await approveAsChair({ approvals, user: chair }, draft);
+      const requestId = draft.approval.approval_request_id as string;
+      await knex('approval_requests').where({ id: requestId }).update({ source: 'mcp:crm' });
+      const request = (await knex('approval_requests').where({ id: requestId }).first()) as {
+        content_sha256: string;
+        agent_id: string;
+        target_display: string | null;
+      };
+      const agentRow = (await knex('agents').where({ id: request.agent_id }).first()) as Agent;
+      const { row } = await approvals.beginExecution({
+        agent: agentRow,
+        tool: 'send_message',
+        approval_id: approvalId,
+        target: { target_type: 'contact', target_id: 'ct_david', display_name: request.target_display },
+        content_sha256: request.content_sha256,
+        file_sha256: null,
+        request_id: 'rq-paused',
+        trace_id: 'tr-paused',
+        source: 'mcp:crm',
+      });
+      // The upstream made the write; the process that asked for it stopped (SIGSTOP) before recording
+      // its answer, and another replica's reconciliation asked the upstream and was told "written".
+      await knex('approval_requests')
+        .where({ id: requestId })
+        .update({ execution_started_at: new Date(Date.now() - 3_600_000).toISOString() });
+      const settled = await approvals.reconcile(
+        async () => ({ found: true, ref: 'crm-7' }),
+        createLogger('silent'),
+      );
+      assert.equal(settled, 1);
+
+      const finished = await approvals.finishExecution(
+        row,
+        { status: 'succeeded', result: { ref: 'crm-7' } },
+        { request_id: 'rq-paused', trace_id: 'tr-paused', source: 'mcp:crm' },
+      );
+      assert.equal(finished, false, 'reconciliation had settled it');
+      const status = await call(agent, 'isphere_get_approval', { approval_request_id: requestId });
+      assert.equal(status.approval.status, 'succeeded');
+      const rows = (await knex('audit_events')
+        .where({ approval_request_id: requestId })
+        .whereLike('kind', 'write.%')
+        .orderBy('seq')) as { kind: string; details: Record<string, unknown> }[];
+      assert.deepEqual(
+        rows.map((r) => [
+          r.kind,
+          r.details.reconciled ?? null,
+          r.details.late ?? null,
+          r.details.status_before ?? null,
+          r.details.status_after ?? null,
+        ]),
+        [
+          ['write.started', null, null, null, null],
+          ['write.succeeded', true, null, null, null],
+          ['write.succeeded', null, true, 'succeeded', 'succeeded'],
+        ],
+      );
+    });
   });
 }
