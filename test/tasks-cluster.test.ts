@@ -7,7 +7,7 @@ import { startBalancer, type Balancer } from './helpers/balancer.ts';
 import { runCli, spawnServer, stopChild } from './helpers/cli.ts';
 import { createTestDatabase, describeOnPostgres, type TestDatabase } from './helpers/db.ts';
 import { testEnv, waitFor, type Envelope } from './helpers/server.ts';
-import { framed, rawRequest, sentCount } from './helpers/tasks-client.ts';
+import { framed, openListen, rawRequest, sentCount, taskNote } from './helpers/tasks-client.ts';
 
 const REPLICAS = 3;
 const TOOL = 'isphere_send_message';
@@ -90,8 +90,14 @@ describeOnPostgres(`tasks on ${REPLICAS} replicas of one PostgreSQL`, () => {
       const views = await Promise.all(replicas.map((r) => getTask(r.url, created.taskId)));
       for (const view of views) assert.deepEqual(view, views[0]);
       assert.equal(views[0]!.status, 'working');
+      // A listen stream on a third replica: it hears of the decision made outside, and of the run.
+      const listen = await openListen(replicas[2]!.url, token, { taskIds: [created.taskId] });
+      await listen.next('the task as it is', taskNote(created.taskId, 'working'));
       const { id } = await requestOf(text);
       await approveAsChair({ env, ...CHAIR }, id);
+      const pushed = await listen.next('the completion', taskNote(created.taskId, 'completed'), 60_000);
+      await listen.close();
+      assert.equal((pushed.params?.result as Task['result'])?.structuredContent.send_status, 'sent');
       const task = await completed(balancer, created.taskId);
       assert.equal(task.status, 'completed', JSON.stringify(task));
       assert.equal(task.result?.structuredContent.send_status, 'sent');

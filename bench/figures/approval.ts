@@ -179,6 +179,7 @@ export async function approvalFigures(o: ApprovalOptions): Promise<Figure[]> {
     }
     await agent.close();
     const task = await taskRounds(server.url, o.token, chair, o.rounds, 10 * (warmup + o.rounds));
+    const pushed = await taskRounds(server.url, o.token, chair, o.rounds, 20 * (warmup + o.rounds), 'push');
     const insert = await insertRoundTrips(o.url, Math.max(200, o.rounds));
     const breakdown = STEPS.map((s) => `${s} ${median(steps[s]).toFixed(1)}`).join(', ');
     const statements = STEPS.map((s) => `${s} ${median(counts[s])}`).join(', ');
@@ -193,6 +194,9 @@ export async function approvalFigures(o: ApprovalOptions): Promise<Figure[]> {
     );
     o.log(
       `  as a task: p50 ${task.p50.toFixed(1)} ms (${task.breakdown} ms; tasks/get every ${TASK_POLL_MS} ms)`,
+    );
+    o.log(
+      `  as a task, pushed: p50 ${pushed.p50.toFixed(1)} ms (${pushed.breakdown} ms; on a listen stream)`,
     );
     return [
       figure({
@@ -228,6 +232,15 @@ export async function approvalFigures(o: ApprovalOptions): Promise<Figure[]> {
         baseline: percentile(insert, 99),
         baseline_label: 'one plain INSERT round trip (p99)',
         check: null,
+      }),
+      figure({
+        id: 'e_task_pushed_roundtrip_p50_ms',
+        unit: 'ms',
+        value: pushed.p50,
+        baseline: median(insert),
+        baseline_label: 'one plain INSERT round trip (p50)',
+        check: null,
+        note: `${o.rounds} writes asked as tasks, create → approve → completed pushed as notifications/tasks on a listen stream opened after the create; p50 per step: ${pushed.breakdown} ms`,
       }),
       figure({
         id: 'e_approval_cycle_statements',

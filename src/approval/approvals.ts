@@ -23,6 +23,7 @@ import {
   claimRunnable,
   createTask,
   getTask,
+  getTasks,
   listTasks,
   requestStatusOf,
   releaseTask,
@@ -84,6 +85,7 @@ export function createApprovals(given: Omit<ApprovalDeps, 'rules'>) {
     tasks: {
       create: (draft: NewTask) => createTask(deps, draft),
       get: (agent: Agent, id: string) => getTask(deps, agent.id, id),
+      getMany: (agent: Agent, ids: readonly string[]) => getTasks(deps, agent.id, ids),
       list: (agent: Agent, opts: Parameters<typeof listTasks>[2]) => listTasks(deps, agent.id, opts),
       cancel: (agent: Agent, id: string) => cancelTask(deps, agent.id, id),
       claim: (staleMs: number, limit?: number) => claimRunnable(deps, staleMs, limit),

@@ -150,6 +150,26 @@ export async function getTask(
 }
 
 /**
+ * The agent's own tasks among `ids` (at most one read): another agent's id and an unknown one are
+ * left out alike. What a listen stream watching these tasks pushes (server/listen.ts).
+ */
+export async function getTasks(
+  deps: ApprovalDeps,
+  agent_id: string,
+  ids: readonly string[],
+): Promise<TaskView[]> {
+  const wanted = ids.filter(isUuid);
+  if (wanted.length === 0) return [];
+  const rows = (await deps
+    .knex('approval_tasks as t')
+    .join('approval_requests as r', 'r.id', 't.approval_request_id')
+    .select('t.*', deps.knex.raw('row_to_json(r) as r_row'))
+    .where('t.agent_id', agent_id)
+    .whereIn('t.id', wanted)) as Record<string, unknown>[];
+  return rows.map((raw) => taskView(parseJoined(deps, raw)));
+}
+
+/**
  * The agent's own tasks, newest first (tasks/list on 2025-11-25): a page of at most `limit`, after the
  * position `after` (the last one of the page before), and the position of the next page's start.
  */

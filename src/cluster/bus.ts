@@ -8,6 +8,8 @@ import type { Logger } from '../log.ts';
 export const EVENTS_CHANNEL = 'countersign_events';
 /** The channel a trigger on `agents` announces every changed agent's id on (a migration creates it). */
 export const AGENTS_CHANNEL = 'countersign_agents';
+/** The channel a trigger announces the id of every task whose state may have changed on (a migration). */
+export const TASKS_CHANNEL = 'countersign_tasks';
 
 /** What the bus carries between replicas: the event, and which replica published it. */
 interface Envelope {
@@ -28,6 +30,13 @@ export interface ClusterBus extends ServerEventBus {
    * committed), without waiting for PostgreSQL to echo the trigger's notification back.
    */
   agentChangedHere(agentId: string): void;
+  /**
+   * Calls `listener` with the id of every task whose state may have changed (its request decided,
+   * executed, expired or withdrawn, or the task settled), on any replica or by any command, and with
+   * '*' when changes may have been missed. PostgreSQL only; on the embedded database nothing is
+   * announced and the listen streams read their tasks again each poll interval.
+   */
+  onTaskChanged(listener: (taskId: string) => void): () => void;
   /** Whether change announcements reach this replica right now (the listening connection is up). */
   listening(): boolean;
   close(): Promise<void>;
@@ -42,6 +51,7 @@ interface PgBusState {
   readonly local: InMemoryServerEventBus;
   readonly foreign: Set<(event: ServerEvent) => void>;
   readonly agentListeners: Set<(agentId: string) => void>;
+  readonly taskListeners: Set<(taskId: string) => void>;
   listener: pg.Client | undefined;
   closed: boolean;
   retry: NodeJS.Timeout | undefined;
@@ -53,8 +63,14 @@ function agentChanged(bus: PgBusState, agentId: string) {
   for (const l of bus.agentListeners) l(agentId);
 }
 
+/** Tells this replica's listeners that task `taskId` may have changed ('*': any may have). */
+function taskChanged(bus: PgBusState, taskId: string) {
+  for (const l of bus.taskListeners) l(taskId);
+}
+
 function deliver(bus: PgBusState, msg: pg.Notification) {
   if (msg.channel === AGENTS_CHANNEL) return agentChanged(bus, msg.payload ?? '*');
+  if (msg.channel === TASKS_CHANNEL) return taskChanged(bus, msg.payload ?? '*');
   let envelope: Envelope;
   try {
     envelope = JSON.parse(msg.payload ?? '') as Envelope;
@@ -69,6 +85,7 @@ function connectionLost(bus: PgBusState, client: pg.Client, err: Error) {
   bus.log.warn({ err: err.message }, 'event bus listener lost its connection; reconnecting');
   if (bus.listener === client) bus.listener = undefined;
   agentChanged(bus, '*');
+  taskChanged(bus, '*');
   void client.end().catch(() => undefined);
   schedule(bus);
 }
@@ -80,6 +97,7 @@ async function listen(bus: PgBusState): Promise<void> {
   await client.connect();
   await client.query(`listen ${EVENTS_CHANNEL}`);
   await client.query(`listen ${AGENTS_CHANNEL}`);
+  await client.query(`listen ${TASKS_CHANNEL}`);
   if (bus.closed) {
     await client.end();
     return;
@@ -91,6 +109,7 @@ async function listen(bus: PgBusState): Promise<void> {
     // What was published while we were away is lost: every listener lists again.
     bus.local.publish({ kind: 'tools_list_changed' });
     for (const l of bus.foreign) l({ kind: 'tools_list_changed' });
+    taskChanged(bus, '*');
   }
 }
 
@@ -129,6 +148,7 @@ export async function createPgBus(knex: Knex, url: string, log: Logger): Promise
     local: new InMemoryServerEventBus((err) => log.warn({ err }, 'change-event listener failed')),
     foreign: new Set(),
     agentListeners: new Set(),
+    taskListeners: new Set(),
     listener: undefined,
     closed: false,
     retry: undefined,
@@ -154,6 +174,10 @@ export async function createPgBus(knex: Knex, url: string, log: Logger): Promise
       return () => bus.agentListeners.delete(l);
     },
     agentChangedHere: (id) => agentChanged(bus, id),
+    onTaskChanged(l) {
+      bus.taskListeners.add(l);
+      return () => bus.taskListeners.delete(l);
+    },
     listening: () => bus.listener !== undefined,
     async close() {
       bus.closed = true;
@@ -181,6 +205,8 @@ export function createLocalBus(log: Logger): ClusterBus {
     agentChangedHere: (id) => {
       for (const l of agentListeners) l(id);
     },
+    // Nothing announces task changes here: listen streams read their tasks again each poll interval.
+    onTaskChanged: () => () => undefined,
     // A command run outside this process (the CLI on a stopped server's files) is not announced, so
     // nothing may be cached on the strength of the announcements.
     listening: () => false,

@@ -101,7 +101,7 @@ export interface CallPipeline {
   /** Set when tracing is on: the transport opens each request's span with it. */
   readonly tracer?: Tracer;
   /** The agents' tasks, as the tasks methods read, list and cancel them (approval/tasks.ts). */
-  readonly tasks: Pick<Approvals['tasks'], 'get' | 'cancel'> & {
+  readonly tasks: Pick<Approvals['tasks'], 'get' | 'getMany' | 'cancel'> & {
     /** The agent's tasks, newest first, a page after `cursor` (tamper-checked, bound to the agent). */
     list(agent: Agent, cursor?: string): Promise<{ items: TaskView[]; next_cursor: string | null }>;
   };
@@ -140,6 +140,7 @@ export function createCallPipeline(deps: CallDeps): CallPipeline {
     tracer: deps.tracer,
     tasks: {
       get: deps.approvals.tasks.get,
+      getMany: deps.approvals.tasks.getMany,
       cancel: deps.approvals.tasks.cancel,
       list: (agent, cursor) =>
         deps.cursors.page<TaskView, { t: string; id: string }>(

@@ -28,7 +28,9 @@ import { answerPlainRequest, ServerPool } from './json-exchange.ts';
 import { readJsonBody } from './json-body.ts';
 import { sendProblem, type Problem } from '../core/problem.ts';
 import { withJsonLegacyExchanges } from './legacy-json.ts';
-import { createMcpServer } from './mcp.ts';
+import { createMcpServer, SERVER_NAME } from './mcp.ts';
+import { TASK_POLL_INTERVAL_MS } from '../approval/index.ts';
+import { createTaskListen, watchesTasks } from './listen.ts';
 import { createStreamRegistry } from './streams.ts';
 import { MAX_ARGUMENT_DEPTH, nestedDeeperThan, TOO_DEEP_ARGUMENTS, type CallPipeline } from './call.ts';
 import type { RequestContext } from './call-context.ts';
@@ -192,6 +194,13 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
   const unsubscribe = deps.pipeline.onListChanged(() => handler.notify.toolsChanged());
   const checkHost = hostCheck(deps.config);
   const streams = createStreamRegistry(deps.config.http.max_streams_per_agent, deps.bus, deps.log);
+  const taskListen = createTaskListen({
+    tasks: deps.pipeline.tasks,
+    bus: deps.bus,
+    log: deps.log,
+    poll_ms: TASK_POLL_INTERVAL_MS,
+    serverInfo: { name: SERVER_NAME, version: deps.version },
+  });
 
   async function answer(req: IncomingMessage & { auth?: AuthInfo }, res: ServerResponse) {
     const refused = checkHost(req.headers.host, req.headers.origin);
@@ -216,6 +225,8 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
       });
       if (!release) return tooManyStreams(deps, res, auth.agent);
       res.once('close', release);
+      // A listen that names tasks (Tasks extension) is served whole here; any other by the SDK.
+      if (watchesTasks(body)) return taskListen.serve(auth.agent, body, req.headers, res);
     }
     // One 2025-era request (most traffic): answered here; anything else by the SDK's handlers.
     const answered = await answerPlainRequest(req, res, body, {
@@ -236,6 +247,7 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
     },
     async close() {
       unsubscribe();
+      taskListen.close();
       streams.close();
       await handler.close();
       await servers.close();

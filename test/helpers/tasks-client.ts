@@ -89,3 +89,121 @@ export async function sentCount(knex: Knex, text: string): Promise<number> {
     .first()) as { n?: unknown } | undefined;
   return Number(row?.n);
 }
+
+/** A JSON-RPC message read off a listen stream. */
+export type StreamMessage = {
+  method?: string;
+  id?: unknown;
+  params?: Record<string, unknown>;
+  result?: Record<string, unknown>;
+  error?: { code: number; message: string };
+};
+
+/**
+ * A 2026-07-28 subscriptions/listen POSTed with `filter`, its event stream read as it comes: `next`
+ * waits for the first message after the ones already taken that `accepts`, `ended` for the stream's end.
+ */
+export async function openListen(
+  url: string,
+  token: string,
+  filter: Record<string, unknown>,
+  id: string | number = 'listen-1',
+) {
+  const abort = new AbortController();
+  const res = await fetch(new URL('/mcp', url), {
+    method: 'POST',
+    signal: abort.signal,
+    headers: {
+      Authorization: `Bearer ${token}`,
+      'Content-Type': 'application/json',
+      Accept: 'application/json, text/event-stream',
+      'MCP-Protocol-Version': FRAMING.protocolVersion,
+      'Mcp-Method': 'subscriptions/listen',
+    },
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id,
+      ...framed('subscriptions/listen', { notifications: filter }),
+    }),
+  });
+  const messages: StreamMessage[] = [];
+  const waiters = new Set<() => void>();
+  let done = false;
+  const wake = () => waiters.forEach((w) => w());
+  const reading = (async () => {
+    if (!res.body) return;
+    if (!(res.headers.get('content-type') ?? '').includes('text/event-stream')) {
+      const text = await res.text().catch(() => '');
+      if (text) messages.push(JSON.parse(text) as StreamMessage);
+      done = true;
+      wake();
+      return;
+    }
+    const decoder = new TextDecoder();
+    let buffer = '';
+    try {
+      for await (const chunk of res.body) {
+        buffer += decoder.decode(chunk as Uint8Array, { stream: true });
+        for (let cut = buffer.indexOf('\n\n'); cut !== -1; cut = buffer.indexOf('\n\n')) {
+          const event = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          const data = event
+            .split('\n')
+            .filter((l) => l.startsWith('data:'))
+            .map((l) => l.slice(5).trim())
+            .join('');
+          if (data) messages.push(JSON.parse(data) as StreamMessage);
+        }
+        wake();
+      }
+    } catch {
+      // Aborted by close().
+    } finally {
+      done = true;
+      wake();
+    }
+  })();
+  let taken = 0;
+  return {
+    status: res.status,
+    contentType: res.headers.get('content-type') ?? '',
+    messages,
+    /** The next message that `accepts` (the ones skipped on the way are taken too). */
+    async next(
+      what: string,
+      accepts: (m: StreamMessage) => boolean,
+      timeoutMs = 30_000,
+    ): Promise<StreamMessage> {
+      const until = Date.now() + timeoutMs;
+      for (;;) {
+        while (taken < messages.length) {
+          const m = messages[taken++]!;
+          if (accepts(m)) return m;
+        }
+        if (done) throw new Error(`the listen stream ended before ${what}`);
+        if (Date.now() > until) throw new Error(`no ${what} on the listen stream within ${timeoutMs} ms`);
+        await new Promise<void>((resolve) => {
+          const w = () => {
+            waiters.delete(w);
+            resolve();
+          };
+          waiters.add(w);
+          setTimeout(w, 200);
+        });
+      }
+    },
+    async ended(): Promise<void> {
+      await reading;
+    },
+    async close(): Promise<void> {
+      abort.abort();
+      await reading;
+    },
+  };
+}
+
+/** A notifications/tasks message for `taskId` with `status`, as a listen stream carries it. */
+export const taskNote = (taskId: string, status?: string) => (m: StreamMessage) =>
+  m.method === 'notifications/tasks' &&
+  m.params?.taskId === taskId &&
+  (!status || m.params?.status === status);
