@@ -223,6 +223,10 @@ export const ConfigSchema = z
           .default(1 * MiB),
         /** Open `subscriptions/listen` streams one agent may hold on one replica; the next is refused (429). */
         max_streams_per_agent: z.number().int().positive().default(8),
+        /** Requests of one agent one replica works on at once; the next wait their turn, unread. */
+        max_calls_in_flight_per_agent: z.number().int().positive().default(4),
+        /** Requests of one agent that may wait for a turn on one replica; the next is refused (429). */
+        max_calls_waiting_per_agent: z.number().int().positive().default(1000),
       })
       .prefault({}),
     tools: z
@@ -459,6 +463,8 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_PUBLIC_URL: { path: ['http', 'public_url'], kind: 'string' },
   COUNTERSIGN_MAX_BODY_BYTES: { path: ['http', 'max_body_bytes'], kind: 'int' },
   COUNTERSIGN_MAX_STREAMS_PER_AGENT: { path: ['http', 'max_streams_per_agent'], kind: 'int' },
+  COUNTERSIGN_MAX_CALLS_IN_FLIGHT_PER_AGENT: { path: ['http', 'max_calls_in_flight_per_agent'], kind: 'int' },
+  COUNTERSIGN_MAX_CALLS_WAITING_PER_AGENT: { path: ['http', 'max_calls_waiting_per_agent'], kind: 'int' },
   COUNTERSIGN_TOOLS_PREFIX: { path: ['tools', 'prefix'], kind: 'string' },
   COUNTERSIGN_DOWNLOAD_DIR: { path: ['files', 'download_dir'], kind: 'string' },
   COUNTERSIGN_OUTBOUND_DIR: { path: ['files', 'outbound_dir'], kind: 'string' },

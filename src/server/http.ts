@@ -31,6 +31,7 @@ import { withJsonLegacyExchanges } from './legacy-json.ts';
 import { createMcpServer, SERVER_NAME } from './mcp.ts';
 import { TASK_POLL_INTERVAL_MS } from '../approval/index.ts';
 import { createTaskListen, watchesTasks } from './listen.ts';
+import { createInFlight, type InFlight } from './in-flight.ts';
 import { createStreamRegistry } from './streams.ts';
 import { MAX_ARGUMENT_DEPTH, nestedDeeperThan, TOO_DEEP_ARGUMENTS, type CallPipeline } from './call.ts';
 import type { RequestContext } from './call-context.ts';
@@ -194,6 +195,10 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
   const unsubscribe = deps.pipeline.onListChanged(() => handler.notify.toolsChanged());
   const checkHost = hostCheck(deps.config);
   const streams = createStreamRegistry(deps.config.http.max_streams_per_agent, deps.bus, deps.log);
+  const inFlight = createInFlight(
+    deps.config.http.max_calls_in_flight_per_agent,
+    deps.config.http.max_calls_waiting_per_agent,
+  );
   const taskListen = createTaskListen({
     tasks: deps.pipeline.tasks,
     bus: deps.bus,
@@ -205,11 +210,11 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
   async function answer(req: IncomingMessage & { auth?: AuthInfo }, res: ServerResponse) {
     const refused = checkHost(req.headers.host, req.headers.origin);
     if (refused) return sendProblem(res, refused);
-    const read = await readJsonBody(req, maxRequestBodySize);
-    if ('problem' in read) return sendProblem(res, read.problem);
     const token = bearer(req.headers.authorization);
     const auth = await authenticateBearer(deps, token);
-    if ('failure' in auth) return refuse(deps, req, res, { ...auth, token });
+    if ('failure' in auth) return refuseRead(deps, req, res, { ...auth, token });
+    const read = await inTurn(deps, inFlight, auth.agent, req, res);
+    if (!read) return;
     // Handed to the server factory as authInfo; the token itself goes no further.
     const authInfo: AuthInfo = { token: '', clientId: auth.agent.id, scopes: [] };
     callers.set(authInfo, auth.agent);
@@ -261,6 +266,77 @@ function opensStream(body: unknown): boolean {
   return messages.some(
     (m) =>
       m !== null && typeof m === 'object' && (m as { method?: unknown }).method === 'subscriptions/listen',
+  );
+}
+
+/** A request without a valid token, once its body is read: a malformed body is answered as such. */
+async function refuseRead(deps: McpHttpDeps, req: IncomingMessage, res: ServerResponse, refusal: Refusal) {
+  const read = await readJsonBody(req, deps.config.http.max_body_bytes);
+  if ('problem' in read) return sendProblem(res, read.problem);
+  return refuse(deps, req, res, refusal);
+}
+
+/** Whether a request only waits (a listen stream, tasks/result): it holds no turn while it does. */
+function onlyWaits(body: unknown): boolean {
+  const messages: unknown[] = Array.isArray(body) ? body : [body];
+  return messages.every((m) => {
+    const method = m !== null && typeof m === 'object' ? (m as { method?: unknown }).method : undefined;
+    return method === 'subscriptions/listen' || method === 'tasks/result';
+  });
+}
+
+/**
+ * The agent's turn on this replica (http.max_calls_in_flight_per_agent), taken before its body is
+ * read and held until its answer is sent; then the body. Undefined once the request was answered
+ * here: refused (429, or the body's problem), or its client gone while it waited.
+ */
+async function inTurn(
+  deps: McpHttpDeps,
+  inFlight: InFlight,
+  agent: Agent,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<{ body: unknown } | undefined> {
+  const leave = await inFlight.enter(agent.id, closed(res));
+  if (!leave) {
+    if (!res.destroyed && !res.writableEnded) tooManyInFlight(deps, res, agent);
+    return undefined;
+  }
+  res.once('close', leave);
+  const read = await readJsonBody(req, deps.config.http.max_body_bytes);
+  if ('problem' in read) {
+    sendProblem(res, read.problem);
+    return undefined;
+  }
+  // A stream stays open while its client listens (http.max_streams_per_agent counts those), and
+  // tasks/result waits for a decision: neither keeps the agent's other calls waiting.
+  if (onlyWaits(read.body)) leave();
+  return read;
+}
+
+/** Resolves when the response is over: sent, or its client gone. */
+const closed = (res: ServerResponse) =>
+  new Promise<void>((resolve) => (res.destroyed ? resolve() : res.once('close', () => resolve())));
+
+/**
+ * An agent with http.max_calls_waiting_per_agent requests already waiting for their turn on this
+ * replica (besides those in flight): 429, at once.
+ */
+function tooManyInFlight(deps: McpHttpDeps, res: ServerResponse, agent: Agent): void {
+  const { max_calls_in_flight_per_agent: active, max_calls_waiting_per_agent: waiting } = deps.config.http;
+  deps.log.warn(
+    { agent_id: agent.id, agent_name: agent.name, active, waiting },
+    'request refused: too many in flight',
+  );
+  sendProblem(
+    res,
+    {
+      code: 'RATE_LIMITED',
+      reason: 'too_many_in_flight',
+      title: 'Too many requests at once',
+      detail: `agent "${agent.name}" already has ${active} requests in flight here and ${waiting} waiting; wait for their answers`,
+    },
+    { 'Retry-After': '1' },
   );
 }
 
