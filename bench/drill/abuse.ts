@@ -97,7 +97,7 @@ export interface AttackFigures {
 const LATENCY_BOUND = 3;
 /** Each attack's quiet window: at least this long, and at least QUIET_CALLS calls of the agent. */
 const QUIET_MS = 5000;
-const QUIET_CALLS = 30;
+const QUIET_CALLS = 100;
 /** The tool the well-behaved agent calls (and only it). */
 const GOOD_TOOL = 'isphere_search_contacts';
 /** Before the first quiet window: the agent's first calls (connections, compiled code) are not judged. */
@@ -118,13 +118,19 @@ interface Window {
   held_max: number | null;
 }
 
+/**
+ * How often the well-behaved agent searches. Every 25 ms gives an attack of a few seconds well over
+ * 100 calls, so its p99 is not simply its slowest call (a nearest-rank p99 of fewer than 100 is).
+ */
+const BYSTANDER_EVERY_MS = 25;
+
 /** How often the agent's process looks at its own event loop, and the delay below which it keeps nothing. */
 const HELD_EVERY_MS = 10;
 const HELD_KEPT_MS = 2;
 
 /**
  * The well-behaved agent, in a process of its own (this file run with the argument `bystander`): a
- * search every 100 ms, each latency kept with when it started. In the drill's process it would wait
+ * search every BYSTANDER_EVERY_MS, each latency kept with when it started. In the drill's process it would wait
  * behind the attackers' own work (a flood's answers, 100,000-character names), which an attacker on
  * another machine would not put in its way.
  */
@@ -149,7 +155,7 @@ async function runBystander(url: string, token: string, send: (m: unknown) => vo
         .then((r) => r.envelope.ok === true)
         .catch(() => false);
       samples.push({ at, ms: performance.now() - t0, ok });
-      next += 100;
+      next += BYSTANDER_EVERY_MS;
       await sleep(Math.max(0, next - Date.now()));
     }
     clearInterval(watch);
@@ -327,6 +333,8 @@ export interface AbuseOptions {
   cli: (args: string[]) => Promise<{ code: number; out: string }>;
   /** Pin the server and the attackers to CPUs of their own where the machine allows (default true). */
   pin?: boolean;
+  /** The processes of the drill's own PostgreSQL, pinned with the server: the box under attack. */
+  databasePids?: () => number[];
 }
 
 /** The CPUs process `pid` may run on, from `taskset -c -p` (e.g. "0,1" or "0-3,6"). */
@@ -554,6 +562,10 @@ export async function abuseDrill(
     const base = server.url;
     const pid = server.pid;
     if ('server' in pinning) pinTo(pid, pinning.server);
+    // The server's database is on the box under attack too: its processes on the server's CPU (the
+    // backends the server opens later are forked from the postmaster, and inherit it).
+    const databasePids = 'server' in pinning ? (o.databasePids?.() ?? []) : [];
+    for (const dbPid of databasePids) pinTo(dbPid, (pinning as { server: string }).server);
     // Forked from the drill: on the drill's CPUs.
     bystander = await Bystander.start(base, o.token);
     const processes =
@@ -562,7 +574,11 @@ export async function abuseDrill(
     o.log(
       'server' in pinning
         ? `  pinned (taskset -a): the server (pid ${pid}) to CPU ${pinning.server}; ${processes} to CPU ` +
-            `${pinning.attackers}; PostgreSQL where the machine puts it`
+            `${pinning.attackers}; ${
+              databasePids.length
+                ? `the drill's PostgreSQL (${databasePids.length} processes) with the server`
+                : 'PostgreSQL where the machine puts it'
+            }`
         : `  ${pinning.none}: the server (pid ${pid}), ${processes}`,
     );
     // The upstream is connected in the background: wait until its tools are listed.

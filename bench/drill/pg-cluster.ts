@@ -25,6 +25,8 @@ export interface PgCluster {
   start(): Promise<void>;
   /** Stops it (immediate) and removes its directory. */
   dispose(): Promise<void>;
+  /** Its processes now: the postmaster (whose later backends inherit its CPU affinity) and its children. */
+  pids(): number[];
 }
 
 function pgBin(): string {
@@ -86,6 +88,23 @@ export async function startPgCluster(label: string): Promise<PgCluster> {
     stopImmediate: () => stop('immediate'),
     stopFast: () => stop('fast'),
     start,
+    pids() {
+      const postmaster = Number(fs.readFileSync(path.join(data, 'postmaster.pid'), 'utf8').split('\n', 1)[0]);
+      const children = fs
+        .readdirSync('/proc')
+        .filter((d) => /^\d+$/.test(d))
+        .filter((d) => {
+          try {
+            return (
+              Number(fs.readFileSync(`/proc/${d}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]) === postmaster
+            );
+          } catch {
+            return false;
+          }
+        })
+        .map(Number);
+      return [postmaster, ...children];
+    },
     async dispose() {
       await stop('immediate').catch(() => undefined);
       fs.rmSync(dir, { recursive: true, force: true });
