@@ -7,7 +7,8 @@ import { createInFlight } from '../src/server/in-flight.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
 
-const never = new Promise<void>(() => undefined);
+const pending = new Promise<void>(() => undefined);
+const never = () => pending;
 
 describe('an agent’s turns on one replica', () => {
   it('lets max requests in at once and the next in arrival order, one as each leaves', async () => {
@@ -39,7 +40,7 @@ describe('an agent’s turns on one replica', () => {
     const first = await turns.enter('agent', never);
     let end!: () => void;
     const gone = new Promise<void>((resolve) => (end = resolve));
-    const waiting = turns.enter('agent', gone);
+    const waiting = turns.enter('agent', () => gone);
     assert.equal(await turns.enter('agent', never), undefined, 'one already waits');
     end();
     assert.equal(await waiting, undefined);

@@ -114,14 +114,22 @@ for (const kind of databaseKinds()) {
       await server?.stop();
     });
 
-    it('is recorded unknown by a reconciliation that cannot tell, then settled by the late answer', async () => {
+    /**
+     * A write drafted and approved as if through an upstream MCP server (the approval binds that
+     * source), its execution started and its answer not back, two call deadlines ago as far as
+     * reconciliation can see.
+     */
+    async function staleUpstreamExecution(chairName: string, text: string, ids: string) {
       const { knex, approvals } = server.services;
-      const chair = await createUser(knex, { name: 'ada', roles: ['chair'], password: 'ada password' });
-      const args = { target_type: 'contact', target_id: 'ct_david', content_text: 'Via an upstream.' };
+      const chair = await createUser(knex, {
+        name: chairName,
+        roles: ['chair'],
+        password: `${chairName} password`,
+      });
+      const args = { target_type: 'contact', target_id: 'ct_david', content_text: text };
       const draft = await call(agent, 'isphere_send_message', args);
       const approvalId = await approveAsChair({ approvals, user: chair }, draft);
       const requestId = draft.approval.approval_request_id as string;
-      // As if drafted through an upstream MCP server: the approval binds that source.
       await knex('approval_requests').where({ id: requestId }).update({ source: 'mcp:crm' });
       const request = (await knex('approval_requests').where({ id: requestId }).first()) as {
         content_sha256: string;
@@ -129,8 +137,6 @@ for (const kind of databaseKinds()) {
         target_display: string | null;
       };
       const agentRow = (await knex('agents').where({ id: request.agent_id }).first()) as Agent;
-
-      // An execution that went to an upstream MCP server, whose answer has not come back.
       const { row } = await approvals.beginExecution({
         agent: agentRow,
         tool: 'send_message',
@@ -138,14 +144,19 @@ for (const kind of databaseKinds()) {
         target: { target_type: 'contact', target_id: 'ct_david', display_name: request.target_display },
         content_sha256: request.content_sha256,
         file_sha256: null,
-        request_id: 'rq-late',
-        trace_id: 'tr-late',
+        request_id: `rq-${ids}`,
+        trace_id: `tr-${ids}`,
         source: 'mcp:crm',
       });
-      // Two call deadlines later, as far as reconciliation can see.
       await knex('approval_requests')
         .where({ id: requestId })
         .update({ execution_started_at: new Date(Date.now() - 3_600_000).toISOString() });
+      return { row, requestId };
+    }
+
+    it('is recorded unknown by a reconciliation that cannot tell, then settled by the late answer', async () => {
+      const { knex, approvals } = server.services;
+      const { row, requestId } = await staleUpstreamExecution('ada', 'Via an upstream.', 'late');
       const settled = await approvals.reconcile(async () => undefined, createLogger('silent'));
       assert.equal(settled, 1);
       const after = (await knex('approval_requests').where({ id: requestId }).first()) as { status: string };
@@ -175,34 +186,9 @@ for (const kind of databaseKinds()) {
     });
     it('that landed and was found by reconciliation is recorded once more as a late answer, the status kept', async () => {
       const { knex, approvals } = server.services;
-      const chair = await createUser(knex, { name: 'grace', roles: ['chair'], password: 'grace password' });
-      const args = { target_type: 'contact', target_id: 'ct_david', content_text: 'Landed, then paused.' };
-      const draft = await call(agent, 'isphere_send_message', args);
-      const approvalId = await approveAsChair({ approvals, user: chair }, draft);
-      const requestId = draft.approval.approval_request_id as string;
-      await knex('approval_requests').where({ id: requestId }).update({ source: 'mcp:crm' });
-      const request = (await knex('approval_requests').where({ id: requestId }).first()) as {
-        content_sha256: string;
-        agent_id: string;
-        target_display: string | null;
-      };
-      const agentRow = (await knex('agents').where({ id: request.agent_id }).first()) as Agent;
-      const { row } = await approvals.beginExecution({
-        agent: agentRow,
-        tool: 'send_message',
-        approval_id: approvalId,
-        target: { target_type: 'contact', target_id: 'ct_david', display_name: request.target_display },
-        content_sha256: request.content_sha256,
-        file_sha256: null,
-        request_id: 'rq-paused',
-        trace_id: 'tr-paused',
-        source: 'mcp:crm',
-      });
       // The upstream made the write; the process that asked for it stopped (SIGSTOP) before recording
       // its answer, and another replica's reconciliation asked the upstream and was told "written".
-      await knex('approval_requests')
-        .where({ id: requestId })
-        .update({ execution_started_at: new Date(Date.now() - 3_600_000).toISOString() });
+      const { row, requestId } = await staleUpstreamExecution('grace', 'Landed, then paused.', 'paused');
       const settled = await approvals.reconcile(
         async () => ({ found: true, ref: 'crm-7' }),
         createLogger('silent'),

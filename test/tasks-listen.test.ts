@@ -8,7 +8,15 @@ import { createLogger } from '../src/log.ts';
 import { databaseKinds, describeOnPostgres } from './helpers/db.ts';
 import type { Client } from '@modelcontextprotocol/client';
 import { connectHttp, startTestServer, waitFor, type Envelope } from './helpers/server.ts';
-import { framed, openListen, rawRequest, sentCount, taskNote, taskSession } from './helpers/tasks-client.ts';
+import {
+  askAsTask,
+  framed,
+  openListen,
+  rawRequest,
+  sentCount,
+  taskNote,
+  taskSession,
+} from './helpers/tasks-client.ts';
 
 const TOOL = 'isphere_send_message';
 const SUBSCRIPTION_ID = 'io.modelcontextprotocol/subscriptionId';
@@ -25,13 +33,7 @@ async function taskBench(kind: Parameters<typeof startTestServer>[0]) {
   });
   const other = await createAgent(knex, { name: 'agent-b' });
   const createTask = async (text: string, token = server.demoToken) => {
-    const answer = await rawRequest(
-      server.url,
-      token,
-      framed('tools/call', { name: TOOL, arguments: { ...message(text), dry_run: false } }),
-    );
-    assert.equal(answer.kind, 'result', JSON.stringify(answer));
-    const result = (answer as { result: Record<string, unknown> }).result;
+    const result = await askAsTask(server.url, token, TOOL, message(text));
     const row = (await knex('approval_tasks')
       .where({ id: String(result.taskId) })
       .first()) as {

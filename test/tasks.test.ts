@@ -15,7 +15,7 @@ import {
   type Envelope,
   type TestServer,
 } from './helpers/server.ts';
-import { framed, rawRequest, sentCount, taskSession } from './helpers/tasks-client.ts';
+import { askAsTask, framed, rawRequest, sentCount, taskSession } from './helpers/tasks-client.ts';
 
 const TOOL = 'isphere_send_message';
 const message = (text: string) => ({ target_type: 'contact', target_id: 'ct_david', content_text: text });
@@ -42,15 +42,8 @@ for (const kind of databaseKinds()) {
       });
     const decide = (id: string, decision: 'approve' | 'reject', note?: string) =>
       server.services.approvals.decide({ id, user: chair, decision, note });
-    const createTask = async (text: string, token = server.demoToken) => {
-      const answer = await rawRequest(
-        server.url,
-        token,
-        framed('tools/call', { name: TOOL, arguments: { ...message(text), dry_run: false } }),
-      );
-      assert.equal(answer.kind, 'result', JSON.stringify(answer));
-      return (answer as { result: Record<string, unknown> }).result;
-    };
+    const createTask = (text: string, token = server.demoToken) =>
+      askAsTask(server.url, token, TOOL, message(text));
     const getTask = (taskId: string, token = server.demoToken) =>
       rawRequest(server.url, token, framed('tasks/get', { taskId }));
 

@@ -297,7 +297,7 @@ async function inTurn(
   req: IncomingMessage,
   res: ServerResponse,
 ): Promise<{ body: unknown } | undefined> {
-  const leave = await inFlight.enter(agent.id, closed(res));
+  const leave = await inFlight.enter(agent.id, () => closed(res));
   if (!leave) {
     if (!res.destroyed && !res.writableEnded) tooManyInFlight(deps, res, agent);
     return undefined;

@@ -11,9 +11,10 @@ export interface InFlight {
   /**
    * A slot for `agentId`: resolves its release once the request may go on (at once while the agent
    * has fewer than `max` in flight), or undefined when `maxWaiting` of its requests already wait.
-   * `gone` is the request's end: a request that ends while it waits gives up its place.
+   * `gone` gives the request's end, asked only of a request that waits: a request that ends while it
+   * waits gives up its place.
    */
-  enter(agentId: string, gone: Promise<void>): Promise<(() => void) | undefined>;
+  enter(agentId: string, gone: () => Promise<void>): Promise<(() => void) | undefined>;
   /** Requests of the agent in flight and waiting on this replica. */
   count(agentId: string): { active: number; waiting: number };
 }
@@ -61,7 +62,7 @@ export function createInFlight(max: number, maxWaiting: number): InFlight {
           resolve(release);
         };
         held.waiting.push(turn);
-        void gone.then(() => {
+        void gone().then(() => {
           ended = true;
           const i = held.waiting.indexOf(turn);
           if (i === -1) return;

@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import type { Knex } from 'knex';
 import type { Client } from '@modelcontextprotocol/client';
 import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
@@ -71,6 +72,16 @@ export const framed = (method: string, params: Record<string, unknown>, tasks = 
     },
   },
 });
+/** A write of `tool` asked once as a task (dry_run false, the extension declared): its CreateTaskResult. */
+export async function askAsTask(url: string, token: string, tool: string, args: Record<string, unknown>) {
+  const answer = await rawRequest(
+    url,
+    token,
+    framed('tools/call', { name: tool, arguments: { ...args, dry_run: false } }),
+  );
+  assert.equal(answer.kind, 'result', JSON.stringify(answer));
+  return (answer as { result: Record<string, unknown> }).result;
+}
 
 /** The official Tasks requester on a connected 2026-07-28 client, dispatching over HTTP with `token`. */
 export function taskSession(client: Client, url: string, token: string) {
