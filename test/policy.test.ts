@@ -188,6 +188,27 @@ for (const kind of databaseKinds()) {
       assert.equal(await limiter.take(randomUUID(), 7), 0, 'per agent');
     });
 
+    it('refuses an agent past its limit without a statement each, until a call would fit', async () => {
+      const limiter = createRateLimiter(server.services.knex);
+      const { agent } = await createAgent(server.services.knex, { name: 'past-its-limit' });
+      for (let i = 0; i < 3; i++) assert.equal(await limiter.take(agent.id, 3), 0);
+      let queries = 0;
+      const count = () => queries++;
+      server.services.knex.on('query', count);
+      const waits: number[] = [];
+      for (let i = 0; i < 50; i++) waits.push(await limiter.take(agent.id, 3));
+      server.services.knex.off('query', count);
+      assert.ok(
+        waits.every((w) => w >= 1 && w <= 120),
+        `waits ${waits.join(' ')}`,
+      );
+      assert.equal(queries, 1, 'the first refusal asks the database; the rest are refused from its answer');
+      // Another replica asks for itself, and is refused by the same count.
+      assert.ok((await createRateLimiter(server.services.knex).take(agent.id, 3)) >= 1);
+      // A raised limit is a new question.
+      assert.equal(await limiter.take(agent.id, 100), 0);
+    });
+
     it('takes calls from the database in leases when the limit is high, never exceeding it', async () => {
       // Two limiters stand for two replicas; 1000 a minute is taken 10 at a time.
       const replicas = [createRateLimiter(server.services.knex), createRateLimiter(server.services.knex)];

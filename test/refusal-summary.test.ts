@@ -85,6 +85,18 @@ for (const kind of databaseKinds()) {
       }
       await one!.record('198.51.100.7', denied('missing_token'));
       await one!.record('203.0.113.9', denied('unknown_token'));
+      // Past the share each replica counts in memory and adds its count to the shared counter soon after.
+      const counter = await waitFor('both replicas add what they counted', async () => {
+        const c = (await db
+          .knex('refusal_counts')
+          .where({ source: '198.51.100.7', reason: 'unknown_token' })
+          .first()) as { count: number; pushed: number } | undefined;
+        return c && Number(c.count) + Number(c.pushed) === 40 ? c : undefined;
+      });
+      assert.ok(
+        Number(counter.count) <= 3 + 2,
+        `${counter.count} asked one by one: the share, then one a replica`,
+      );
       let t = await tally(db.knex, 'auth.denied', 'unknown_token');
       assert.equal(t.own.length, 4, 'three from 198.51.100.7 across both replicas, one from 203.0.113.9');
       assert.equal(t.summaries.length, 0, 'the minute is still open');
@@ -111,6 +123,41 @@ for (const kind of databaseKinds()) {
       assert.equal((await db.knex('refusal_counts').count({ n: '*' }))[0]!.n, 0, 'no counter left');
       await two!.close();
     });
+    it('past the share, counts in memory and adds the count in bulk: a flood is not a statement a refusal', async () => {
+      let clock = Date.UTC(2026, 0, 1, 14, 0, 5);
+      const statements: string[] = [];
+      const onQuery = (q: { sql: string }) => {
+        if (q.sql.includes('refusal_counts')) statements.push(q.sql);
+      };
+      db.knex.on('query', onQuery);
+      const log = createLogger('silent');
+      const refusals = createRefusals({
+        ...{ knex: db.knex, audit: createAuditLog(db.knex), log },
+        ...{ perMinute: 3, now: () => clock },
+      });
+      try {
+        for (let i = 0; i < 500; i++) {
+          await refusals.record('192.0.2.9', denied('unknown_token'));
+          clock += 10;
+        }
+        // The share (3) and the first past it ask one by one; the rest are counted here.
+        assert.ok(statements.length < 20, `${statements.length} statements for 500 refusals`);
+        // Added to the shared counter without a flush: what another replica's summary would read.
+        await waitFor('the count added to the shared counter', async () => {
+          const c = (await db.knex('refusal_counts').where({ source: '192.0.2.9' }).first()) as
+            { count: number; pushed: number } | undefined;
+          return c && Number(c.count) + Number(c.pushed) === 500 ? c : undefined;
+        });
+      } finally {
+        db.knex.off('query', onQuery);
+        await refusals.close();
+      }
+      const t = await tally(db.knex, 'auth.denied', 'unknown_token');
+      const summary = t.summaries.find((d) => d.ip === '192.0.2.9');
+      assert.equal(summary?.count, 497);
+      assert.equal(summary?.first_at, new Date(Date.UTC(2026, 0, 1, 14, 0, 5, 30)).toISOString());
+      assert.equal(summary?.last_at, new Date(Date.UTC(2026, 0, 1, 14, 0, 9, 990)).toISOString());
+    });
     it("writes a closed minute's summary by itself when no refusal follows", async () => {
       let clock = Date.UTC(2026, 0, 1, 13, 0, 59, 900);
       const log = createLogger('silent');
@@ -119,8 +166,8 @@ for (const kind of databaseKinds()) {
         ...{ perMinute: 3, now: () => clock },
       });
       for (let i = 0; i < 8; i++) await refusals.record('192.0.2.44', denied('expired_token'));
-      // The minute ends; nobody is refused again.
-      clock = Date.UTC(2026, 0, 1, 13, 1, 0, 500);
+      // The minute ends (and a second more, for the other replicas' last counts); nobody is refused again.
+      clock = Date.UTC(2026, 0, 1, 13, 1, 1, 500);
       const summary = await waitFor('the summary of the closed minute', async () => {
         const t = await tally(db.knex, 'auth.denied', 'expired_token');
         return t.summaries.length > 0 ? t : undefined;

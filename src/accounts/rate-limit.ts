@@ -27,6 +27,8 @@ export const leaseSize = (limit: number) => Math.min(1000, Math.max(1, Math.floo
 export function createRateLimiter(knex: Knex): RateLimiter {
   /** Calls taken from the database and not used yet, per agent, until the minute they count in ends. */
   const leases = new Map<string, { left: number; until: number }>();
+  /** Per agent, until when it is refused: its calls past the limit are refused without a statement each. */
+  const refused = refusedUntil();
   /** The lease request in flight per agent: calls that find none left wait for it rather than ask too. */
   const asking = new Map<string, Promise<number>>();
 
@@ -63,7 +65,10 @@ export function createRateLimiter(knex: Knex): RateLimiter {
     };
     const row = rows[0]!;
     if (!row.admitted) {
-      return retryAfterSeconds(Number(row.current), Number(row.prev), Number(row.weight), limit);
+      const [current, prev, weight] = [Number(row.current), Number(row.prev), Number(row.weight)];
+      // Timed from before the statement: the database's moment was later, so this is never too late.
+      refused.set(agentId, limit, asked + secondsUntilOneFits(current, prev, weight, limit) * 1000);
+      return retryAfterSeconds(current, prev, weight, limit);
     }
     const granted = Number(row.granted);
     if (granted > 1) {
@@ -77,6 +82,8 @@ export function createRateLimiter(knex: Knex): RateLimiter {
 
   return {
     async take(agentId, limit) {
+      const wait = refused.wait(agentId, limit);
+      if (wait > 0) return wait;
       const lease = leaseSize(limit);
       // Exact limits: one statement per call, racing calls settled by the database.
       if (lease === 1) return ask(agentId, limit, 1);
@@ -103,17 +110,47 @@ export function createRateLimiter(knex: Knex): RateLimiter {
 }
 
 /**
+ * Per agent, the moment (performance.now()) before which no call of it fits at a limit, as the database
+ * last said; a changed limit forgets it.
+ */
+function refusedUntil() {
+  const held = new Map<string, { until: number; limit: number }>();
+  return {
+    set(agentId: string, limit: number, until: number) {
+      held.set(agentId, { until, limit });
+    },
+    /** Seconds to wait, if the agent was refused at this limit and no call fits yet; else 0. */
+    wait(agentId: string, limit: number): number {
+      const refused = held.get(agentId);
+      if (!refused) return 0;
+      const left = refused.until - performance.now();
+      if (left > 0 && refused.limit === limit) return Math.max(1, Math.ceil(left / 1000));
+      held.delete(agentId);
+      return 0;
+    },
+  };
+}
+
+/**
  * Seconds until one more call fits: the previous minute's share shrinks as the window slides; when the
  * current minute alone is full, the next minute starts with it as the previous one.
  */
 export function retryAfterSeconds(current: number, prev: number, weight: number, limit: number): number {
+  return Math.max(1, Math.ceil(secondsUntilOneFits(current, prev, weight, limit)));
+}
+
+/**
+ * The same, exactly: no call fits sooner, whatever any replica counts meanwhile (counts only grow,
+ * and the previous minute's weight only shrinks).
+ */
+function secondsUntilOneFits(current: number, prev: number, weight: number, limit: number): number {
   const secondsLeft = weight * 60;
   if (current + 1 <= limit && prev > 0) {
     // prev * w' + current + 1 <= limit  ⇒  w' <= (limit - current - 1) / prev
     const target = (limit - current - 1) / prev;
-    return Math.max(1, Math.ceil((weight - target) * 60));
+    return (weight - target) * 60;
   }
   // Next minute: current becomes the previous, weighted from 1 down.
   const next = current > 0 ? Math.max(0, 1 - (limit - 1) / current) * 60 : 0;
-  return Math.max(1, Math.ceil(secondsLeft + next));
+  return secondsLeft + next;
 }
