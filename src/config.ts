@@ -298,6 +298,11 @@ export const ConfigSchema = z
          * auth.denied_summary row with their count.
          */
         denied_rows_per_minute: z.number().int().positive().default(10),
+        /**
+         * Those refusals answered per source address a second, after a burst of as many: past it each
+         * waits its turn before it is answered (src/audit/pace.ts); 0 (the default): answered at once.
+         */
+        refusals_per_second_per_address: z.number().int().min(0).default(0),
         /** Where each checkpoint is also sent, off the box (docs/audit.md#anchors-and-the-signed-head). */
         anchors: z
           .strictObject({
@@ -490,6 +495,7 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_WITNESS_DIR: { path: ['audit', 'anchors', 'witness_dir'], kind: 'string' },
   COUNTERSIGN_CHECKPOINT_ROWS: { path: ['audit', 'checkpoint_rows'], kind: 'int' },
   COUNTERSIGN_DENIED_ROWS_PER_MINUTE: { path: ['audit', 'denied_rows_per_minute'], kind: 'int' },
+  COUNTERSIGN_REFUSALS_PER_SECOND: { path: ['audit', 'refusals_per_second_per_address'], kind: 'int' },
   COUNTERSIGN_SESSION_IDLE_S: { path: ['web', 'session_idle_s'], kind: 'int' },
   COUNTERSIGN_SESSION_ABSOLUTE_S: { path: ['web', 'session_absolute_s'], kind: 'int' },
   COUNTERSIGN_LOGIN_FAILURES_PER_USER: { path: ['web', 'login_failures_per_user'], kind: 'int' },

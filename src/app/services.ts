@@ -10,6 +10,7 @@ import {
   createAuditLog,
   type AuditLog,
   createRefusals,
+  createPace,
   type Refusals,
   checkpointDeps,
   checkpointIfDue,
@@ -320,7 +321,8 @@ function createLifecycle(deps: LifecycleDeps) {
   let transport: Transport | undefined;
   let closing: Promise<void> | undefined;
   const perMinute = deps.config.audit.denied_rows_per_minute;
-  const refusals = createRefusals({ knex: deps.db.knex, audit: deps.audit, log: deps.log, perMinute });
+  const pace = createPace({ perSecond: deps.config.audit.refusals_per_second_per_address });
+  const refusals = createRefusals({ knex: deps.db.knex, audit: deps.audit, log: deps.log, perMinute, pace });
   // Links people follow: http.public_url, else this process's own web form, else none (then the CLI).
   const base = () => deps.config.http.public_url ?? web;
   return {

@@ -16,3 +16,4 @@ export { createAuditLog, type AuditLog, type GuardedChange } from './log.ts';
 export { AuditQuery } from './query.ts';
 export { createAuditReader, type AuditReader } from './reader.ts';
 export { createRefusals, type Refusals } from './refusals.ts';
+export { createPace, type Pace } from './pace.ts';

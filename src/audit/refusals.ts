@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import type { Logger } from '../log.ts';
 import type { AuditInput } from './chain.ts';
 import type { AuditLog } from './log.ts';
+import type { Pace } from './pace.ts';
 
 /** The kinds of refusal that anyone on the network can cause, before anyone is known: these are counted. */
 export type CountedRefusal = 'auth.denied' | 'slack.refused' | 'user.login_failed';
@@ -16,7 +17,7 @@ export type RefusalRow = AuditInput & { kind: CountedRefusal; details: { reason:
  * first and last of them. Counted, never silently dropped.
  */
 export interface Refusals {
-  /** Appends the row, or counts it when its source had its share of rows this minute. */
+  /** Appends the row, or counts it when its source had its share of rows this minute; first waits for the source's pace. */
   record(source: string, row: RefusalRow): Promise<void>;
   /** Appends the summary rows of every closed minute (every minute, with `all`: on a clean stop). */
   flush(opts?: { all?: boolean }): Promise<void>;
@@ -30,6 +31,8 @@ export interface RefusalDeps {
   log: Logger;
   /** Own rows per source address, kind and reason per minute (config audit.denied_rows_per_minute). */
   perMinute: number;
+  /** How fast one source address is refused (answered): src/audit/pace.ts. Without: at once. */
+  pace?: Pace;
   /** The clock minutes are read from; tests pass their own. */
   now?: () => number;
 }
@@ -106,10 +109,9 @@ function countHere(over: Map<string, Over>, key: string, at: number): boolean {
 export function createRefusals(deps: RefusalDeps): Refusals {
   const now = deps.now ?? Date.now;
   const minuteOf = (t: number) => Math.floor(t / MINUTE_MS);
-  /** The minute this process last counted in: a refusal in a later one flushes the closed ones first. */
-  let lastMinute: number | undefined;
-  /** That flush, while it runs: the refusals of the new minute wait for it. */
-  let minuteFlush: Promise<void> | undefined;
+  // The minute this process last counted in (a refusal in a later one flushes the closed ones first,
+  // and the refusals of the new minute wait for that flush while it runs).
+  let [lastMinute, minuteFlush]: [number | undefined, Promise<void> | undefined] = [undefined, undefined];
   let timer: NodeJS.Timeout | undefined;
   let pushTimer: NodeJS.Timeout | undefined;
   /** The latest minute in which this process counted a refusal past the share: its summary is pending. */
@@ -158,6 +160,7 @@ export function createRefusals(deps: RefusalDeps): Refusals {
 
   return {
     async record(source, row) {
+      await deps.pace?.wait(source);
       const at = now();
       const minute = minuteOf(at);
       // The first refusal this process sees, or the first of a new minute: closed minutes are summed first
@@ -190,8 +193,8 @@ export function createRefusals(deps: RefusalDeps): Refusals {
     },
     flush,
     async close() {
-      if (timer) clearTimeout(timer);
-      if (pushTimer) clearTimeout(pushTimer);
+      for (const t of [timer, pushTimer]) clearTimeout(t);
+      deps.pace?.release();
       timer = pushTimer = undefined;
       await flush({ all: true });
     },
