@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { cappedFetch, RESULT_TOO_LARGE } from '../src/core/fetch.ts';
+import { capped, cappedFetch, RESULT_TOO_LARGE } from '../src/core/fetch.ts';
 
 /**
  * The upstream answer cap on an event stream, byte by byte: events pass whole and unchanged however
@@ -67,5 +67,31 @@ describe('cappedFetch on an event stream', () => {
     assert.equal(error.id, 7);
     assert.equal(error.error.data[RESULT_TOO_LARGE], 200);
     assert.ok(!text.includes('xxx'), 'nothing of the big event');
+  });
+});
+
+describe('cappedFetch reading an answer already queued', () => {
+  it('lets the event loop turn every 256 KiB, not only once the whole answer is read', async () => {
+    // 8 MiB already in the stream's queue, as an upstream faster than the server leaves it: read in
+    // one go, every other call would wait until the last chunk was worked through.
+    const chunk = new Uint8Array(64 * 1024).fill(0x78);
+    const queued = new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (let i = 0; i < 128; i++) controller.enqueue(chunk);
+        controller.close();
+      },
+    });
+    let turns = 0;
+    let reading = true;
+    const turn = () => {
+      turns++;
+      if (reading) setImmediate(turn);
+    };
+    setImmediate(turn);
+    const read = await new Response(capped(queued, false, () => 1, 16 * 1024 * 1024)).arrayBuffer();
+    reading = false;
+    assert.equal(read.byteLength, 8 * 1024 * 1024, 'the whole answer, under the cap');
+    // 8 MiB in steps of 256 KiB: 32 turns (without the steps: one, after the whole answer).
+    assert.ok(turns >= 30, `${turns} turns of the event loop while 8 MiB were read`);
   });
 });
