@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { ClusterBus } from '../cluster/bus.ts';
-import { authenticate, hashToken } from './agents.ts';
+import { anyUntaggedToken, authenticate, hashToken } from './agents.ts';
+import { tokenShape, tokenTagKey } from './token-tag.ts';
 import { findAgentByName, type OAuthFailure, type OAuthVerifier } from './oauth.ts';
 import { type Agent } from '../core/identity.ts';
 
@@ -55,11 +56,44 @@ function agentCache(bus: ClusterBus) {
   };
 }
 
-/** Static agent tokens, cached by their hash. */
+/** How long this replica trusts its word that an active agent holds an untagged token, at most. */
+const UNTAGGED_RECHECK_MS = 60_000;
+
+/**
+ * Whether a token may be an agent's at all, from memory (token-tag.ts): a tagged one with its tag
+ * right, or one from before tags while an active agent still holds such a token. That last is read
+ * from the database once, and again after an agent changes or a minute: it can only go from yes to no
+ * (every token issued now is tagged), so a stale answer costs a query, never a refusal.
+ */
+function tokenScreen(knex: Knex, bus: ClusterBus) {
+  let key: Promise<Buffer> | undefined;
+  let untagged: { any: Promise<boolean>; at: number } | undefined;
+  bus.onAgentChanged(() => (untagged = undefined));
+  const retried = <T>(p: Promise<T>, forget: () => void) =>
+    p.catch((err: unknown) => {
+      forget();
+      throw err;
+    });
+  return async (token: string): Promise<boolean> => {
+    key ??= retried(tokenTagKey(knex), () => (key = undefined));
+    const shape = tokenShape(await key, token);
+    if (shape !== 'untagged') return shape === 'tagged';
+    if (!untagged || performance.now() - untagged.at > UNTAGGED_RECHECK_MS)
+      untagged = {
+        any: retried(anyUntaggedToken(knex), () => (untagged = undefined)),
+        at: performance.now(),
+      };
+    return untagged.any;
+  };
+}
+
+/** Static agent tokens, cached by their hash; one that cannot be an agent's is refused with no query. */
 export function createAgentAuth(knex: Knex, bus: ClusterBus): Authenticate {
   const cached = agentCache(bus);
+  const mayBeAgents = tokenScreen(knex, bus);
   return async (token) => {
     if (!token) return authenticate(knex, token);
+    if (!(await mayBeAgents(token))) return { failure: 'unknown_token' };
     return cached(hashToken(token), () => authenticate(knex, token));
   };
 }

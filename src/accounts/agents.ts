@@ -1,11 +1,12 @@
-import { hash, randomBytes, randomUUID } from 'node:crypto';
+import { hash, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { toCount } from '../db/knex.ts';
 import { AppError } from '../core/errors.ts';
 import { AgentName, type Agent } from '../core/identity.ts';
+import { newTaggedToken, tokenTagKey } from './token-tag.ts';
 
-/** An agent token: 256 random bits, recognisable by its prefix. */
-const newToken = () => `cs_${randomBytes(32).toString('base64url')}`;
+/** An agent token: 256 random bits, recognisable by its prefix, with its tag (token-tag.ts). */
+const newToken = async (knex: Knex | Knex.Transaction) => newTaggedToken(await tokenTagKey(knex));
 
 /**
  * Tokens carry 256 random bits; only their SHA-256 is stored, so a plain hash is enough. One call, no
@@ -35,7 +36,7 @@ export async function createAgent(
 ): Promise<{ agent: Agent; token: string; owner: string | null }> {
   const name = AgentName.parse(opts.name);
   const owner = opts.owner ? await ownerNamed(knex, opts.owner) : undefined;
-  const token = newToken();
+  const token = await newToken(knex);
   const agent: Agent = {
     id: randomUUID(),
     name,
@@ -44,7 +45,7 @@ export async function createAgent(
     rate_limit_per_min: opts.rate_limit_per_min ?? null,
   };
   const inserted = await knex('agents')
-    .insert({ ...agent, token_hash: hashToken(token) })
+    .insert({ ...agent, token_hash: hashToken(token), token_tagged: true })
     .onConflict('name')
     .ignore()
     .returning('id');
@@ -103,11 +104,11 @@ export async function rotateAgentToken(
   knex: Knex | Knex.Transaction,
   name: string,
 ): Promise<{ agent_id: string; token: string } | undefined> {
-  const token = newToken();
+  const token = await newToken(knex);
   const [row] = (await knex('agents')
     .where({ name })
     .whereNull('revoked_at')
-    .update({ token_hash: hashToken(token) })
+    .update({ token_hash: hashToken(token), token_tagged: true })
     .returning('id')) as { id: string }[];
   return row && { agent_id: row.id, token };
 }
@@ -131,6 +132,12 @@ export async function agentRow(
     rate_limit_per_min: row.rate_limit_per_min ?? null,
   };
   return { agent, revoked: Boolean(row.revoked_at) };
+}
+
+/** Whether an active agent still holds a token from before tags (token-tag.ts): then those are looked up. */
+export async function anyUntaggedToken(knex: Knex): Promise<boolean> {
+  const row = await knex('agents').where({ token_tagged: false }).whereNull('revoked_at').first('id');
+  return row !== undefined;
 }
 
 export async function authenticate(
