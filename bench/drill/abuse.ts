@@ -18,8 +18,8 @@ import type { InvariantReport } from './invariants.ts';
 
 /**
  * The abuse drill (`npm run drill -- abuse`): the hostile callers and upstreams of docs/reliability.md,
- * one attack after another against one server, while a well-behaved agent searches the directory ten
- * times a second. Per attack: the requests sent, how they were answered, the audit rows they wrote,
+ * one attack after another against one server, while a well-behaved agent searches the directory every
+ * BYSTANDER_EVERY_MS. Per attack: the requests sent, how they were answered, the audit rows they wrote,
  * the well-behaved agent's p99 during it, and the server's RSS after it. It passes when every attack
  * was refused as designed, the well-behaved p99 during each attack stayed within 3× its quiet p99, and
  * the server never went down.
@@ -27,8 +27,12 @@ import type { InvariantReport } from './invariants.ts';
  * The quiet p99 an attack is judged against is its own: a quiet window of QUIET_MS (and at least
  * QUIET_CALLS calls) just before it, with no attack running; both are printed, with their ratio.
  * Load on a shared machine drifts over minutes, and a baseline taken once at the start is not
- * comparable with an attack several minutes later. (Below 100 calls a nearest-rank p99 is the
- * slowest call, in the quiet windows and the attacks alike.)
+ * comparable with an attack several minutes later. The attack's own window is as long and has as
+ * many calls at least: the attack, 2 s after it, and on until QUIET_MS and QUIET_CALLS are reached. (A
+ * nearest-rank p99 of fewer than 100 calls is the slowest of them: an attack of 0.3 s and 2 s after it
+ * had 85 calls, judged by its slowest against the second slowest of a quiet window's 200.) With
+ * `--sustain S` each flood goes on for S seconds at least, the harder test: a flood at full speed
+ * for the whole window, not a burst of its count.
  *
  * The well-behaved agent runs in a process of its own (this file, forked with the argument
  * `bystander`): in the drill's process its answers would wait behind the attackers' own work (a
@@ -84,6 +88,9 @@ export interface AttackFigures {
   /** The well-behaved agent's own process held up at most this long (ms; the server had no part in it). */
   good_held_max_ms: number | null;
   quiet_held_max_ms: number | null;
+  /** The well-behaved agent's slowest call in the attack's window and in the quiet one (ms, and s into it). */
+  good_slowest: Window['slowest'];
+  quiet_slowest: Window['slowest'];
   /** The drill process's own event-loop delay (the attackers' side: it sends the floods). */
   drill_loop_max_ms: number | null;
   drill_loop_quiet_max_ms: number | null;
@@ -116,6 +123,8 @@ interface Window {
   failed: number;
   /** The agent process's own event loop held up at most this long in the window (ms): not the server. */
   held_max: number | null;
+  /** The window's slowest call: how long it took (ms), and when it started (s into the window). */
+  slowest: { ms: number; at_s: number } | null;
 }
 
 /**
@@ -179,6 +188,11 @@ async function runBystander(url: string, token: string, send: (m: unknown) => vo
       calls: inside.length,
       failed: inside.filter((s) => !s.ok).length,
       held_max: round(Math.max(0, ...held.filter((h) => within(h.at)).map((h) => h.ms)), 1),
+      slowest: inside.reduce<Window['slowest']>(
+        (worst, s) =>
+          worst && worst.ms >= s.ms ? worst : { ms: round(s.ms, 1), at_s: round((s.at - m.from!) / 1000, 1) },
+        null,
+      ),
     };
     send({ id: m.id, window });
   });
@@ -240,7 +254,7 @@ class Bystander {
   /** The calls started while `phase` was the phase (until now, if it still is). */
   async of(phase: string): Promise<Window> {
     const span = this.spans.get(phase);
-    if (!span) return { p99: null, calls: 0, failed: 0, held_max: null };
+    if (!span) return { p99: null, calls: 0, failed: 0, held_max: null, slowest: null };
     return (await this.ask<{ window: Window }>({ from: span.from, to: span.to ?? Date.now() })).window;
   }
 
@@ -261,10 +275,11 @@ async function burst(
   total: number,
   parallel: number,
   one: (i: number) => Promise<string>,
+  until = 0,
 ): Promise<string[]> {
   const labels: string[] = [];
-  for (let i = 0; i < total; i += parallel) {
-    const batch = Array.from({ length: Math.min(parallel, total - i) }, (_, j) =>
+  for (let i = 0; i < total || Date.now() < until; i += parallel) {
+    const batch = Array.from({ length: i < total ? Math.min(parallel, total - i) : parallel }, (_, j) =>
       one(i + j).catch((err: unknown) => `error: ${(err as Error).message.slice(0, 60)}`),
     );
     labels.push(...(await Promise.all(batch)));
@@ -328,6 +343,8 @@ export interface AbuseOptions {
   env: Record<string, string>;
   /** Requests of the flooding attacks (bad tokens: this many; the others a fraction). */
   flood: number;
+  /** Each flood goes on this long at least, past its count (0: the counts only; `--sustain S`). */
+  sustainMs?: number;
   log: (line: string) => void;
   /** The CLI, run against the drill's database. */
   cli: (args: string[]) => Promise<{ code: number; out: string }>;
@@ -611,6 +628,8 @@ export async function abuseDrill(
       server_call_quiet_max_ms: null,
       good_held_max_ms: null,
       quiet_held_max_ms: null,
+      good_slowest: null,
+      quiet_slowest: null,
       drill_loop_max_ms: null,
       drill_loop_quiet_max_ms: null,
       expect:
@@ -632,7 +651,7 @@ export async function abuseDrill(
     const attack = async (
       name: string,
       expect: string,
-      run: () => Promise<string[]>,
+      run: (until: number) => Promise<string[]>,
       judge: (answers: Record<string, number>) => boolean,
     ) => {
       // The quiet window just before the attack: the baseline it is judged against.
@@ -648,10 +667,14 @@ export async function abuseDrill(
       const rows0 = await auditRows(o.dbUrl);
       agent.phase = name;
       const t0 = Date.now();
-      const labels = await run();
+      // A flood sends its count, and with --sustain goes on for that long at least.
+      const labels = await run(t0 + (o.sustainMs ?? 0));
       const seconds = (Date.now() - t0) / 1000;
-      // The well-behaved agent a moment longer under the same label, so a short attack has samples too.
+      // The well-behaved agent a moment longer under the same label (2 s), and until the window has
+      // as many calls as a quiet window at least: both p99s are taken over as many calls (a
+      // nearest-rank p99 of 85 calls is the slowest of them, of 200 the second slowest).
       await sleep(2000);
+      while (Date.now() - t0 < QUIET_MS || (await agent.of(name)).calls < QUIET_CALLS) await sleep(100);
       const answers = tally(labels);
       const seen = await agent.of(name);
       const loop = await scrape(base);
@@ -678,6 +701,8 @@ export async function abuseDrill(
         server_call_quiet_max_ms: slowestServerSide(quietFrom, quietLoop),
         good_held_max_ms: seen.held_max,
         quiet_held_max_ms: quiet.held_max,
+        good_slowest: seen.slowest,
+        quiet_slowest: quiet.slowest,
         drill_loop_max_ms: attackDrillLoop?.max ?? null,
         drill_loop_quiet_max_ms: quietDrillLoop?.max ?? null,
         expect,
@@ -688,6 +713,7 @@ export async function abuseDrill(
         `  ${name}: ${f.requests} requests in ${f.seconds} s ${JSON.stringify(answers)}; ${f.audit_rows} audit rows; ` +
           `well-behaved p99 ${f.good_p99_ms} ms (${seen.failed}/${seen.calls} failed) against ${f.quiet_p99_ms} ms ` +
           `quiet just before (${quiet.failed}/${quiet.calls} failed): ${ratio}×; ` +
+          `slowest ${seen.slowest?.ms} ms at ${seen.slowest?.at_s} s (quiet ${quiet.slowest?.ms} ms at ${quiet.slowest?.at_s} s); ` +
           `its slowest call server-side ≤ ${f.server_call_max_ms} ms (quiet ≤ ${f.server_call_quiet_max_ms} ms); ` +
           `server event loop p99 ${f.server_loop_p99_ms} ms, max ${f.server_loop_max_ms} ms (quiet max ${f.server_loop_quiet_max_ms} ms); ` +
           `the agent's own process held at most ${f.good_held_max_ms} ms (quiet ${f.quiet_held_max_ms} ms); ` +
@@ -699,17 +725,22 @@ export async function abuseDrill(
     await attack(
       'bad bearer tokens',
       'every one 401, the rows bounded (N a minute per address and reason, then one summary)',
-      () =>
-        burst(o.flood, 20, (i) =>
-          fetch(new URL('/mcp', base), {
-            method: 'POST',
-            headers: {
-              authorization: `Bearer cs_not-a-token-${i}`,
-              'content-type': 'application/json',
-              accept: 'application/json, text/event-stream',
-            },
-            body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
-          }).then(label),
+      (until) =>
+        burst(
+          o.flood,
+          20,
+          () =>
+            fetch(new URL('/mcp', base), {
+              method: 'POST',
+              headers: {
+                // The shape of an issued token (cs_ and 55 characters), none of them issued.
+                authorization: `Bearer cs_${randomBytes(41).toString('base64url')}`,
+                'content-type': 'application/json',
+                accept: 'application/json, text/event-stream',
+              },
+              body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+            }).then(label),
+          until,
         ),
       (a) => Object.keys(a).every((k) => k.startsWith('401')),
     );
@@ -717,36 +748,45 @@ export async function abuseDrill(
     await attack(
       'unsigned Slack callbacks',
       'every one refused 401, the rows bounded',
-      () =>
-        burst(n(0.15), 20, (i) => {
-          const body = new URLSearchParams({
-            payload: JSON.stringify({ type: 'block_actions', i }),
-          }).toString();
-          const timestamp = String(Math.floor(Date.now() / 1000));
-          const forged = createHmac('sha256', 'not-the-secret')
-            .update(`v0:${timestamp}:${body}`)
-            .digest('hex');
-          return fetch(new URL('/slack/interactions', base), {
-            method: 'POST',
-            headers: {
-              'content-type': 'application/x-www-form-urlencoded',
-              'x-slack-request-timestamp': timestamp,
-              'x-slack-signature': `v0=${forged}`,
-            },
-            body,
-          }).then(label);
-        }),
+      (until) =>
+        burst(
+          n(0.15),
+          20,
+          (i) => {
+            const body = new URLSearchParams({
+              payload: JSON.stringify({ type: 'block_actions', i }),
+            }).toString();
+            const timestamp = String(Math.floor(Date.now() / 1000));
+            const forged = createHmac('sha256', 'not-the-secret')
+              .update(`v0:${timestamp}:${body}`)
+              .digest('hex');
+            return fetch(new URL('/slack/interactions', base), {
+              method: 'POST',
+              headers: {
+                'content-type': 'application/x-www-form-urlencoded',
+                'x-slack-request-timestamp': timestamp,
+                'x-slack-signature': `v0=${forged}`,
+              },
+              body,
+            }).then(label);
+          },
+          until,
+        ),
       (a) => Object.keys(a).every((k) => k.startsWith('401')),
     );
 
     await attack(
       'forged single sign-on callbacks',
       'the first 20 refused (400 no_attempt), the rest 429; then the right password still signs in',
-      async () => {
-        const labels = await burst(n(0.15), 20, (i) =>
-          fetch(new URL(`/login/oidc/callback?code=c${i}&state=s${i}`, base), { redirect: 'manual' }).then(
-            label,
-          ),
+      async (until) => {
+        const labels = await burst(
+          n(0.15),
+          20,
+          (i) =>
+            fetch(new URL(`/login/oidc/callback?code=c${i}&state=s${i}`, base), { redirect: 'manual' }).then(
+              label,
+            ),
+          until,
         );
         const post = await loginForm(base);
         const signedIn = await post('ines', 'ines password');
@@ -763,20 +803,25 @@ export async function abuseDrill(
     await attack(
       'unknown tools past the rate limit',
       'an agent limited to 60 a minute: at most 60 answered, the rest RATE_LIMITED; names of 100,000 characters',
-      async () => {
+      async (until) => {
         const flooder = await connect(base, limited.token);
         clients.push(flooder);
         const long = 'x'.repeat(100_000);
-        return burst(n(0.15), 10, async (i) => {
-          const r = await flooder
-            .callTool({ name: `no_such_tool_${i}_${long}`, arguments: {} }, { timeout: 20_000 })
-            .then(
-              (res) =>
-                (res.structuredContent as { error?: { code?: string } } | undefined)?.error?.code ?? 'ok',
-              (err: { data?: { code?: string } }) => err.data?.code ?? 'no code',
-            );
-          return r;
-        });
+        return burst(
+          n(0.15),
+          10,
+          async (i) => {
+            const r = await flooder
+              .callTool({ name: `no_such_tool_${i}_${long}`, arguments: {} }, { timeout: 20_000 })
+              .then(
+                (res) =>
+                  (res.structuredContent as { error?: { code?: string } } | undefined)?.error?.code ?? 'ok',
+                (err: { data?: { code?: string } }) => err.data?.code ?? 'no code',
+              );
+            return r;
+          },
+          until,
+        );
       },
       (a) =>
         (a.RATE_LIMITED ?? 0) > 0 &&
@@ -793,16 +838,20 @@ export async function abuseDrill(
     await attack(
       'catastrophic upstream pattern',
       "each call refused at once (the pattern runs in linear time); the bystander's p99 holds",
-      () =>
-        burst(20, 4, (i) =>
-          callTool(upstreamClient, 'hostile__match', { s: 'a'.repeat(33 + i) + '!' }, 30_000).then(
-            (r) =>
-              String(
-                (r.envelope.error as { code?: string } | undefined)?.code ??
-                  (r.envelope.ok ? 'ok' : 'no code'),
-              ),
-            (err: { data?: { code?: string } }) => err.data?.code ?? 'no code',
-          ),
+      (until) =>
+        burst(
+          20,
+          4,
+          (i) =>
+            callTool(upstreamClient, 'hostile__match', { s: 'a'.repeat(33 + i) + '!' }, 30_000).then(
+              (r) =>
+                String(
+                  (r.envelope.error as { code?: string } | undefined)?.code ??
+                    (r.envelope.ok ? 'ok' : 'no code'),
+                ),
+              (err: { data?: { code?: string } }) => err.data?.code ?? 'no code',
+            ),
+          until,
         ),
       (a) => Object.keys(a).every((k) => k === 'INVALID_ARGUMENT'),
     );
@@ -810,15 +859,19 @@ export async function abuseDrill(
     await attack(
       'upstream answers of 64 MiB',
       'each refused CONNECTOR_FAILED (result_too_large, past max_result_bytes = 8 MiB); the server stays up',
-      () =>
-        burst(6, 2, () =>
-          callTool(upstreamClient, 'hostile__big', { bytes: 64 * 1024 * 1024 }, 60_000).then(
-            (r) => {
-              const e = r.envelope.error as { code?: string; reason?: string } | undefined;
-              return e ? `${e.code} ${e.reason ?? ''}`.trim() : 'ok';
-            },
-            (err: { data?: { code?: string } }) => err.data?.code ?? 'no code',
-          ),
+      (until) =>
+        burst(
+          6,
+          2,
+          () =>
+            callTool(upstreamClient, 'hostile__big', { bytes: 64 * 1024 * 1024 }, 60_000).then(
+              (r) => {
+                const e = r.envelope.error as { code?: string; reason?: string } | undefined;
+                return e ? `${e.code} ${e.reason ?? ''}`.trim() : 'ok';
+              },
+              (err: { data?: { code?: string } }) => err.data?.code ?? 'no code',
+            ),
+          until,
         ),
       (a) => Object.keys(a).every((k) => k === 'CONNECTOR_FAILED result_too_large'),
     );

@@ -35,6 +35,7 @@ const { values: flags, positionals } = parseArgs({
     'soak-minutes': { type: 'string' },
     rate: { type: 'string' },
     flood: { type: 'string' },
+    sustain: { type: 'string' },
     'proxy-rate': { type: 'string' },
     'no-pin': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
@@ -48,6 +49,7 @@ if (flags.help) {
                       chaos: how long faults go on (60; the whole cycle of faults runs at least once)
   --kill-every S      kill: seconds between two SIGKILLs (4); chaos: between two faults (4)
   --flood N           abuse: bad bearer tokens sent (2000); the other floods a share of it
+  --sustain S         abuse: each flood goes on for S seconds at least, however many that sends (0: the counts only)
   --no-pin            abuse: leave the server and the attackers unpinned (by default, with taskset and 2+ CPUs,
                       the server gets one CPU and the drill and the hostile upstream the others)
   --cut-seconds S     cut: how long the database stays unreachable (10)
@@ -662,12 +664,13 @@ async function abuseDrillRun(): Promise<boolean> {
       token: db.token,
       env: {},
       flood,
+      sustainMs: Number(flags.sustain ?? 0) * 1000,
       log,
       cli: (args) => cli(args, env),
       pin: !flags['no-pin'],
       databasePids: () => pgc.pids(),
     });
-    return summarise('abuse', report, { flood, ...extra });
+    return summarise('abuse', report, { flood, sustain_s: Number(flags.sustain ?? 0), ...extra });
   } finally {
     await db.dispose();
     await pgc.dispose();
