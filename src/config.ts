@@ -300,9 +300,9 @@ export const ConfigSchema = z
         denied_rows_per_minute: z.number().int().positive().default(10),
         /**
          * Those refusals answered per source address a second, after a burst of as many: past it each
-         * waits its turn before it is answered (src/audit/pace.ts); 0 (the default): answered at once.
+         * waits its turn before it is answered (src/audit/pace.ts); 0: answered at once.
          */
-        refusals_per_second_per_address: z.number().int().min(0).default(0),
+        refusals_per_second_per_address: z.number().int().min(0).default(100),
         /** Where each checkpoint is also sent, off the box (docs/audit.md#anchors-and-the-signed-head). */
         anchors: z
           .strictObject({
