@@ -373,6 +373,12 @@ export const ConfigSchema = z
       .strictObject({
         /** Calls per minute per agent, unless the agent has its own limit. */
         rate_limit_per_min: z.number().int().positive().default(60),
+        /**
+         * RATE_LIMITED answers to one agent a second, after a burst of as many: past it each waits its
+         * turn before it is answered (src/audit/pace.ts), so an agent that calls on past its limit as
+         * fast as it is answered is slowed to this; 0: answered at once.
+         */
+        rate_limited_per_second: z.number().int().min(0).default(10),
         /** Where the tool profiles (NAME.json) are; default the profiles/ folder of this package. */
         profiles_dir: z.string().min(1).optional(),
       })
@@ -486,6 +492,7 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_CALL_TIMEOUT_MS: { path: ['limits', 'call_timeout_ms'], kind: 'int' },
   COUNTERSIGN_MAX_MESSAGE_BYTES: { path: ['limits', 'max_message_bytes'], kind: 'int' },
   COUNTERSIGN_RATE_LIMIT_PER_MIN: { path: ['policy', 'rate_limit_per_min'], kind: 'int' },
+  COUNTERSIGN_RATE_LIMITED_PER_SECOND: { path: ['policy', 'rate_limited_per_second'], kind: 'int' },
   COUNTERSIGN_PROFILES_DIR: { path: ['policy', 'profiles_dir'], kind: 'string' },
   COUNTERSIGN_AUDIT_SIGNING_KEY: { path: ['audit', 'signing_key_path'], kind: 'string' },
   COUNTERSIGN_CHECKPOINT_INTERVAL_S: { path: ['audit', 'checkpoint_interval_s'], kind: 'int' },

@@ -179,6 +179,25 @@ for (const kind of databaseKinds()) {
       assert.ok(health.rate_limited_calls >= 1);
     });
 
+    it('answers an agent that calls on past its limit at its pace: a burst of 10, then 10 a second', async () => {
+      const { token } = await createAgent(server.services.knex, { name: 'insistent', rate_limit_per_min: 1 });
+      const c = await connectHttp(server.url, token);
+      clients.push(c);
+      assert.equal((await call(c, 'isphere_search_groups', { query: 'board' })).ok, true);
+      const started = performance.now();
+      const codes: unknown[] = [];
+      for (let i = 0; i < 25; i++)
+        codes.push((await call(c, 'isphere_search_groups', { query: 'board' })).error?.code);
+      const took = performance.now() - started;
+      assert.ok(
+        codes.every((code) => code === 'RATE_LIMITED'),
+        codes.join(' '),
+      );
+      // policy.rate_limited_per_second (10): the first ten at once, then one every 100 ms, so the 25th
+      // no sooner than 1.5 s after the first (a loaded machine is only later).
+      assert.ok(took >= 1400, `${Math.round(took)} ms for 25 refusals`);
+    });
+
     it("counts an agent's racing calls exactly, in the database every replica shares", async () => {
       const limiter = createRateLimiter(server.services.knex);
       const { agent } = await createAgent(server.services.knex, { name: 'racer' });

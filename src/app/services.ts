@@ -167,6 +167,7 @@ export async function openServices(
     if (notifications) closers.push(() => notifications.close());
     const lifecycle = createLifecycle({ config, log, audit, db, signer: cluster.checkpoints.signer });
     const limiter = createRateLimiter(db.knex);
+    const rateLimitedPace = paceUntilStop(config.policy.rate_limited_per_second, closers);
     const { local, bridge, connectors } = await openConnectors(db, blobs, config, log, tracer);
     const cursors = await openCursors(db.knex);
     const approvals = openApprovals(tracer, {
@@ -182,7 +183,7 @@ export async function openServices(
     const pins = createUpstreamPins({ knex: db.knex, audit, log });
     const upstreams = await connectUpstreams(config, log, cluster.bus, pins, closers);
     const pipeline = createCallPipeline({
-      ...{ tools: builtinTools, upstreams, memory, limiter, profiles, metrics, audit },
+      ...{ tools: builtinTools, upstreams, memory, limiter, rateLimitedPace, profiles, metrics, audit },
       ...{ connectors, cursors, approvals, blobs, config, log, faults: options.faults, tracer },
     });
     const maintain = await startPeriodicWork(
@@ -369,6 +370,13 @@ function createLifecycle(deps: LifecycleDeps) {
  * OpenTelemetry traces, only when an OTLP endpoint is configured: otherwise the SDK is not even loaded.
  * Closed (buffered spans exported) after everything else but the database.
  */
+/** A pace of answers (src/audit/pace.ts) whose waiting answers are let go at once on a stop. */
+function paceUntilStop(perSecond: number, closers: Closers) {
+  const pace = createPace({ perSecond });
+  closers.push(async () => pace.release());
+  return pace;
+}
+
 async function openTracing(config: Config, closers: Closers): Promise<Tracer | undefined> {
   const url = tracesUrl(config.tracing);
   if (!url) return undefined;

@@ -5,7 +5,7 @@ import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import type { z } from 'zod';
 import { runWrite } from '../approval/index.ts';
 import type { Approvals, TaskView } from '../approval/index.ts';
-import type { AuditLog } from '../audit/index.ts';
+import type { AuditLog, Pace } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet, BlobStore, Upstream } from '../connectors/index.ts';
 import { factColumns } from '../core/audit-kinds.ts';
@@ -61,6 +61,8 @@ export interface CallDeps {
   memory: MemoryStore;
   /** Calls per agent per minute, counted across the cluster. */
   limiter: RateLimiter;
+  /** How fast an agent past its limit is answered RATE_LIMITED, keyed by agent id (policy.rate_limited_per_second). */
+  rateLimitedPace?: Pace;
   profiles: ReadonlyMap<string, Profile>;
   metrics: Metrics;
   config: Config;
@@ -278,6 +280,8 @@ async function takeRate(deps: CallDeps, call: Call): Promise<AppError | undefine
     deps.limiter.take(call.agent.id, call.agent.rate_limit_per_min ?? deps.config.policy.rate_limit_per_min),
   );
   if (wait <= 0) return undefined;
+  // Answered at the agent's pace: one that calls on as fast as it is answered is slowed to it.
+  await deps.rateLimitedPace?.wait(call.agent.id);
   return new AppError('RATE_LIMITED', `too many calls: retry in ${wait} s`, 'rate_limited', {
     details: { retry_after_s: wait },
   });
