@@ -95,3 +95,29 @@ describe('cappedFetch reading an answer already queued', () => {
     assert.ok(turns >= 30, `${turns} turns of the event loop while 8 MiB were read`);
   });
 });
+
+describe('cappedFetch holding a large event', () => {
+  /** `text` as a stream of 64 KiB chunks, all queued at once. */
+  const queued = (text: string) => {
+    const bytes = Buffer.from(text);
+    return new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (let i = 0; i < bytes.length; i += 64 * 1024)
+          controller.enqueue(bytes.subarray(i, i + 64 * 1024));
+        controller.close();
+      },
+    });
+  };
+  const event = (fill: string, n: number) => `event: message\ndata: {"x":"${fill.repeat(n)}"}\n\n`;
+
+  it('passes events of megabytes through byte for byte, two streams at once', async () => {
+    // Past 256 KiB an event is held in a scratch buffer of the cap's size, reused once it is passed on.
+    const one = event('a', 1024 * 1024) + event('b', 700 * 1024) + event('c', 10);
+    const two = event('d', 900 * 1024) + event('e', 1500 * 1024);
+    const read = (text: string) => new Response(capped(queued(text), true, () => 1, 2 * 1024 * 1024)).text();
+    const [a, b] = await Promise.all([read(one), read(two)]);
+    assert.ok(a === one, 'the first stream whole');
+    assert.ok(b === two, 'the second stream whole');
+    assert.ok((await read(two)) === two, 'again, from the buffers given back');
+  });
+});

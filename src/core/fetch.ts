@@ -82,6 +82,62 @@ function eventEnds(chunk: Uint8Array, state: { ends: number }): number[] {
 }
 
 /**
+ * Past this many bytes held, an event (or a JSON body) is held in a scratch buffer of the cap's size
+ * instead of as the chunks it came in: each chunk is copied and dropped at once, so it dies young,
+ * and the scratch buffer is given back for the next large answer. Held as chunks, up to 8 MiB of
+ * them outlived the young generation's collections while an oversized answer was read, and each
+ * such answer or two cost the server a full collection (docs/reliability.md). At most two free
+ * scratch buffers are kept per cap (16 MiB at the default max_result_bytes).
+ */
+const SCRATCH_FROM = 256 * 1024;
+const scratchPool = new Map<number, Buffer[]>();
+const takeScratch = (size: number) => scratchPool.get(size)?.pop() ?? Buffer.allocUnsafeSlow(size);
+const giveScratch = (b: Buffer) => {
+  const free = scratchPool.get(b.length) ?? [];
+  scratchPool.set(b.length, free);
+  if (free.length < 2) free.push(b);
+};
+
+/** The bytes of an event (or body) not yet complete: never more than `maxBytes` (the caller counts). */
+function holder(maxBytes: number) {
+  let chunks: Uint8Array[] = [];
+  let scratch: Buffer | undefined;
+  let len = 0;
+  const reset = () => {
+    if (scratch) giveScratch(scratch);
+    scratch = undefined;
+    chunks = [];
+    len = 0;
+  };
+  return {
+    push(c: Uint8Array) {
+      if (scratch) {
+        scratch.set(c, len);
+        len += c.length;
+        return;
+      }
+      chunks.push(c);
+      len += c.length;
+      if (len < SCRATCH_FROM) return;
+      scratch = takeScratch(maxBytes);
+      let at = 0;
+      for (const x of chunks) {
+        scratch.set(x, at);
+        at += x.length;
+      }
+      chunks = [];
+    },
+    drain(): Uint8Array[] {
+      const out = scratch ? [Buffer.from(scratch.subarray(0, len))] : chunks;
+      if (!scratch) chunks = [];
+      reset();
+      return out;
+    },
+    drop: reset,
+  };
+}
+
+/**
  * A body that passes an upstream's answer through while counting it, and never holds more than
  * `maxBytes` of it: past the cap, what was read is dropped and the request is answered with a
  * JSON-RPC error (data: RESULT_TOO_LARGE), so that the one call it answered fails and nothing else
@@ -96,7 +152,7 @@ export function capped(
   maxBytes: number,
 ) {
   const encoder = new TextEncoder();
-  const chunks: Uint8Array[] = []; // a JSON body so far, or an event stream's event so far
+  const chunks = holder(maxBytes); // a JSON body so far, or an event stream's event so far
   const lineEnds = { ends: 0 };
   let bytes = 0;
   let over = false;
@@ -104,7 +160,7 @@ export function capped(
   type Out = TransformStreamDefaultController<Uint8Array>;
   const refuse = (out: Out) => {
     over = true;
-    chunks.length = 0;
+    chunks.drop();
     // Read only now: parsing every request's body again would cost each call.
     const id = idOf();
     if (id === undefined) {
@@ -127,8 +183,7 @@ export function capped(
     let from = 0;
     for (const end of eventEnds(chunk, lineEnds)) {
       if (bytes + (end - from) > maxBytes) return refuse(out);
-      for (const held of chunks) out.enqueue(held);
-      chunks.length = 0;
+      for (const held of chunks.drain()) out.enqueue(held);
       bytes = 0;
       out.enqueue(chunk.subarray(from, end));
       from = end;
@@ -151,7 +206,7 @@ export function capped(
         });
       },
       flush(out) {
-        for (const chunk of chunks) out.enqueue(chunk);
+        for (const chunk of chunks.drain()) out.enqueue(chunk);
       },
     }),
   );
