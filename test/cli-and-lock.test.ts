@@ -39,7 +39,7 @@ describe('the embedded database while a server holds it', () => {
     assert.equal(added.code, 0, added.stderr);
     assert.match(added.stderr, /holds the embedded database; sending the command to it/);
     const token = added.stdout.trim().split('\n').at(-1)!;
-    assert.match(token, /^cs_[A-Za-z0-9_-]{43}$/);
+    assert.match(token, /^cs_[A-Za-z0-9_-]{55}$/, 'a tagged token (docs/operations.md)');
 
     const client = await connectHttp(server.url, token);
     assert.equal((await call(client, 'isphere_search_contacts', { query: 'alice' })).ok, true);

@@ -224,9 +224,10 @@ describeOnPostgres(
           assert.ok(!('failure' in res));
           return res.agent.profile;
         };
+        assert.equal(await profileNow(), 'all'); // the agent's row, and the token tag's key once
+        const first = queries;
         assert.equal(await profileNow(), 'all');
-        assert.equal(await profileNow(), 'all');
-        assert.equal(queries, 1, 'the second call was answered from the cache');
+        assert.equal(queries, first, 'the second call was answered from the cache');
         // Changed behind the cache's back, by another process: the trigger's NOTIFY drops the entry.
         await cli(['agent', 'set', 'cached', '--profile', 'drafting']);
         await waitFor('the change to be announced', async () =>
