@@ -93,8 +93,10 @@ export function createAgentAuth(knex: Knex, bus: ClusterBus): Authenticate {
   const mayBeAgents = tokenScreen(knex, bus);
   return async (token) => {
     if (!token) return authenticate(knex, token);
-    if (!(await mayBeAgents(token))) return { failure: 'unknown_token' };
-    return cached(hashToken(token), () => authenticate(knex, token));
+    // Screened on a miss only: a cached agent's calls pay no HMAC.
+    return cached(hashToken(token), async () =>
+      (await mayBeAgents(token)) ? authenticate(knex, token) : { failure: 'unknown_token' as const },
+    );
   };
 }
 

@@ -366,10 +366,6 @@ function createLifecycle(deps: LifecycleDeps) {
   };
 }
 
-/**
- * OpenTelemetry traces, only when an OTLP endpoint is configured: otherwise the SDK is not even loaded.
- * Closed (buffered spans exported) after everything else but the database.
- */
 /** A pace of answers (src/audit/pace.ts) whose waiting answers are let go at once on a stop. */
 function paceUntilStop(perSecond: number, closers: Closers) {
   const pace = createPace({ perSecond });
@@ -377,6 +373,10 @@ function paceUntilStop(perSecond: number, closers: Closers) {
   return pace;
 }
 
+/**
+ * OpenTelemetry traces, only when an OTLP endpoint is configured: otherwise the SDK is not even loaded.
+ * Closed (buffered spans exported) after everything else but the database.
+ */
 async function openTracing(config: Config, closers: Closers): Promise<Tracer | undefined> {
   const url = tracesUrl(config.tracing);
   if (!url) return undefined;

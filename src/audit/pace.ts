@@ -1,6 +1,7 @@
 /**
- * The pace at which one source address is refused: at most `perSecond` refusals a second, after a burst
- * of as many, each one past that waiting its turn before it is answered. A flood of bad tokens, forged
+ * The pace at which one key is refused — a source address (audit refusals), an agent (RATE_LIMITED,
+ * src/server/call.ts): at most `perSecond` refusals a second, after a burst of as many, each one past
+ * that waiting its turn before it is answered. A flood of bad tokens, forged
  * Slack callbacks or sign-on callbacks from one address is then answered as fast as the pace allows,
  * not as fast as it is sent: a client that waits for each answer before it sends the next (most
  * floods) is slowed to the pace, and what it costs the server (the token lookup, the answer) with it.

@@ -110,6 +110,8 @@ function holder(maxBytes: number) {
     len = 0;
   };
   return {
+    /** The bytes held. */
+    size: () => len,
     push(c: Uint8Array) {
       if (scratch) {
         scratch.set(c, len);
@@ -129,7 +131,6 @@ function holder(maxBytes: number) {
     },
     drain(): Uint8Array[] {
       const out = scratch ? [Buffer.from(scratch.subarray(0, len))] : chunks;
-      if (!scratch) chunks = [];
       reset();
       return out;
     },
@@ -152,15 +153,14 @@ export function capped(
   maxBytes: number,
 ) {
   const encoder = new TextEncoder();
-  const chunks = holder(maxBytes); // a JSON body so far, or an event stream's event so far
+  const pending = holder(maxBytes); // a JSON body so far, or an event stream's event so far
   const lineEnds = { ends: 0 };
-  let bytes = 0;
   let over = false;
   let sinceTurn = 0;
   type Out = TransformStreamDefaultController<Uint8Array>;
   const refuse = (out: Out) => {
     over = true;
-    chunks.drop();
+    pending.drop();
     // Read only now: parsing every request's body again would cost each call.
     const id = idOf();
     if (id === undefined) {
@@ -173,25 +173,22 @@ export function capped(
   };
   const step = (chunk: Uint8Array, out: Out): void => {
     if (!sse) {
-      bytes += chunk.byteLength;
-      if (bytes > maxBytes) return refuse(out);
-      chunks.push(chunk);
+      if (pending.size() + chunk.byteLength > maxBytes) return refuse(out);
+      pending.push(chunk);
       return;
     }
     // Each complete event goes on if it is within the cap, and stops counting; the rest of the
     // chunk starts the next one.
     let from = 0;
     for (const end of eventEnds(chunk, lineEnds)) {
-      if (bytes + (end - from) > maxBytes) return refuse(out);
-      for (const held of chunks.drain()) out.enqueue(held);
-      bytes = 0;
+      if (pending.size() + (end - from) > maxBytes) return refuse(out);
+      for (const held of pending.drain()) out.enqueue(held);
       out.enqueue(chunk.subarray(from, end));
       from = end;
     }
     if (from < chunk.length) {
-      bytes += chunk.length - from;
-      if (bytes > maxBytes) return refuse(out);
-      chunks.push(chunk.subarray(from));
+      if (pending.size() + (chunk.length - from) > maxBytes) return refuse(out);
+      pending.push(chunk.subarray(from));
     }
   };
   return body.pipeThrough(
@@ -206,7 +203,7 @@ export function capped(
         });
       },
       flush(out) {
-        for (const chunk of chunks.drain()) out.enqueue(chunk);
+        for (const chunk of pending.drain()) out.enqueue(chunk);
       },
     }),
   );
