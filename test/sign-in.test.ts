@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { createSignIn, type SignIn } from '../src/accounts/sign-in.ts';
+import { createSignIn, REFUSED_RECHECK_MS, type SignIn } from '../src/accounts/sign-in.ts';
 import { createAuditLog, type AuditLog } from '../src/audit/log.ts';
 import type { Database } from '../src/db/knex.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
@@ -40,6 +40,67 @@ for (const kind of databaseKinds()) {
       // A released attempt no longer counts.
       await signIn.release(ids[0]!);
       assert.equal(typeof (await signIn.reserve({ bucket: 'oidc_callback', origin: '10.0.0.1' })), 'number');
+    });
+
+    it('refuses a locked-out origin from memory for a second, then asks the database again', async () => {
+      let statements = 0;
+      const count = () => statements++;
+      db.knex.on('query', count);
+      try {
+        const origin = '10.0.1.1';
+        const ids = [];
+        for (let i = 0; i < 3; i++) ids.push(await signIn.reserve({ bucket: 'oidc_callback', origin }));
+        assert.equal(await signIn.reserve({ bucket: 'oidc_callback', origin }), undefined);
+        // A flood at the locked-out address: refused without a statement.
+        const before = statements;
+        for (let i = 0; i < 200; i++)
+          assert.equal(await signIn.reserve({ bucket: 'oidc_callback', origin }), undefined);
+        assert.equal(statements - before, 0);
+        // Only that origin, and only that bucket, is refused unasked.
+        assert.equal(typeof (await signIn.reserve({ bucket: 'password', origin })), 'number');
+        assert.ok(statements > before);
+        // Another process (replica) on the same database gives an attempt back: this one learns of it
+        // when it asks again, a second later at most.
+        const other = createSignIn({ knex: db.knex, audit, limits: { perUser: 1, perIp: 3 } });
+        await other.release(ids[0]!);
+        assert.equal(await signIn.reserve({ bucket: 'oidc_callback', origin }), undefined);
+        await new Promise((resolve) => setTimeout(resolve, REFUSED_RECHECK_MS + 50));
+        assert.equal(typeof (await signIn.reserve({ bucket: 'oidc_callback', origin })), 'number');
+        // Locked out again; an attempt given back on this process ends the memory at once.
+        assert.equal(await signIn.reserve({ bucket: 'oidc_callback', origin }), undefined);
+        await signIn.release(ids[1]!);
+        assert.equal(typeof (await signIn.reserve({ bucket: 'oidc_callback', origin })), 'number');
+      } finally {
+        db.knex.off('query', count);
+      }
+    });
+
+    it('refuses a locked-out user name from memory, from any origin, and not other names', async () => {
+      const name = 'memo';
+      assert.deepEqual(await signIn.signIn({ name, password: 'x', origin: '10.0.2.1', via: 'web' }), {
+        refused: 'wrong_password',
+      });
+      let statements = 0;
+      const count = () => statements++;
+      db.knex.on('query', count);
+      try {
+        assert.deepEqual(await signIn.signIn({ name, password: 'x', origin: '10.0.2.2', via: 'web' }), {
+          refused: 'locked_out',
+        });
+        const before = statements;
+        assert.deepEqual(await signIn.signIn({ name, password: 'x', origin: '10.0.2.3', via: 'web' }), {
+          refused: 'locked_out',
+        });
+        assert.equal(statements - before, 0);
+        assert.deepEqual(
+          await signIn.signIn({ name: 'other', password: 'x', origin: '10.0.2.3', via: 'web' }),
+          {
+            refused: 'wrong_password',
+          },
+        );
+      } finally {
+        db.knex.off('query', count);
+      }
     });
 
     it('holds a password attempt to the per-user limit', async () => {

@@ -29,22 +29,27 @@ const NAME_LOCK = 0x5349_4e01;
  */
 const inTurn = limitConcurrency(2);
 
+/** Why the database refused an attempt: its origin, or its name, already had its limit in the window. */
+type Reservation = { id: number } | { refused: 'origin' | 'name' };
+
 /**
- * Reserves one attempt before anything is checked: refused (undefined) when the name or the origin already
- * has its limit of attempts in the window, else the attempt's id. Attempts of one origin and of one name
- * serialise on advisory locks held until the transaction ends, and each count is a statement after the
- * lock, so its snapshot sees every attempt committed before: however many tries race, on however many
- * replicas, no more than the limit are ever let through. An attempt stays counted until it is released,
- * so tries still being checked count as well as failed ones.
+ * Reserves one attempt before anything is checked: refused when the name or the origin already has its
+ * limit of attempts in the window (and which of them), else the attempt's id. Attempts of one origin and
+ * of one name serialise on advisory locks held until the transaction ends, and each count is a statement
+ * after the lock, so its snapshot sees every attempt committed before: however many tries race, on
+ * however many replicas, no more than the limit are ever let through. An attempt stays counted until it
+ * is released, so tries still being checked count as well as failed ones.
  */
 export async function reserveAttempt(
   knex: Knex,
   attempt: { bucket: AttemptBucket; name?: string; origin: string; perName?: number; perOrigin: number },
-): Promise<number | undefined> {
+): Promise<Reservation> {
   const { bucket, origin } = attempt;
-  const name = attempt.name?.slice(0, 64) || null;
-  return inTurn(() => reserve(knex, bucket, origin, name, attempt));
+  return inTurn(() => reserve(knex, bucket, origin, nameKey(attempt.name), attempt));
 }
+
+/** The name an attempt is counted under (none when empty). */
+const nameKey = (name: string | undefined) => name?.slice(0, 64) || null;
 
 async function reserve(
   knex: Knex,
@@ -52,7 +57,7 @@ async function reserve(
   origin: string,
   name: string | null,
   attempt: { perName?: number; perOrigin: number },
-): Promise<number | undefined> {
+): Promise<Reservation> {
   return knex.transaction(async (trx) => {
     await trx.raw('select pg_advisory_xact_lock(?, hashtext(?))', [ORIGIN_LOCK, origin]);
     if (name !== null) await trx.raw('select pg_advisory_xact_lock(?, hashtext(?))', [NAME_LOCK, name]);
@@ -70,20 +75,75 @@ async function reserve(
         .count({ n: '*' })
         .first()
         .then((row) => toCount(row?.n));
-    if ((await counted('origin', origin)) >= attempt.perOrigin) return undefined;
+    if ((await counted('origin', origin)) >= attempt.perOrigin) return { refused: 'origin' as const };
     if (name !== null && attempt.perName !== undefined && (await counted('name', name)) >= attempt.perName) {
-      return undefined;
+      return { refused: 'name' as const };
     }
     const [row] = (await trx('sign_in_attempts').insert({ bucket, name, origin }).returning('id')) as {
       id: number | string;
     }[];
-    return Number(row!.id);
+    return { id: Number(row!.id) };
   });
 }
 
-/** Gives a reserved attempt back (it succeeded, or failed through no fault of the caller): it no longer counts. */
-export async function releaseAttempt(knex: Knex, id: number): Promise<void> {
-  await knex('sign_in_attempts').where({ id }).delete();
+/**
+ * Gives a reserved attempt back (it succeeded, or failed through no fault of the caller): it no longer
+ * counts. What it was counted under, if it was still there.
+ */
+export async function releaseAttempt(
+  knex: Knex,
+  id: number,
+): Promise<{ bucket: AttemptBucket; origin: string; name: string | null } | undefined> {
+  const [row] = (await knex('sign_in_attempts')
+    .where({ id })
+    .delete()
+    .returning(['bucket', 'origin', 'name'])) as {
+    bucket: AttemptBucket;
+    origin: string;
+    name: string | null;
+  }[];
+  return row;
+}
+
+/**
+ * After the database refused an attempt of an origin (or a name), how long this process refuses that
+ * origin's (or name's) further attempts from memory before it asks the database again. A refusal only
+ * ends when an attempt turns 15 minutes old or one is given back, so a flood at a locked-out address
+ * (forged single sign-on answers, 20 at a time, that any web page can make a browser send) costs one
+ * transaction a second, not one each. Refusing from memory can only be stricter than the database,
+ * and by a second at most: an attempt given back on this process forgets its keys at once.
+ */
+export const REFUSED_RECHECK_MS = 1000;
+const MAX_REMEMBERED = 10_000;
+
+/** Per bucket and origin or name, until when (performance.now()) this process refuses it unasked. */
+function refusedKeys() {
+  const until = new Map<string, number>();
+  const key = (bucket: AttemptBucket, by: 'origin' | 'name', value: string) => `${bucket}\0${by}\0${value}`;
+  const held = (k: string) => {
+    const t = until.get(k);
+    if (t === undefined) return false;
+    if (performance.now() < t) return true;
+    until.delete(k);
+    return false;
+  };
+  return {
+    /** Whether an attempt of this origin (or name) is refused from memory. */
+    refuses(bucket: AttemptBucket, origin: string, name: string | null): boolean {
+      return held(key(bucket, 'origin', origin)) || (name !== null && held(key(bucket, 'name', name)));
+    },
+    remember(bucket: AttemptBucket, by: 'origin' | 'name', value: string) {
+      const k = key(bucket, by, value);
+      until.delete(k);
+      // The oldest entry goes first: a flood from many addresses cannot grow this without bound.
+      if (until.size >= MAX_REMEMBERED) until.delete(until.keys().next().value!);
+      until.set(k, performance.now() + REFUSED_RECHECK_MS);
+    },
+    forget(bucket: AttemptBucket, origin: string, name: string | null) {
+      until.delete(key(bucket, 'origin', origin));
+      if (name !== null) until.delete(key(bucket, 'name', name));
+    },
+  };
 }
 
 /** How many failed sign-ins, in 15 minutes, lock a user name and an origin (config `web.login_failures_*`). */
@@ -98,29 +158,23 @@ export interface SignInLimits {
  * and is recorded as user.login_failed with the origin, so that both ways count towards the same limits;
  * the right one gives its reservation back.
  */
-export async function signIn(
-  deps: { knex: Knex; audit: AuditLog; limits: SignInLimits },
+async function signIn(
+  deps: { knex: Knex; audit: AuditLog; attempts: Pick<SignIn, 'reserve' | 'release'> },
   attempt: { name: string; password: string; origin: string; via: 'web' | 'cli' },
 ): Promise<{ user: User } | { refused: 'locked_out' | 'wrong_password' }> {
   const { name, origin } = attempt;
-  const reserved = await reserveAttempt(deps.knex, {
-    bucket: 'password',
-    name,
-    origin,
-    perName: deps.limits.perUser,
-    perOrigin: deps.limits.perIp,
-  });
+  const reserved = await deps.attempts.reserve({ bucket: 'password', name, origin });
   if (reserved === undefined) return { refused: 'locked_out' };
   let user: User | undefined;
   try {
     user = name ? await checkCredentials(deps.knex, name, attempt.password) : undefined;
   } catch (err) {
     // Not checked, so not a failure of the caller's: the reservation goes back.
-    await releaseAttempt(deps.knex, reserved).catch(() => undefined);
+    await deps.attempts.release(reserved).catch(() => undefined);
     throw err;
   }
   if (user) {
-    await releaseAttempt(deps.knex, reserved);
+    await deps.attempts.release(reserved);
     return { user };
   }
   await deps.audit.append({
@@ -143,7 +197,8 @@ export interface SignIn {
   }): Promise<{ user: User } | { refused: 'locked_out' | 'wrong_password' }>;
   /**
    * Reserves one attempt of `bucket` for the origin (and the name, when given) under the configured limits
-   * (reserveAttempt): the attempt's id, or undefined when either is at its limit.
+   * (reserveAttempt): the attempt's id, or undefined when either is at its limit — as the database said,
+   * or as it said less than REFUSED_RECHECK_MS ago.
    */
   reserve(attempt: { bucket: AttemptBucket; origin: string; name?: string }): Promise<number | undefined>;
   /** Gives a reserved attempt back (releaseAttempt). */
@@ -159,11 +214,28 @@ export interface SignIn {
 
 export function createSignIn(deps: { knex: Knex; audit: AuditLog; limits: SignInLimits }): SignIn {
   const { knex, limits } = deps;
+  const refused = refusedKeys();
+  const attempts: Pick<SignIn, 'reserve' | 'release'> = {
+    async reserve(attempt) {
+      const { bucket, origin } = attempt;
+      if (refused.refuses(bucket, origin, nameKey(attempt.name))) return undefined;
+      const got = await reserveAttempt(knex, {
+        ...attempt,
+        perName: limits.perUser,
+        perOrigin: limits.perIp,
+      });
+      if ('id' in got) return got.id;
+      refused.remember(bucket, got.refused, got.refused === 'origin' ? origin : nameKey(attempt.name)!);
+      return undefined;
+    },
+    async release(id) {
+      const was = await releaseAttempt(knex, id);
+      if (was) refused.forget(was.bucket, was.origin, was.name);
+    },
+  };
   return {
-    signIn: (attempt) => signIn(deps, attempt),
-    reserve: (attempt) =>
-      reserveAttempt(knex, { ...attempt, perName: limits.perUser, perOrigin: limits.perIp }),
-    release: (id) => releaseAttempt(knex, id),
+    signIn: (attempt) => signIn({ ...deps, attempts }, attempt),
+    ...attempts,
     withOidc: (identity) => signInWithOidc(deps, identity),
     oidcAttemptSecret: () =>
       sharedValue(knex, 'oidc_attempt_key', () => randomBytes(32).toString('base64url')),
