@@ -345,6 +345,12 @@ export interface AbuseOptions {
   flood: number;
   /** Each flood goes on this long at least, past its count (0: the counts only; `--sustain S`). */
   sustainMs?: number;
+  /**
+   * Only the attacks whose names contain one of these (`--only`), each `repeat` times (`--repeat`), each
+   * time after a quiet window of its own: for working on one attack, not for the drill's verdict.
+   */
+  only?: string[];
+  repeat?: number;
   log: (line: string) => void;
   /** The CLI, run against the drill's database. */
   cli: (args: string[]) => Promise<{ code: number; out: string }>;
@@ -649,6 +655,15 @@ export async function abuseDrill(
     o.log(`  warm-up: the well-behaved agent's p99 ${warmup.p99} ms over ${warmup.calls} calls (not judged)`);
 
     const attack = async (
+      name: string,
+      expect: string,
+      run: (until: number) => Promise<string[]>,
+      judge: (answers: Record<string, number>) => boolean,
+    ) => {
+      if (o.only && !o.only.some((part) => name.includes(part))) return;
+      for (let i = 0; i < (o.repeat ?? 1); i++) await attackOnce(name, expect, run, judge);
+    };
+    const attackOnce = async (
       name: string,
       expect: string,
       run: (until: number) => Promise<string[]>,

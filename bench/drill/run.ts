@@ -36,6 +36,8 @@ const { values: flags, positionals } = parseArgs({
     rate: { type: 'string' },
     flood: { type: 'string' },
     sustain: { type: 'string' },
+    only: { type: 'string' },
+    repeat: { type: 'string' },
     'proxy-rate': { type: 'string' },
     'no-pin': { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
@@ -50,6 +52,8 @@ if (flags.help) {
   --kill-every S      kill: seconds between two SIGKILLs (4); chaos: between two faults (4)
   --flood N           abuse: bad bearer tokens sent (2000); the other floods a share of it
   --sustain S         abuse: each flood goes on for S seconds at least, however many that sends (0: the counts only)
+  --only A,B          abuse: only the attacks whose names contain A or B (working on one; the verdict is the whole drill's)
+  --repeat N          abuse: each attack N times, each after a quiet window of its own (1)
   --no-pin            abuse: leave the server and the attackers unpinned (by default, with taskset and 2+ CPUs,
                       the server gets one CPU and the drill and the hostile upstream the others)
   --cut-seconds S     cut: how long the database stays unreachable (10)
@@ -665,6 +669,8 @@ async function abuseDrillRun(): Promise<boolean> {
       env: {},
       flood,
       sustainMs: Number(flags.sustain ?? 0) * 1000,
+      only: flags.only?.split(','),
+      repeat: Number(flags.repeat ?? 1),
       log,
       cli: (args) => cli(args, env),
       pin: !flags['no-pin'],
