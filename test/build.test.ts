@@ -69,6 +69,16 @@ describe('the build that npm start runs', () => {
     assert.equal(css.status, 200);
   });
 
+  it('is started by the systemd unit with the node options of npm start', () => {
+    const unit = fs.readFileSync(path.join(ROOT, 'deploy/countersign.service'), 'utf8');
+    const exec = /^ExecStart=(\S+) (.*) \/opt\/countersign\/dist\/cli\.js serve$/m.exec(unit);
+    assert.ok(exec, 'an ExecStart line running dist/cli.js serve');
+    const start = (
+      JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }
+    ).scripts.start;
+    assert.equal(exec[2], /^node (.*) dist\/cli\.js serve$/.exec(start)?.[1]);
+  });
+
   it('is what bin/countersign.js runs while it is as new as the sources', async () => {
     const bin = spawn(process.execPath, ['bin/countersign.js', 'agent', 'list'], {
       cwd: ROOT,
