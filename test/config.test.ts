@@ -24,6 +24,21 @@ describe('configuration', () => {
     assert.ok(Object.isFrozen(config) && Object.isFrozen(config.http));
   });
 
+  it("defaults the hostile callers' bounds as docs/operations.md says", () => {
+    const cwd = tmp();
+    fs.writeFileSync(
+      path.join(cwd, 'countersign.config.json'),
+      JSON.stringify({ upstreams: [{ name: 'fs', url: 'http://a.test/mcp' }] }),
+    );
+    const config = loadConfig({}, cwd);
+    assert.equal(config.upstreams[0]!.max_result_bytes, 8 * 1024 * 1024);
+    assert.equal(config.audit.denied_rows_per_minute, 10);
+    assert.equal(config.audit.refusals_per_second_per_address, 100);
+    assert.equal(config.http.max_streams_per_agent, 8);
+    assert.equal(config.web.login_failures_per_user, 5);
+    assert.equal(config.web.login_failures_per_ip, 20);
+  });
+
   it('reads countersign.config.json, and the environment wins over it', () => {
     const cwd = tmp();
     fs.writeFileSync(

@@ -181,4 +181,31 @@ for (const kind of databaseKinds()) {
       assert.deepEqual(statuses(answers), { 401: 20, 429: 20 });
     });
   });
+
+  // Two processes share one database only on PostgreSQL; a server of its own, so that the address has
+  // all of its attempts left.
+  if (kind === 'postgres')
+    describe('the per-address limit across two server processes on postgres', () => {
+      let server: TestServer;
+      before(async () => {
+        server = await startTestServer(kind);
+      });
+      after(async () => {
+        await server?.stop();
+      });
+
+      it('checks at most 20 of 40 simultaneous wrong passwords under many names, split over two replicas', async () => {
+        const replicas = await Promise.all([spawnServer(server.env), spawnServer(server.env)]);
+        try {
+          const posts = await Promise.all(replicas.map((r) => loginForm(r.url)));
+          const answers = await Promise.all(
+            Array.from({ length: 40 }, (_, i) => posts[i % 2]!(`someone-${i}`, 'wrong')),
+          );
+          assert.deepEqual(statuses(answers), { 401: 20, 429: 20 });
+          assert.equal((await failedRows(server)).length, 20);
+        } finally {
+          await Promise.allSettled(replicas.map((r) => stopChild(r.child)));
+        }
+      });
+    });
 }

@@ -3,7 +3,7 @@ import { after, before, describe, it } from 'node:test';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { loadConfig } from '../src/config.ts';
 import { fetchUnwarned } from '../src/core/fetch.ts';
-import { runCli } from './helpers/cli.ts';
+import { runCli, spawnServer, stopChild } from './helpers/cli.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { newClient, startTestServer, waitFor, type TestServer } from './helpers/server.ts';
 
@@ -48,10 +48,10 @@ for (const kind of databaseKinds()) {
       await server.stop();
     });
 
-    async function openStreams(token: string, n: number) {
+    async function openStreams(token: string, n: number, url = server.url) {
       const subs = [];
       for (let i = 0; i < n; i++) {
-        const { client } = await listener(server.url, token);
+        const { client } = await listener(url, token);
         clients.push(client);
         subs.push(await client.listen({ toolsListChanged: true }));
       }
@@ -106,5 +106,22 @@ for (const kind of databaseKinds()) {
         await bystander.close();
       });
     }
+
+    // Two processes share one database only on PostgreSQL: the CLI's change reaches each replica
+    // through the trigger on agents, and each closes the streams it holds.
+    if (kind === 'postgres')
+      it("closes an agent's streams on every replica when it is revoked", async () => {
+        const name = 'replicated-streamer';
+        const token = await server.addAgent(name);
+        const replica = await spawnServer(server.env);
+        try {
+          const subs = [...(await openStreams(token, 2)), ...(await openStreams(token, 2, replica.url))];
+          const result = await runCli(['agent', 'revoke', name], server.env);
+          assert.equal(result.code, 0, result.stderr);
+          for (const sub of subs) assert.equal(await sub.closed, 'remote');
+        } finally {
+          await stopChild(replica.child);
+        }
+      });
   });
 }

@@ -76,26 +76,34 @@ for (const kind of databaseKinds()) {
       fs.rmSync(configFile, { force: true });
     });
 
-    it("checks an upstream's pattern in linear time: refused, and a concurrent read answered", async () => {
-      const order: string[] = [];
-      const [hostile, ping] = await Promise.all([
-        call(agent, 'sse__match', { s: HOSTILE }).finally(() => order.push('hostile')),
-        call(agent, 'sse__ping').finally(() => order.push('ping')),
-      ]);
-      assert.equal(hostile.error?.code, 'INVALID_ARGUMENT');
-      assert.equal(ping.ok, true, JSON.stringify(ping.error));
-      assert.equal(ping.content[0].text, 'pong');
-      assert.deepEqual(order.toSorted(), ['hostile', 'ping']);
-      // The pattern is still checked: a string that matches it passes through.
-      const fine = await call(agent, 'sse__match', { s: 'aaaa' });
-      assert.equal(fine.ok, true, JSON.stringify(fine.error));
-      assert.equal(fine.content[0].text, 'aaaa');
-      // Each pattern is its own: another tool's is checked against its own schema, not this one's.
-      const digits = await call(agent, 'sse__digits', { s: '2026' });
-      assert.equal(digits.ok, true, JSON.stringify(digits.error));
-      assert.equal((await call(agent, 'sse__digits', { s: 'aaaa' })).error?.code, 'INVALID_ARGUMENT');
-      assert.equal((await call(agent, 'sse__match', { s: '2026' })).error?.code, 'INVALID_ARGUMENT');
-    });
+    // Bounded by the test's own timeout, not by a measured duration: a backtracking engine takes about
+    // 85 s on HOSTILE and doubles that for every further "a", so on LONGER it would never answer, on any
+    // machine; RE2 answers both in milliseconds, and the concurrent read is answered beside them.
+    it(
+      "checks an upstream's pattern in linear time: refused, and a concurrent read answered",
+      { timeout: 60_000 },
+      async () => {
+        const LONGER = 'a'.repeat(10_000) + '!';
+        const [hostile, longer, ping] = await Promise.all([
+          call(agent, 'sse__match', { s: HOSTILE }),
+          call(agent, 'sse__match', { s: LONGER }),
+          call(agent, 'sse__ping'),
+        ]);
+        assert.equal(hostile.error?.code, 'INVALID_ARGUMENT');
+        assert.equal(longer.error?.code, 'INVALID_ARGUMENT');
+        assert.equal(ping.ok, true, JSON.stringify(ping.error));
+        assert.equal(ping.content[0].text, 'pong');
+        // The pattern is still checked: a string that matches it passes through.
+        const fine = await call(agent, 'sse__match', { s: 'aaaa' });
+        assert.equal(fine.ok, true, JSON.stringify(fine.error));
+        assert.equal(fine.content[0].text, 'aaaa');
+        // Each pattern is its own: another tool's is checked against its own schema, not this one's.
+        const digits = await call(agent, 'sse__digits', { s: '2026' });
+        assert.equal(digits.ok, true, JSON.stringify(digits.error));
+        assert.equal((await call(agent, 'sse__digits', { s: 'aaaa' })).error?.code, 'INVALID_ARGUMENT');
+        assert.equal((await call(agent, 'sse__match', { s: '2026' })).error?.code, 'INVALID_ARGUMENT');
+      },
+    );
 
     for (const upstream of ['sse', 'json', 'pipe']) {
       it(`drops an answer past max_result_bytes from ${upstream}: CONNECTOR_FAILED result_too_large, audited`, async () => {
@@ -110,6 +118,10 @@ for (const kind of databaseKinds()) {
           [row.tool, row.result, row.error_code],
           [`${upstream}__big`, 'error', 'CONNECTOR_FAILED'],
         );
+        const details = (typeof row.details === 'string' ? JSON.parse(row.details) : row.details) as {
+          reason?: string;
+        };
+        assert.equal(details.reason, 'result_too_large');
 
         // The process and the upstream are still there (a stdio upstream is reconnected).
         const ping = await waitFor('the upstream to answer again', async () => {
