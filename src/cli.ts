@@ -27,6 +27,7 @@ import type { Role } from './core/identity.ts';
 import { lockedBy, lockHolder } from './db/lock.ts';
 import { VERSION } from './core/version.ts';
 import { agentToolName } from './core/tool-names.ts';
+import { sourceStack } from './core/stack.ts';
 
 /**
  * The only module that reads process.env, argv and writes to the terminal.
@@ -996,7 +997,7 @@ async function explain(e: unknown): Promise<string> {
   const pg = describePgError(e, process.env.DATABASE_URL);
   if (pg) return pg;
   if (e instanceof Error && 'code' in e && e.code === 'EADDRINUSE') return `cannot listen: ${e.message}`;
-  return e instanceof Error ? (e.stack ?? e.message) : String(e);
+  return e instanceof Error ? (e.stack ? sourceStack(e.stack) : e.message) : String(e);
 }
 
 /** Exit codes: 0 done, 1 the command failed, 2 the command line was wrong (nothing was done). */

@@ -1,6 +1,14 @@
 import pino, { type Logger } from 'pino';
+import { sourceStack } from './core/stack.ts';
 
 export type { Logger };
+
+/** pino's error serializer, its stack naming the sources when the server runs built (core/stack.ts). */
+export function serializeError(err: unknown) {
+  const out = pino.stdSerializers.err(err as Error);
+  if (out && typeof out.stack === 'string') out.stack = sourceStack(out.stack);
+  return out;
+}
 
 /** JSON logs on stderr (stdout is the MCP channel under stdio). Secrets are redacted by path. */
 export function createLogger(level: string): Logger {
@@ -8,6 +16,7 @@ export function createLogger(level: string): Logger {
     {
       level,
       base: { name: 'countersign' },
+      serializers: { err: serializeError },
       redact: {
         paths: [
           'token',

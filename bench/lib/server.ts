@@ -113,12 +113,13 @@ export function buildOnce(): Promise<void> {
   return built;
 }
 
-/** The bare baseline server (bench/bare-server.ts), built; resolves once it listens. */
+/**
+ * The bare baseline server (bench/bare-server.ts), built; resolves once it listens. Like countersign
+ * under npm start, without --enable-source-maps (the dependencies' maps would cost it memory alone).
+ */
 export async function spawnBareServer(env: Record<string, string>): Promise<Child> {
   await buildOnce();
-  return spawnNode([path.join(ROOT, 'dist/bench/bare-server.js')], env, /"url":"(http:\/\/[^"]+)\/mcp"/, {
-    nodeArgs: ['--enable-source-maps'],
-  });
+  return spawnNode([path.join(ROOT, 'dist/bench/bare-server.js')], env, /"url":"(http:\/\/[^"]+)\/mcp"/);
 }
 
 /** The node options of package.json's `npm start`: the benchmarks run the server exactly as it starts. */
