@@ -132,8 +132,9 @@ function refusedKeys() {
     refuses(bucket: AttemptBucket, origin: string, name: string | null): boolean {
       return held(key(bucket, 'origin', origin)) || (name !== null && held(key(bucket, 'name', name)));
     },
-    remember(bucket: AttemptBucket, by: 'origin' | 'name', value: string) {
-      const k = key(bucket, by, value);
+    /** The database refused an attempt of this origin and name `by` one of them: remember that one. */
+    remember(bucket: AttemptBucket, by: 'origin' | 'name', origin: string, name: string | null) {
+      const k = key(bucket, by, by === 'origin' ? origin : name!);
       until.delete(k);
       // The oldest entry goes first: a flood from many addresses cannot grow this without bound.
       if (until.size >= MAX_REMEMBERED) until.delete(until.keys().next().value!);
@@ -218,14 +219,15 @@ export function createSignIn(deps: { knex: Knex; audit: AuditLog; limits: SignIn
   const attempts: Pick<SignIn, 'reserve' | 'release'> = {
     async reserve(attempt) {
       const { bucket, origin } = attempt;
-      if (refused.refuses(bucket, origin, nameKey(attempt.name))) return undefined;
+      const name = nameKey(attempt.name);
+      if (refused.refuses(bucket, origin, name)) return undefined;
       const got = await reserveAttempt(knex, {
         ...attempt,
         perName: limits.perUser,
         perOrigin: limits.perIp,
       });
       if ('id' in got) return got.id;
-      refused.remember(bucket, got.refused, got.refused === 'origin' ? origin : nameKey(attempt.name)!);
+      refused.remember(bucket, got.refused, origin, name);
       return undefined;
     },
     async release(id) {
