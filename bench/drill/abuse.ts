@@ -654,15 +654,6 @@ export async function abuseDrill(
     const warmup = await agent.of('warm-up');
     o.log(`  warm-up: the well-behaved agent's p99 ${warmup.p99} ms over ${warmup.calls} calls (not judged)`);
 
-    const attack = async (
-      name: string,
-      expect: string,
-      run: (until: number) => Promise<string[]>,
-      judge: (answers: Record<string, number>) => boolean,
-    ) => {
-      if (o.only && !o.only.some((part) => name.includes(part))) return;
-      for (let i = 0; i < (o.repeat ?? 1); i++) await attackOnce(name, expect, run, judge);
-    };
     const attackOnce = async (
       name: string,
       expect: string,
@@ -734,6 +725,11 @@ export async function abuseDrill(
           `the agent's own process held at most ${f.good_held_max_ms} ms (quiet ${f.quiet_held_max_ms} ms); ` +
           `drill event loop max ${f.drill_loop_max_ms} ms (quiet ${f.drill_loop_quiet_max_ms} ms); RSS ${f.rss_mb} MB`,
       );
+    };
+    /** An attack, unless --only leaves it out, --repeat times. */
+    const attack = async (...args: Parameters<typeof attackOnce>) => {
+      if (o.only && !o.only.some((part) => args[0].includes(part))) return;
+      for (let i = 0; i < (o.repeat ?? 1); i++) await attackOnce(...args);
     };
     const n = (share: number) => Math.max(20, Math.round(o.flood * share));
 
