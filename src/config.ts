@@ -656,6 +656,28 @@ function envNameFor(keyPath: PropertyKey[]): string | undefined {
   return Object.entries(ENV_KEYS).find(([, spec]) => spec.path.join('.') === dotted)?.[0];
 }
 
+/**
+ * A key's value from the environment, or from the file its `<NAME>_FILE` variable names (a mounted
+ * secret: the content, one trailing newline dropped). Both set is refused, so that neither silently wins.
+ */
+function envOrFile(env: Record<string, string | undefined>, name: string, cwd: string): string | undefined {
+  const fileVar = `${name}_FILE`;
+  const file = env[fileVar];
+  if (file === undefined || file === '') return env[name];
+  if (env[name] !== undefined && env[name] !== '') {
+    throw configError(
+      `${name} and ${fileVar} are both set: give the value or the file that holds it, not both`,
+    );
+  }
+  try {
+    return fs.readFileSync(path.resolve(cwd, file), 'utf8').replace(/\r?\n$/, '');
+  } catch (err) {
+    throw configError(
+      `${fileVar}: cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+    );
+  }
+}
+
 const frozenApproval = (approval: z.output<typeof ConfigSchema>['approval']) =>
   Object.freeze({
     ...approval,
@@ -676,7 +698,7 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
   const input: Record<string, unknown> = explicit || fs.existsSync(file) ? readFile(file) : {};
 
   for (const [name, spec] of Object.entries(ENV_KEYS)) {
-    const raw = env[name];
+    const raw = envOrFile(env, name, cwd);
     if (raw !== undefined && raw !== '') setPath(input, spec.path, envValue(name, raw, spec.kind));
   }
 

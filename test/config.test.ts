@@ -140,6 +140,49 @@ describe('configuration', () => {
     );
   });
 
+  it('reads a secret from the file its _FILE variable names, one trailing newline dropped', () => {
+    const cwd = tmp();
+    fs.writeFileSync(path.join(cwd, 'db-url'), 'postgres://app:s3cret@db:5432/countersign\n');
+    fs.writeFileSync(path.join(cwd, 'webhook'), 'a-webhook-secret-of-32-characters\n\n');
+    fs.writeFileSync(path.join(cwd, 'port'), '9000');
+    const config = loadConfig(
+      {
+        DATABASE_URL_FILE: 'db-url',
+        COUNTERSIGN_WEBHOOK_URL: 'https://hooks.example.com/x',
+        COUNTERSIGN_WEBHOOK_SECRET_FILE: path.join(cwd, 'webhook'),
+        COUNTERSIGN_PORT_FILE: 'port',
+      },
+      cwd,
+    );
+    assert.equal(config.database_url, 'postgres://app:s3cret@db:5432/countersign');
+    assert.equal(config.web.webhook_secret, 'a-webhook-secret-of-32-characters\n');
+    assert.equal(config.http.port, 9000);
+    // An empty _FILE variable is unset: the plain variable is read.
+    assert.equal(loadConfig({ COUNTERSIGN_PORT: '9001', COUNTERSIGN_PORT_FILE: '' }, cwd).http.port, 9001);
+  });
+
+  it('refuses a key given both ways, and a _FILE it cannot read, naming the variables', () => {
+    const cwd = tmp();
+    fs.writeFileSync(path.join(cwd, 'db-url'), 'postgres://app:x@db:5432/c');
+    const isConfigError = (names: string[]) => (err: unknown) =>
+      isAppError(err, 'CONFIG_INVALID', 'config') && names.every((n) => err.message.includes(n));
+    assert.throws(
+      () => loadConfig({ DATABASE_URL: 'postgres://a@b/c', DATABASE_URL_FILE: 'db-url' }, cwd),
+      isConfigError(['DATABASE_URL ', 'DATABASE_URL_FILE']),
+    );
+    assert.throws(
+      () => loadConfig({ COUNTERSIGN_METRICS_TOKEN_FILE: 'missing' }, cwd),
+      isConfigError(['COUNTERSIGN_METRICS_TOKEN_FILE', 'missing', 'ENOENT']),
+    );
+    assert.throws(() => loadConfig({ COUNTERSIGN_METRICS_TOKEN_FILE: cwd }, cwd), isConfigError(['EISDIR']));
+    // The file's content goes through the key's own checks.
+    fs.writeFileSync(path.join(cwd, 'port'), 'eighty\n');
+    assert.throws(
+      () => loadConfig({ COUNTERSIGN_PORT_FILE: 'port' }, cwd),
+      isConfigError(['COUNTERSIGN_PORT']),
+    );
+  });
+
   it('stops start-up with exit 1 and names the key', async () => {
     const res = await runCli(['serve'], { COUNTERSIGN_DATA_DIR: tmp(), COUNTERSIGN_PORT: 'x' });
     assert.equal(res.code, 1);
