@@ -183,6 +183,20 @@ describe('configuration', () => {
     );
   });
 
+  it('refuses a data directory it cannot write, before opening anything, with exit 1', async () => {
+    const parent = tmp();
+    const file = path.join(parent, 'a-file');
+    fs.writeFileSync(file, '');
+    // Under a file: it cannot be made. The file itself: it is not a directory to write in.
+    for (const dataDir of [path.join(file, 'data'), file]) {
+      const res = await runCli(['serve'], { COUNTERSIGN_DATA_DIR: dataDir, COUNTERSIGN_PORT: '0' });
+      assert.equal(res.code, 1);
+      assert.match(res.stderr, /configuration error: .*COUNTERSIGN_DATA_DIR.*not writable/);
+      assert.doesNotMatch(res.stderr, /countersign listening/);
+    }
+    assert.deepEqual(fs.readdirSync(parent), ['a-file']);
+  });
+
   it('stops start-up with exit 1 and names the key', async () => {
     const res = await runCli(['serve'], { COUNTERSIGN_DATA_DIR: tmp(), COUNTERSIGN_PORT: 'x' });
     assert.equal(res.code, 1);

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import type { Knex } from 'knex';
 import { startAdminEndpoint } from '../admin/endpoint.ts';
+import { assertWritableDataDir } from './data-dir.ts';
 import { firstRun as seedFirstRun, type FirstRun, type FirstRunDeps } from '../admin/first-run.ts';
 import type { AdminDeps } from '../admin/commands.ts';
 import { adminDeps } from './admin-deps.ts';
@@ -260,9 +261,10 @@ async function startAdmin(deps: AdminDeps, log: Logger) {
 
 /**
  * The database, opened and migrated; a PostgreSQL that is not ready yet is tried again for up to
- * database.startup_timeout_s (openWhenReady).
+ * database.startup_timeout_s (openWhenReady). A data directory that cannot be written is refused first.
  */
 function openMigrated(config: Config, log: Logger, command: string): Promise<Database> {
+  assertWritableDataDir(config.data_dir);
   return openWhenReady({
     ...{ url: config.database_url, pgliteDir: config.pglite_dir, command, log },
     timeoutMs: config.database.startup_timeout_s * 1000,
