@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { configError } from '../config.ts';
@@ -8,7 +9,8 @@ import { configError } from '../config.ts';
  * removed (a permission check alone says yes to root on a read-only mount).
  */
 export function assertWritableDataDir(dir: string): void {
-  const probe = path.join(dir, `.write-check-${process.pid}`);
+  // Named at random: replicas may share one data directory, and in containers each may be pid 1.
+  const probe = path.join(dir, `.write-check-${randomBytes(8).toString('hex')}`);
   try {
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
     fs.writeFileSync(probe, '', { flag: 'wx', mode: 0o600 });
