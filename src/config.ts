@@ -669,13 +669,17 @@ function envOrFile(env: Record<string, string | undefined>, name: string, cwd: s
       `${name} and ${fileVar} are both set: give the value or the file that holds it, not both`,
     );
   }
+  let value: string;
   try {
-    return fs.readFileSync(path.resolve(cwd, file), 'utf8').replace(/\r?\n$/, '');
+    value = fs.readFileSync(path.resolve(cwd, file), 'utf8').replace(/\r?\n$/, '');
   } catch (err) {
     throw configError(
       `${fileVar}: cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
     );
   }
+  // An empty file is a secret not filled in (a placeholder left in a manifest), never "unset".
+  if (value === '') throw configError(`${fileVar}: ${file} is empty`);
+  return value;
 }
 
 const frozenApproval = (approval: z.output<typeof ConfigSchema>['approval']) =>

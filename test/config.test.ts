@@ -175,6 +175,12 @@ describe('configuration', () => {
       isConfigError(['COUNTERSIGN_METRICS_TOKEN_FILE', 'missing', 'ENOENT']),
     );
     assert.throws(() => loadConfig({ COUNTERSIGN_METRICS_TOKEN_FILE: cwd }, cwd), isConfigError(['EISDIR']));
+    // An empty file (a placeholder never filled in) is not "unset": DATABASE_URL would fall back to PGlite.
+    fs.writeFileSync(path.join(cwd, 'empty'), '\n');
+    assert.throws(
+      () => loadConfig({ DATABASE_URL_FILE: 'empty' }, cwd),
+      isConfigError(['DATABASE_URL_FILE', 'empty']),
+    );
     // The file's content goes through the key's own checks.
     fs.writeFileSync(path.join(cwd, 'port'), 'eighty\n');
     assert.throws(
