@@ -79,6 +79,24 @@ describe('the build that npm start runs', () => {
     assert.equal(exec[2], /^node (.*) dist\/cli\.js serve$/.exec(start)?.[1]);
   });
 
+  it('is started by the container image with the node options of npm start, as a user that is not root', () => {
+    const file = fs.readFileSync(path.join(ROOT, 'Containerfile'), 'utf8');
+    const cmd = /^CMD (\[.*\])$/m.exec(file);
+    assert.ok(cmd, 'a CMD in exec form');
+    const args = JSON.parse(cmd[1]!) as string[];
+    assert.equal(args[0], 'node');
+    assert.deepEqual(args.slice(-2), ['/opt/countersign/dist/cli.js', 'serve']);
+    const start = (
+      JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }
+    ).scripts.start;
+    assert.equal(args.slice(1, -2).join(' '), /^node (.*) dist\/cli\.js serve$/.exec(start)?.[1]);
+    // The last USER before CMD runs the server: not root, by name or number.
+    const users = [...file.matchAll(/^USER (\S+)$/gm)].map((m) => m[1]);
+    assert.ok(users.length > 0 && !['root', '0'].includes(users.at(-1)!));
+    assert.match(file, /^VOLUME \["\/var\/lib\/countersign"\]$/m);
+    assert.match(file, /^ARG BASE_IMAGE=docker\.io\/library\/node:20-slim$/m);
+  });
+
   it('is what bin/countersign.js runs while it is as new as the sources', async () => {
     const bin = spawn(process.execPath, ['bin/countersign.js', 'agent', 'list'], {
       cwd: ROOT,
