@@ -5,11 +5,27 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { promisify } from 'node:util';
+import { loadSigner } from '../src/audit/signing.ts';
+import { isAppError } from '../src/core/errors.ts';
 import { ROOT } from './helpers/server.ts';
 
 const run = promisify(execFile);
 
 describe('the audit signing key of a data directory', () => {
+  it('refuses a key file that holds no key (empty, or not PEM) as a configuration error', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'countersign-key-'));
+    for (const [name, content] of [
+      ['empty.pem', ''],
+      ['text.pem', 'not a key\n'],
+    ]) {
+      fs.writeFileSync(path.join(dir, name!), content!);
+      assert.throws(
+        () => loadSigner(dir, path.join(dir, name!)),
+        (err: unknown) => isAppError(err, 'CONFIG_INVALID', 'config') && err.message.includes(name!),
+      );
+    }
+  });
+
   it('is one key when several processes start on an empty directory at once', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'countersign-key-'));
     try {

@@ -11,6 +11,7 @@ import {
 import fs from 'node:fs';
 import path from 'node:path';
 import canonicalize from 'canonicalize';
+import { AppError } from '../core/errors.ts';
 
 /** An Ed25519 signer; `key_id` is the SHA-256 of the raw public key, hex, first 16 characters. */
 export interface Signer {
@@ -65,7 +66,18 @@ export function loadSigner(dataDir: string, keyPath?: string): Signer {
     if (keyPath) throw new Error(`audit signing key ${keyPath} does not exist`);
     createKeyFile(file);
   }
-  const key = createPrivateKey(fs.readFileSync(file));
+  let key: KeyObject;
+  try {
+    key = createPrivateKey(fs.readFileSync(file));
+  } catch (err) {
+    // An empty or foreign file (a secret never filled in) stops start-up naming the key, not OpenSSL's words.
+    const why = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+    throw new AppError(
+      'CONFIG_INVALID',
+      `audit.signing_key_path (env COUNTERSIGN_AUDIT_SIGNING_KEY): ${file} holds no PEM private key (${why})`,
+      'config',
+    );
+  }
   if (key.asymmetricKeyType !== 'ed25519') throw new Error(`${file} is not an Ed25519 private key`);
   return signerFrom(key);
 }
