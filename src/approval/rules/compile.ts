@@ -1,7 +1,7 @@
 import { Environment, type ParseResult } from '@marcbachmann/cel-js';
 import { serialize } from '@marcbachmann/cel-js/serialize';
 import { AppError } from '../../core/errors.ts';
-import { INPUT_DECLARATIONS, inputOf, type RuleInput, type WriteFacts } from './input.ts';
+import { contentSkeleton, INPUT_DECLARATIONS, inputOf, type RuleInput, type WriteFacts } from './input.ts';
 import { PolicyDoc, versionOf, type Rule } from '../../core/approval-policy.ts';
 import { re2Error, re2Find, re2Matches, withBudget } from './patterns.ts';
 
@@ -58,6 +58,13 @@ function environment(): Environment {
     returnType: 'bool',
     params: [{ name: 'pattern', type: 'string' }],
     handler: re2Matches,
+  });
+  // `skeleton("payroll")`: the skeleton of a word as content.skeleton holds the text's, to compare them.
+  env.registerFunction({
+    name: 'skeleton',
+    returnType: 'string',
+    params: [{ name: 'text', type: 'string' }],
+    handler: contentSkeleton,
   });
   return env;
 }
