@@ -289,6 +289,30 @@ for (const kind of databaseKinds()) {
       assert.equal((await execute(text, done.approval_id!)).ok, true);
     });
 
+    it('lets no disguised write through a rule that allows everything without a word', async () => {
+      await setPolicy([
+        rule(
+          'Small talk',
+          '!content.skeleton.contains(skeleton("password")) && size(content.flags) == 0 && content.normalized.find("([0-9]{5,})") == ""',
+          { allow_without_review: { reason: 'small talk' } },
+        ),
+      ]);
+      assert.equal((await draft('see you soon at the cafe')).approval.status, 'approved');
+      const dodges = [
+        'my pass\uFE0Fword is hunter2', // a variation selector inside the word
+        'my p\u0430ssword is hunter2', // a Cyrillic а
+        'my \u202Edrowssap\u202C is hunter2', // reversed, and shown the right way round
+        'pay \u0665\u0660\u0660\u0660\u0660 now', // Arabic-Indic 50000
+        'my ｐａｓｓｗｏｒｄ is hunter2', // full-width
+      ];
+      for (const text of dodges) {
+        const res = await draft(text);
+        assert.equal(res.ok, true, JSON.stringify(res.error));
+        assert.equal(res.approval.status, 'pending', text);
+        assert.equal((await requestRow(res.approval.approval_request_id)).policy_rule, null, text);
+      }
+    });
+
     it('answers a catastrophic pattern on a long hostile text while another agent is served', async () => {
       const other = await createAgent(server.services.knex, { name: 'rule-bystander' });
       const bystander = await connectHttp(server.url, other.token);
