@@ -9,8 +9,9 @@
  * - the names of every script (PropertyValueAliases.txt), for `\p{Script_Extensions=…}`.
  *
  * The UCD is read from a directory (default /usr/share/unicode, as Debian's `unicode-data` package
- * installs it): `node --import tsx scripts/unicode-tables.ts [UCD_DIR]`. The generated file is
- * committed; run this again when moving to a newer UCD.
+ * installs it): `node --import tsx scripts/unicode-tables.ts [UCD_DIR]`, then
+ * `npx prettier --write src/core/unicode-tables.ts`. The generated file is committed; run this again
+ * when moving to a newer UCD.
  */
 import fs from 'node:fs';
 import path from 'node:path';
