@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
+import { createAgent } from '../src/accounts/agents.ts';
 import { createUser } from '../src/accounts/users.ts';
 import { loadConfig } from '../src/config.ts';
 import { isAppError } from '../src/core/errors.ts';
@@ -231,6 +232,122 @@ for (const kind of databaseKinds()) {
       const again = await approve(id, chairs[0]!);
       assert.equal(again.status, 'approved');
       assert.equal((await execute(text, again.approval_id!)).ok, true);
+    });
+
+    it('refuses an execution whose approver left the team the rule asks for', async () => {
+      const setTeams = async (name: string, teams: string[]) => {
+        const res = await runCli(['user', 'set', name, '--team', teams.join(',') || 'none'], server.env);
+        assert.equal(res.code, 0, res.stderr);
+      };
+      await setTeams('rule-chair-c', ['treasury']);
+      await setPolicy([
+        rule('Treasury pays', 'content.normalized.contains("treasury transfer")', {
+          require: { approvers: 1, roles: ['treasury'] },
+        }),
+      ]);
+      const text = 'Treasury transfer 77';
+      const id = (await draft(text)).approval.approval_request_id;
+      const approvalId = (await approve(id, chairs[2]!)).approval_id!;
+      const preflightOk = await call(agent, 'isphere_send_message', {
+        target_type: 'contact',
+        target_id: 'ct_david',
+        content_text: text,
+        approval_id: approvalId,
+      });
+      assert.equal(preflightOk.preflight.would_execute, true, JSON.stringify(preflightOk));
+      await setTeams('rule-chair-c', []);
+      // The dry run with the approval_id, and the real run, both say why.
+      const preflight = await call(agent, 'isphere_send_message', {
+        target_type: 'contact',
+        target_id: 'ct_david',
+        content_text: text,
+        approval_id: approvalId,
+      });
+      const check = preflight.preflight;
+      assert.deepEqual(
+        [check.would_execute, check.code, check.reason],
+        [false, 'APPROVAL_REQUIRED', 'approver_not_eligible'],
+      );
+      const refused = await execute(text, approvalId);
+      assert.deepEqual(refusal(refused), [false, 'APPROVAL_REQUIRED', 'approver_not_eligible']);
+      assert.equal((await requestRow(id)).status, 'approved');
+      const sent = await server.services
+        .knex('audit_events')
+        .where({ approval_request_id: id, kind: 'write.started' });
+      assert.equal(sent.length, 0);
+      // Drafting it again replaces the void request with a fresh one, for a chair of the team.
+      const fresh = await draft(text);
+      assert.notEqual(fresh.approval.approval_request_id, id);
+      const expired = await server.services
+        .knex('audit_events')
+        .where({ approval_request_id: id, kind: 'approval.expired' })
+        .first();
+      assert.equal(detailsOf(expired).reason, 'approver_not_eligible');
+      // Back on the team, the fresh request's approval executes.
+      await setTeams('rule-chair-c', ['treasury']);
+      const done = await approve(fresh.approval.approval_request_id, chairs[2]!);
+      assert.equal((await execute(text, done.approval_id!)).ok, true);
+    });
+
+    it('lets no disguised write through a rule that allows everything without a word', async () => {
+      await setPolicy([
+        rule(
+          'Small talk',
+          '!content.skeleton.contains(skeleton("password")) && size(content.flags) == 0 && content.normalized.find("([0-9]{5,})") == ""',
+          { allow_without_review: { reason: 'small talk' } },
+        ),
+      ]);
+      assert.equal((await draft('see you soon at the cafe')).approval.status, 'approved');
+      const dodges = [
+        'my pass\uFE0Fword is hunter2', // a variation selector inside the word
+        'my p\u0430ssword is hunter2', // a Cyrillic а
+        'my \u202Edrowssap\u202C is hunter2', // reversed, and shown the right way round
+        'pay \u0665\u0660\u0660\u0660\u0660 now', // Arabic-Indic 50000
+        'my ｐａｓｓｗｏｒｄ is hunter2', // full-width
+      ];
+      for (const text of dodges) {
+        const res = await draft(text);
+        assert.equal(res.ok, true, JSON.stringify(res.error));
+        assert.equal(res.approval.status, 'pending', text);
+        assert.equal((await requestRow(res.approval.approval_request_id)).policy_rule, null, text);
+      }
+    });
+
+    it('answers a catastrophic pattern on a long hostile text while another agent is served', async () => {
+      const other = await createAgent(server.services.knex, { name: 'rule-bystander' });
+      const bystander = await connectHttp(server.url, other.token);
+      try {
+        // On a backtracking engine this pattern takes seconds for 30 characters (×4 per two more).
+        await setPolicy([
+          rule('Plain words pass', 'content.text.matches("^(\\\\w+\\\\s?)*$")', {
+            allow_without_review: { reason: 'plain words' },
+          }),
+        ]);
+        const plain = await draft('plain words only');
+        assert.equal(plain.approval.status, 'approved');
+        const hostile = 'a'.repeat(60_000) + '!';
+        const [res, read] = await Promise.all([
+          draft(hostile),
+          call(bystander, 'isphere_search_contacts', { query: 'david' }),
+        ]);
+        assert.equal(read.ok, true, JSON.stringify(read.error));
+        // Answered by RE2 (no match) or, past the rule's budget, failing safe: either way a chair reviews.
+        assert.equal(res.ok, true, JSON.stringify(res.error));
+        assert.equal(res.approval.status, 'pending');
+        assert.equal((await requestRow(res.approval.approval_request_id)).policy_rule, null);
+      } finally {
+        await bystander.close();
+      }
+    });
+
+    it('refuses a rule whose pattern RE2 cannot run, naming the rule', async () => {
+      for (const when of ['content.text.matches("(?=pay)")', 'content.text.find("(a)\\\\1") != ""']) {
+        await assert.rejects(
+          setPolicy([rule('Look-around', when, { deny: { reason: 'x' } })]),
+          (err: unknown) =>
+            isAppError(err, 'CONFIG_INVALID', 'rule_invalid') && /Look-around/.test(err.message),
+        );
+      }
     });
 
     it('refuses a policy edit whose rule does not compile, naming it, and audits each change', async () => {

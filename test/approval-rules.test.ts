@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { isAppError } from '../src/core/errors.ts';
-import { asksMore, compilePolicy, type WriteFacts } from '../src/approval/rules/index.ts';
+import { asksMore, compilePolicy, RULE_BUDGET, type WriteFacts } from '../src/approval/rules/index.ts';
 
 const facts = (over: Partial<WriteFacts> = {}): WriteFacts => ({
   tool: 'send_message',
@@ -41,7 +41,9 @@ describe('approval rules', () => {
       ['target.nope', /No such key/],
       ['content.text', /not bool/],
       ['content.text ==', /.+/],
-      ['content.text.find("EUR (") != ""', /find\(\) pattern: Invalid regular expression/],
+      ['content.text.find("EUR (") != ""', /find\(\) pattern/],
+      ['content.text.matches("(?=password)")', /matches\(\) pattern: RE2/],
+      ['content.text.find("(a)\\\\1") == ""', /find\(\) pattern: RE2/],
       ['content.text.matches("[")', /matches\(\) pattern/],
     ];
     assert.throws(
@@ -129,6 +131,34 @@ describe('approval rules', () => {
     assert.equal(review.decide(facts({ text: 'not a number' })).rule, 'r');
     const allow = policy([{ name: 'a', when, then: { allow_without_review: { reason: 'x' } } }]);
     assert.equal(allow.decide(facts({ text: 'not a number' })).rule, null);
+  });
+
+  it('runs patterns on RE2: a catastrophic pattern answers, and past the budget fails safe', () => {
+    const when = 'content.text.matches("^(\\\\w+\\\\s?)*$")';
+    const review = policy([{ name: 'words only', when, then: { require: { approvers: 3 } } }]);
+    const allow = policy([{ name: 'words only', when, then: { allow_without_review: { reason: 'x' } } }]);
+    // Short texts are answered by the pattern itself, as RE2 reads it.
+    assert.equal(review.decide(facts({ text: 'hello world' })).rule, 'words only');
+    assert.equal(review.decide(facts({ text: 'hello world!' })).rule, null);
+    assert.equal(allow.decide(facts({ text: 'hello world' })).rule, 'words only');
+    // A text long enough to exhaust the budget: the review rule counts as matching, the allowing one not.
+    const hostile = 'a'.repeat(RULE_BUDGET.chars + 1) + '!';
+    assert.equal(review.decide(facts({ text: hostile })).rule, 'words only');
+    assert.equal(allow.decide(facts({ text: hostile })).rule, null);
+  });
+
+  it('runs find() on RE2, the budget shared by every pattern of one evaluation', () => {
+    const p = policy([
+      {
+        name: 'many reads',
+        // Each find() reads the whole text: a few fit the budget, eleven do not.
+        when: `[${Array(11).fill('content.text.find("(z)") == ""').join(', ')}].all(b, b) == false`,
+        then: { require: { approvers: 2 } },
+      },
+    ]);
+    const text = 'y'.repeat(RULE_BUDGET.chars / 10);
+    assert.equal(p.decide(facts({ text: 'short' })).rule, null);
+    assert.equal(p.decide(facts({ text })).rule, 'many reads');
   });
 
   it('reads the time of day in the policy time zone', () => {

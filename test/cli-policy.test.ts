@@ -56,6 +56,21 @@ for (const kind of databaseKinds()) {
       const broken = await runCli(['policy', 'check', file('broken.json', '{ not json')], server.env);
       assert.equal(broken.code, 1);
       assert.match(broken.stderr, /not valid JSON/);
+      // A pattern RE2 cannot run (a back-reference) is refused by check and by set, naming its rule.
+      const backtracking = {
+        rules: [
+          {
+            name: 'Repeated word',
+            when: 'content.text.matches("(\\\\w+) \\\\1")',
+            then: { deny: { reason: 'r' } },
+          },
+        ],
+      };
+      for (const command of ['check', 'set']) {
+        const refused = await runCli(['policy', command, file('re2.json', backtracking)], server.env);
+        assert.equal(refused.code, 1, command);
+        assert.match(refused.stderr, /approval rule "Repeated word": matches\(\) pattern: RE2/, command);
+      }
     });
 
     it('stores a policy (audited), shows it, and explains which rule a call meets without drafting', async () => {

@@ -20,7 +20,7 @@ import {
 } from './helpers/server.ts';
 import { startUpstreamFixture, type UpstreamFixture } from './helpers/upstream-fixture.ts';
 
-/** The ten example rules of docs/policy.md, in order, as the page shows them. */
+/** The eleven example rules of docs/policy.md, in order, as the page shows them. */
 function examples(): { name: string; when: string; then: Record<string, unknown> }[] {
   const page = fs.readFileSync(path.join(ROOT, 'docs/policy.md'), 'utf8');
   const section = page.slice(page.indexOf('## Examples'));
@@ -63,8 +63,8 @@ for (const kind of databaseKinds()) {
       await crm?.close();
     });
 
-    it('has ten examples, each of which compiles', () => {
-      assert.equal(rules.length, 10);
+    it('has eleven examples, each of which compiles', () => {
+      assert.equal(rules.length, 11);
     });
 
     const only = (n: number) => server.services.approvals.policy.set({ rules: [rules[n - 1]] }, 'test');
@@ -229,6 +229,28 @@ for (const kind of databaseKinds()) {
       await server.services.approvals.policy.set({ rules: [] }, 'test');
       const gated = await call(agent, 'crm__get_note', {});
       assert.equal(gated.approval.status, 'pending', 'without the rule a chair decides');
+    });
+
+    it('11. text trying to look like something else: two chairs, plain text the default', async () => {
+      await only(11);
+      const disguised = [
+        'please forward the p\u0430yroll file', // a Cyrillic а in a Latin word
+        'the \u0440\u0430\u0443\u0440\u0430l account', // a Latin-looking word in Cyrillic
+        'invoice_\u202Efdp.exe', // reordered
+        'Thanks, talk soon \u{1F642}\uFE01\uFE02', // selectors outside any sequence
+        'see you\u200B', // zero width
+      ];
+      for (const text of disguised) {
+        const row = await requestOf(await send(text));
+        assert.deepEqual([row.policy_rule, row.required_approvers], ['Disguised text', 2], text);
+      }
+      for (const text of [
+        'Thanks, talk soon \u{1F642}',
+        'I \u2764\uFE0F it',
+        'Привет, как дела?',
+        'pay ٥٠٠ EUR',
+      ])
+        assert.equal(await ruleOf(await send(text)), null, text);
     });
   });
 }

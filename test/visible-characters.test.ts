@@ -3,7 +3,6 @@ import { describe, it } from 'node:test';
 import {
   countHidden,
   countHiddenIn,
-  isHidden,
   marked,
   markerOf,
   mixesScripts,
@@ -28,7 +27,7 @@ describe('hidden characters', () => {
   for (const [what, points] of listed) {
     it(`marks ${what}, each by its code point`, () => {
       for (const n of points) {
-        assert.equal(isHidden(cp(n)), true, `U+${n.toString(16)}`);
+        assert.equal(countHidden(cp(n)), 1, `U+${n.toString(16)}`);
         const hex = n.toString(16).toUpperCase().padStart(4, '0');
         assert.equal(marked(`a${cp(n)}b`), `a${markerOf(n)}b`);
         assert.match(marked(cp(n)), new RegExp(`^⟦U\\+${hex} [A-Z"]`));
@@ -42,7 +41,9 @@ describe('hidden characters', () => {
     assert.equal(marked('\u2066'), '⟦U+2066 LEFT-TO-RIGHT ISOLATE⟧');
     assert.equal(marked('\u200B'), '⟦U+200B ZERO WIDTH SPACE⟧');
     assert.equal(marked(cp(0xe0041)), '⟦U+E0041 TAG "A"⟧');
-    assert.equal(marked('\r'), '⟦U+000D CONTROL⟧');
+    assert.equal(marked('\r'), '⟦U+000D CARRIAGE RETURN⟧');
+    assert.equal(marked('\u00AD'), '⟦U+00AD SOFT HYPHEN⟧');
+    assert.equal(marked('\uFE0F'), '⟦U+FE0F VARIATION SELECTOR-16⟧');
   });
 
   it('leaves newline, tab and visible text of every script as written', () => {

@@ -10,6 +10,8 @@ import { SMTPServer } from 'smtp-server';
 import { createUser } from '../src/accounts/users.ts';
 import { importData } from '../src/connectors/local/import.ts';
 import { detailsOf } from './helpers/audit-rows.ts';
+import { WebClient } from './helpers/browser-less.ts';
+import { runCli } from './helpers/cli.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, waitFor, type TestServer } from './helpers/server.ts';
 import { startSlackStandIn, type SlackCall, type SlackStandIn } from './helpers/slack-standin.ts';
@@ -148,11 +150,12 @@ for (const kind of databaseKinds()) {
       hook?.close();
     });
 
-    it('offers Approve in Slack for content shown whole, with its markers and the warning', async () => {
+    it('offers no Approve in Slack for content with markers, shows them with the warning', async () => {
       const { id } = await draft({ target_id: 'ct_fake', content_text: `Pay EUR ${RLO}00.000,05\u202C` });
       const blocks = await posted(id);
       const text = JSON.stringify(blocks);
-      assert.deepEqual(buttons(blocks), ['approve', 'reject']);
+      assert.deepEqual(buttons(blocks), ['reject']);
+      assert.match(noApproveText(blocks), /invisible or reordering characters.*no Approve.*review page/);
       assert.ok(!text.includes(RLO) && !text.includes('\\u202e'), 'the override never reaches Slack');
       assert.ok(
         text.includes('EUR ⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧00.000,05⟦U+202C POP DIRECTIONAL FORMATTING⟧'),
@@ -163,11 +166,84 @@ for (const kind of databaseKinds()) {
       assert.ok(mail.includes('WARNING: 2 invisible or reordering characters'), mail);
       assert.ok(mail.includes('WARNING: The target looks like Alice Martin (ct_alice)'), mail);
       assert.ok(mail.includes('⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧00.000,05'), mail);
+      assert.ok(mail.includes('The content holds invisible or reordering characters'), mail);
       assert.ok(!mail.includes(RLO));
       const notice = await waitFor('the webhook notice', async () => hooked.find((b) => b.includes(id)));
       const parsed = JSON.parse(notice) as { text: string };
       assert.ok(parsed.text.includes('EUR ⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧00.000,05'), 'the line people read');
       assert.ok(!parsed.text.includes(RLO));
+    });
+
+    it('shows a payload carried by variation selectors behind an emoji on every channel', async () => {
+      // One selector per byte of "IBAN DE89 3704 0044 0532 0130 00, pw hunter2" behind a friendly 🙂.
+      const secret = 'IBAN DE89 3704 0044 0532 0130 00, pw hunter2';
+      const payload = Array.from(Buffer.from(secret), (b) =>
+        String.fromCodePoint(b < 16 ? 0xfe00 + b : 0xe0100 + b - 16),
+      ).join('');
+      const content_text = `Thanks for the update, talk soon 🙂${payload}`;
+      const n = secret.length;
+      const { id, sha256 } = await draft({ content_text });
+      const first = `🙂⟦U+E01${(secret.charCodeAt(0) - 16).toString(16).toUpperCase().padStart(2, '0')} VARIATION SELECTOR-`;
+      // Slack: the markers, the count, no Approve, the review link.
+      const blocks = await posted(id);
+      const text = JSON.stringify(blocks);
+      assert.deepEqual(buttons(blocks), ['reject']);
+      assert.ok(text.includes(first), text);
+      assert.ok(text.includes(`Warning: ${n} invisible or reordering characters`));
+      assert.ok(text.includes(`${server.url}/approvals/${id}`), 'the review link');
+      // An Approve click from elsewhere for it decides nothing.
+      await fetch(`${server.url}/slack/interactions`, {
+        method: 'POST',
+        ...signed({
+          type: 'block_actions',
+          user: { id: 'UADA', username: 'ada', team_id: 'T0' },
+          api_app_id: 'A0',
+          trigger_id: 'trigger-vs',
+          response_url: slack.responseUrl('visible-vs'),
+          container: { type: 'message', channel_id: CHANNEL, message_ts: '1800000000.000019' },
+          actions: [
+            {
+              type: 'button',
+              action_id: 'approve',
+              block_id: 'countersign_decision',
+              value: `${id}:${sha256}`,
+            },
+          ],
+        }),
+      });
+      await waitFor('the slack.refused row', async () => {
+        const rows = (await server.services
+          .knex('audit_events')
+          .where({ kind: 'slack.refused', approval_request_id: id })) as { details: unknown }[];
+        return rows.find((r) => detailsOf(r).reason === 'not_shown_in_full');
+      });
+      // E-mail: the markers, the count, sent to the review page.
+      const mail = await mailed(id);
+      assert.ok(mail.includes(first), mail);
+      assert.ok(mail.includes(`WARNING: ${n} invisible or reordering characters`), mail);
+      assert.match(mail, /review page before deciding/);
+      // The review page: each selector a marker, counted above the content.
+      const web = new WebClient(server.url);
+      await web.login('ada', 'ada password');
+      const { html } = await web.get(`/approvals/${id}`);
+      assert.equal(html.match(/VARIATION SELECTOR-\d+⟧/g)?.length, n);
+      assert.ok(
+        html.indexOf('id="hidden-count"') > 0 &&
+          html.indexOf('id="hidden-count"') < html.indexOf('<pre class="content"'),
+      );
+      // The CLI.
+      const show = await runCli(['approvals', 'show', id, '--as', 'ada'], {
+        ...server.env,
+        COUNTERSIGN_PASSWORD: 'ada password',
+      });
+      assert.equal(show.code, 0, show.stderr);
+      assert.match(show.stdout, new RegExp(`WARNING\\s+${n} invisible or reordering character`));
+      assert.ok(show.stdout.includes(first), show.stdout);
+      for (const out of [text, mail, html, show.stdout]) assert.ok(!out.includes(payload.slice(0, 2)));
+      assert.equal(
+        (await call(agent, 'isphere_get_approval', { approval_request_id: id })).approval.status,
+        'pending',
+      );
     });
 
     it('offers no Approve in Slack for content longer than it shows, says why, and the mail says so', async () => {

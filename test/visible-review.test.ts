@@ -170,7 +170,7 @@ for (const kind of databaseKinds()) {
         await reviewPage(await send({ target_id: 'ct_fake', content_text: 'the Q3 figures' })),
       );
       assert.match(fake, /looks like: Alice Martin \(ct_alice\)/);
-      assert.match(fake, /mixes scripts \(Latin, Cyrillic\)/);
+      assert.match(fake, /mixes scripts \(Cyrillic, Latin\)/);
       const real = textOf(
         await reviewPage(await send({ target_id: 'ct_alice', content_text: 'the Q3 figures' })),
       );

@@ -22,7 +22,7 @@ import {
   type ExportRecords,
 } from '../audit/index.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
-import { createConnectorSet } from '../connectors/index.ts';
+import { createConnectorSet, directoryLookalikes } from '../connectors/index.ts';
 import {
   createBridgeConnector,
   createBlobStore,
@@ -409,7 +409,9 @@ async function openConnectors(db: Database, blobs: BlobStore, config: Config, lo
   const local = createLocalConnector(db.knex, blobs);
   const bridge = config.bridge ? createBridgeConnector(config.bridge, log) : undefined;
   const set = { local, ...(bridge ? { bridge } : {}) };
-  const connectors = createConnectorSet(set, config.connectors.default, tracer);
+  // A bridge target's name is compared with the directory's (one statement per resolved bridge target).
+  const directory = (name: string) => directoryLookalikes(db.knex, name);
+  const connectors = createConnectorSet(set, config.connectors.default, tracer, directory);
   return { local, bridge, connectors };
 }
 

@@ -70,6 +70,24 @@ export const approverDisabledOf = (alias: string) => `exists (select 1 from appr
 /** A select-list item for a query over `approval_requests as r`: whether an approver is disabled. */
 export const APPROVER_DISABLED_OF_R = `${approverDisabledOf('r')} as approver_disabled`;
 
+/**
+ * SQL true when the request `alias` is approved under a rule that names who may approve (roles and
+ * teams, or users) and fewer of its approvals than it needs come from people the rule accepts now:
+ * active, holding a role or team it names (or named in it). An approver taken off the team since no
+ * longer counts (`approver_not_eligible`); like approverDisabledOf, it costs no statement of its own.
+ */
+export const approverNotEligibleOf = (alias: string) => `(${alias}.status = 'approved'
+  and (${alias}.policy_requirement -> 'roles' is not null or ${alias}.policy_requirement -> 'users' is not null)
+  and (select count(*) from approval_decisions d join users u on u.name = d.user_name
+    where d.approval_request_id = ${alias}.id and d.decision = 'approve' and u.disabled_at is null
+      and (coalesce(${alias}.policy_requirement -> 'users' @> to_jsonb(d.user_name::text), false)
+        or exists (select 1 from jsonb_array_elements(coalesce(${alias}.policy_requirement -> 'roles', '[]'))
+          as x(role) where u.roles @> jsonb_build_array(x.role) or u.teams @> jsonb_build_array(x.role)))
+  ) < ${alias}.required_approvers)`;
+
+/** A select-list item for a query over `approval_requests as r`: whether too few approvers still count. */
+export const APPROVER_NOT_ELIGIBLE_OF_R = `${approverNotEligibleOf('r')} as approver_not_eligible`;
+
 /** The approvers column of a row read with APPROVERS_OF_R (json comes back parsed or as text). */
 export function approversColumn(raw: Record<string, unknown>): string[] {
   const v = typeof raw.approvers === 'string' ? (JSON.parse(raw.approvers) as unknown) : raw.approvers;

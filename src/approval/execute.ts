@@ -4,8 +4,10 @@ import { AppError } from '../core/errors.ts';
 import {
   AGENT_NAME_OF_R,
   APPROVER_DISABLED_OF_R,
+  APPROVER_NOT_ELIGIBLE_OF_R,
   APPROVERS_OF_R,
   approverDisabledOf,
+  approverNotEligibleOf,
   approversColumn,
   approversOf,
   expireRows,
@@ -39,6 +41,7 @@ export type RefusalReason =
   | 'mismatch'
   | 'wrong_agent'
   | 'approver_disabled'
+  | 'approver_not_eligible'
   | 'policy_changed';
 
 const MESSAGES: Record<RefusalReason, string> = {
@@ -51,6 +54,8 @@ const MESSAGES: Record<RefusalReason, string> = {
   mismatch: 'this approval was issued for another tool, source, target or content',
   wrong_agent: 'this approval was issued to another agent',
   approver_disabled: 'a user who approved this request has been disabled since: draft the write again',
+  approver_not_eligible:
+    'a user who approved this request is no longer one the approval rule accepts (a role or team removed): draft the write again',
   policy_changed:
     'the approval policy changed since this was approved and now asks more: the request waits for approval again',
 };
@@ -188,8 +193,9 @@ async function lockApproval(
   if (row.status === 'rejected') throw approvalRequired('rejected');
   if (row.status === 'expired') throw approvalRequired('expired');
   if (EXECUTED.has(row.status)) throw approvalRequired('consumed');
-  const { approver_disabled, ...request } = row;
+  const { approver_disabled, approver_not_eligible, ...request } = row;
   if (approver_disabled) throw approvalRequired('approver_disabled');
+  if (approver_not_eligible) throw approvalRequired('approver_not_eligible');
   return request;
 }
 
@@ -199,12 +205,23 @@ async function lockApproval(
  */
 async function loadApproval(trx: Knex | Knex.Transaction, approval_id: string, lock: boolean) {
   const query = trx('approval_requests as r')
-    .select('r.*', trx.raw(AGENT_NAME_OF_R), trx.raw(APPROVER_DISABLED_OF_R))
+    .select(
+      'r.*',
+      trx.raw(AGENT_NAME_OF_R),
+      trx.raw(APPROVER_DISABLED_OF_R),
+      trx.raw(APPROVER_NOT_ELIGIBLE_OF_R),
+    )
     .where('r.approval_id', approval_id)
     .first();
   if (lock) query.forUpdate();
   const raw = (await query) as Record<string, unknown> | undefined;
-  return raw ? { ...namedRequestFromDb(raw), approver_disabled: raw.approver_disabled === true } : undefined;
+  if (!raw) return undefined;
+  const approver_disabled = raw.approver_disabled === true;
+  return {
+    ...namedRequestFromDb(raw),
+    approver_disabled,
+    approver_not_eligible: raw.approver_not_eligible === true,
+  };
 }
 
 /** What a dry run given an approval_id learns: would a real run with these arguments be accepted? */
@@ -331,7 +348,12 @@ export async function readApproval(deps: ApprovalDeps, approval_id: string): Pro
   if (!isUuid(approval_id)) return undefined;
   const query = deps
     .knex('approval_requests as r')
-    .select('r.*', deps.knex.raw(APPROVERS_OF_R), deps.knex.raw(APPROVER_DISABLED_OF_R))
+    .select(
+      'r.*',
+      deps.knex.raw(APPROVERS_OF_R),
+      deps.knex.raw(APPROVER_DISABLED_OF_R),
+      deps.knex.raw(APPROVER_NOT_ELIGIBLE_OF_R),
+    )
     .where('r.approval_id', approval_id)
     .first();
   return (await named(deps.knex, 'countersign_approval_to_execute', query)) as ApprovedRow;
@@ -355,7 +377,8 @@ async function beginAtOnce(
   const row = requestFromDb(raw);
   const now = new Date();
   if (row.agent_id !== req.agent.id || row.status !== 'approved' || new Date(row.expires_at) <= now) return;
-  if (raw.approver_disabled === true || bindingMismatch(row, req)) return undefined;
+  if (raw.approver_disabled === true || raw.approver_not_eligible === true || bindingMismatch(row, req))
+    return undefined;
   // Bound to another policy version: the locking transaction decides whether the new one asks more.
   if (row.policy_version !== policy.version) return undefined;
   // The calling agent's own request: its name is the one the call carries.
@@ -368,9 +391,11 @@ async function beginAtOnce(
   };
   const done = await deps.audit.appendWith(
     updateFromGuard('change', 'approval_requests', row.id, started, {
-      // An approver disabled since the read above is caught here, in the same statement.
-      // So is an approval policy stored meanwhile by another replica (then the transaction decides).
+      // An approver disabled (or taken off the rule's team) since the read above is caught here, in the
+      // same statement. So is an approval policy stored meanwhile by another replica (then the
+      // transaction decides).
       sql: `t.status = 'approved' and t.expires_at > ?::timestamptz and not ${approverDisabledOf('t')}
+        and not ${approverNotEligibleOf('t')}
         and ${POLICY_UNCHANGED_SQL}`,
       bindings: [now.toISOString(), policy.stored],
     }),

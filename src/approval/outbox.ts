@@ -150,15 +150,19 @@ export function noticeWarnings(n: Pick<Notice, 'hidden_count' | 'looks_like' | '
 }
 
 /**
- * Whether a notice shows everything a chair approves: the whole content, markers included, and no
- * file (whose bytes no message shows). Only then may a channel offer an Approve button (Slack).
+ * Whether a notice shows everything a chair approves: the whole content, no file (whose bytes no
+ * message shows), and nothing hidden. Only then may a channel offer an Approve button (Slack). Content
+ * holding invisible or reordering characters is shown with markers, but decided on the review page,
+ * which sets them apart from the text and counts them above it.
  */
-export const showsEverything = (n: Pick<Notice, 'excerpt_truncated' | 'file'>): boolean =>
-  !n.excerpt_truncated && n.file === null;
+export const showsEverything = (n: Pick<Notice, 'excerpt_truncated' | 'file' | 'hidden_count'>): boolean =>
+  !n.excerpt_truncated && n.file === null && !n.hidden_count;
 
 /** The same question asked of a stored request's review, for a click on an Approve button. */
 export const reviewShowsEverything = (review: Record<string, unknown>): boolean =>
-  typeof review.file_name !== 'string' && !excerptOf(review).excerpt_truncated;
+  typeof review.file_name !== 'string' &&
+  !excerptOf(review).excerpt_truncated &&
+  countHiddenIn(contentOf(review)) === 0;
 
 /** The target's flags as a notice carries them (absent when there are none). */
 function flagsOf(review: Record<string, unknown>) {

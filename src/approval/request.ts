@@ -3,6 +3,7 @@ import type { Agent } from '../core/identity.ts';
 import { refuseOtherContent } from './execute.ts';
 import {
   APPROVER_DISABLED_OF_R,
+  APPROVER_NOT_ELIGIBLE_OF_R,
   APPROVERS_OF_R,
   approversColumn,
   expireRows,
@@ -203,11 +204,18 @@ async function allowWithoutReview(
 async function openRequest(deps: ApprovalDeps, draft: DraftWrite) {
   const row = (await deps
     .knex('approval_requests as r')
-    .select('r.*', deps.knex.raw(APPROVER_DISABLED_OF_R))
+    .select('r.*', deps.knex.raw(APPROVER_DISABLED_OF_R), deps.knex.raw(APPROVER_NOT_ELIGIBLE_OF_R))
     .where({ 'r.agent_id': draft.agent.id, 'r.content_sha256': draft.content_sha256 })
     .whereIn('r.status', ['pending', 'approved'])
     .first()) as Record<string, unknown> | undefined;
-  return row ? { request: requestFromDb(row), voided: row.approver_disabled === true } : undefined;
+  if (!row) return undefined;
+  const voided =
+    row.approver_disabled === true
+      ? 'approver_disabled'
+      : row.approver_not_eligible === true
+        ? 'approver_not_eligible'
+        : undefined;
+  return { request: requestFromDb(row), voided };
 }
 
 /** The general path: the open request if there is one, else a new one (expiring a stale open one). */
@@ -226,7 +234,7 @@ async function requestInTransaction(
       // expire it so a fresh request can take its place. It is this agent's own request, so its name
       // is the draft's.
       if (found) {
-        const why = found.voided ? { reason: 'approver_disabled' } : {};
+        const why = found.voided ? { reason: found.voided } : {};
         await expireRows(deps, trx, [{ ...found.request, agent_name: draft.agent.name }], why);
       }
       const insert = trx('approval_requests').insert(insertable(created, draft.review));

@@ -15,7 +15,7 @@ export {
   parseImportFile,
   type ImportSummary,
 } from './local/import.ts';
-export { findLocalWrite } from './local/send.ts';
+export { directoryLookalikes, findLocalWrite } from './local/send.ts';
 export { createLocalConnector } from './local/store.ts';
 export {
   createUpstreamPins,

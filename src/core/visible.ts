@@ -1,57 +1,60 @@
 import { rectifyConfusion } from 'unicode-confusables';
+import { BIDI, HIDDEN, SELECTOR } from './visible-classes.ts';
+import { HIDDEN_NAMES, SCRIPTS, VARIATION_BASES } from './unicode-tables.ts';
 
 /**
- * Characters a person cannot see, or that reorder what they see: bidi controls, zero-width and other
- * format characters (tags included), unassigned, private-use and surrogate code points, line and
- * paragraph separators, and controls other than newline and tab. Wherever agent-supplied text is
- * shown, each one is replaced by a marker naming it, so a chair sees exactly what is there.
+ * The visible form of text: what a chair is shown on every channel (web, CLI, Slack, e-mail) and what
+ * approval rules match against. Built on Unicode's data, not on lists of characters kept by hand:
  *
- * Variation selectors are default-ignorable too, but they only choose a glyph's form (an emoji's
- * colour, an ideograph's variant) and never hide or reorder text, so they stay as written.
+ * - every control (other than newline and tab), format character (bidi controls, zero-width
+ *   characters, tags), default-ignorable, unassigned, private-use or surrogate code point, and every
+ *   line or paragraph separator is shown as a marker naming it (`⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧`) and
+ *   counted: the classes come from Node's ICU (visible-classes.ts), the names from the UCD
+ *   (unicode-tables.ts);
+ * - a variation selector is kept only where it completes a sequence Unicode defines for the character
+ *   before it (StandardizedVariants.txt, emoji-variation-sequences.txt; an ideographic selector after
+ *   an ideograph, whose sequences the Ideographic Variation Database registers outside the UCD), and
+ *   only the first after it: anywhere else it is a marker. One selector can carry a byte, so a run of
+ *   them behind an emoji can carry a whole hidden message.
  */
-const HIDDEN = /[\p{Cc}\p{Cf}\p{Cn}\p{Co}\p{Cs}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}]/u;
-/** Newline, tab, and the variation selectors (U+FE00–FE0F, U+E0100–E01EF). */
-const kept = (cp: number) =>
-  cp === 0x0a || cp === 0x09 || (cp >= 0xfe00 && cp <= 0xfe0f) || (cp >= 0xe0100 && cp <= 0xe01ef);
 
-/** Names of the characters the rule is mostly about; the rest are named by their category. */
-const NAMES: Readonly<Record<number, string>> = {
-  0x061c: 'ARABIC LETTER MARK',
-  0x00ad: 'SOFT HYPHEN',
-  0x034f: 'COMBINING GRAPHEME JOINER',
-  0x180e: 'MONGOLIAN VOWEL SEPARATOR',
-  0x200b: 'ZERO WIDTH SPACE',
-  0x200c: 'ZERO WIDTH NON-JOINER',
-  0x200d: 'ZERO WIDTH JOINER',
-  0x200e: 'LEFT-TO-RIGHT MARK',
-  0x200f: 'RIGHT-TO-LEFT MARK',
-  0x2028: 'LINE SEPARATOR',
-  0x2029: 'PARAGRAPH SEPARATOR',
-  0x202a: 'LEFT-TO-RIGHT EMBEDDING',
-  0x202b: 'RIGHT-TO-LEFT EMBEDDING',
-  0x202c: 'POP DIRECTIONAL FORMATTING',
-  0x202d: 'LEFT-TO-RIGHT OVERRIDE',
-  0x202e: 'RIGHT-TO-LEFT OVERRIDE',
-  0x2060: 'WORD JOINER',
-  0x2061: 'FUNCTION APPLICATION',
-  0x2062: 'INVISIBLE TIMES',
-  0x2063: 'INVISIBLE SEPARATOR',
-  0x2064: 'INVISIBLE PLUS',
-  0x2066: 'LEFT-TO-RIGHT ISOLATE',
-  0x2067: 'RIGHT-TO-LEFT ISOLATE',
-  0x2068: 'FIRST STRONG ISOLATE',
-  0x2069: 'POP DIRECTIONAL ISOLATE',
-  0xfeff: 'ZERO WIDTH NO-BREAK SPACE',
-  0xe0001: 'LANGUAGE TAG',
-  0xe007f: 'CANCEL TAG',
-};
+const NAMES = new Map<number, string>(
+  HIDDEN_NAMES.split(';').map((entry) => {
+    const colon = entry.indexOf(':');
+    return [parseInt(entry.slice(0, colon), 16), entry.slice(colon + 1)];
+  }),
+);
 
-/** Whether `ch` (one code point) is shown as a marker. */
-export const isHidden = (ch: string): boolean => HIDDEN.test(ch) && !kept(ch.codePointAt(0)!);
+/** Selector → the base characters it completes a defined sequence for. */
+const BASES = new Map<number, Set<number>>(
+  Object.entries(VARIATION_BASES).map(([selector, ranges]) => {
+    const set = new Set<number>();
+    for (const range of ranges.split(',')) {
+      const [from, to] = range.split('-').map((h) => parseInt(h, 16));
+      for (let cp = from!; cp <= (to ?? from!); cp++) set.add(cp);
+    }
+    return [Number(selector), set];
+  }),
+);
 
-/** What a hidden code point is called: its name, a tag's letter, or its kind. */
+const IDEOGRAPHIC = /\p{Ideographic}/u;
+const isIdeographicSelector = (cp: number) => cp >= 0xe0100 && cp <= 0xe01ef;
+
+/** Whether `selector` right after `base` is a variation sequence Unicode defines. */
+function completes(base: number | undefined, selector: number): boolean {
+  if (base === undefined) return false;
+  if (BASES.get(selector)?.has(base)) return true;
+  return isIdeographicSelector(selector) && IDEOGRAPHIC.test(String.fromCodePoint(base));
+}
+
+/** Whether `ch` is shown as a marker wherever it stands (selectors are decided by their context). */
+const hiddenAlone = (ch: string): boolean => ch !== '\n' && ch !== '\t' && HIDDEN.test(ch);
+
+const isPlainAscii = (cp: number) => cp >= 0x20 && cp < 0x7f;
+
+/** What a hidden code point is called: its Unicode name, a tag's letter, or its kind. */
 export function nameOf(cp: number): string {
-  const named = NAMES[cp];
+  const named = NAMES.get(cp);
   if (named) return named;
   // A tag character mirrors an ASCII character; naming that character shows what the tags spell.
   if (cp >= 0xe0020 && cp <= 0xe007e) return `TAG ${JSON.stringify(String.fromCodePoint(cp - 0xe0000))}`;
@@ -68,22 +71,32 @@ const hex = (cp: number) => cp.toString(16).toUpperCase().padStart(4, '0');
 /** The marker shown in place of a hidden code point, e.g. `⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧`. */
 export const markerOf = (cp: number): string => `⟦U+${hex(cp)} ${nameOf(cp)}⟧`;
 
+/** Why a code point is a marker: it reorders text, is a stray variation selector, or renders as nothing. */
+export type HiddenKind = 'bidi' | 'variation_selector' | 'invisible';
+
 /** A run of text as shown: plain text, or a hidden code point. */
-export type Piece = { text: string } | { hidden: number; marker: string };
+export type Piece = { text: string } | { hidden: number; marker: string; kind: HiddenKind };
 
 /** `text` split into plain runs and hidden code points, in order. */
 export function pieces(text: string): Piece[] {
   const out: Piece[] = [];
   let plain = '';
+  // The character a selector may complete a sequence with: the one just before it, if shown plainly.
+  let base: number | undefined;
   for (const ch of text) {
-    if (!isHidden(ch)) {
+    const cp = ch.codePointAt(0)!;
+    let kind: HiddenKind | undefined;
+    if (isPlainAscii(cp)) kind = undefined;
+    else if (SELECTOR.test(ch)) kind = completes(base, cp) ? undefined : 'variation_selector';
+    else if (hiddenAlone(ch)) kind = BIDI.test(ch) ? 'bidi' : 'invisible';
+    base = kind || SELECTOR.test(ch) ? undefined : cp;
+    if (!kind) {
       plain += ch;
       continue;
     }
     if (plain) out.push({ text: plain });
     plain = '';
-    const cp = ch.codePointAt(0)!;
-    out.push({ hidden: cp, marker: markerOf(cp) });
+    out.push({ hidden: cp, marker: markerOf(cp), kind });
   }
   if (plain) out.push({ text: plain });
   return out;
@@ -91,9 +104,9 @@ export function pieces(text: string): Piece[] {
 
 /** How many hidden code points `text` holds. */
 export function countHidden(text: string): number {
-  let n = 0;
-  for (const ch of text) if (isHidden(ch)) n++;
-  return n;
+  // Plain ASCII text (the common case) holds none: no need to split it.
+  if (/^[\x20-\x7e\n\t]*$/.test(text)) return 0;
+  return pieces(text).filter((p) => 'hidden' in p).length;
 }
 
 /** Whether `text` holds any hidden code point. */
@@ -114,42 +127,143 @@ export function countHiddenIn(value: unknown): number {
   return 0;
 }
 
+/** `text` without any hidden code point and without any variation selector (newline and tab stay). */
+export function withoutHidden(text: string): string {
+  let out = '';
+  for (const ch of text) if (!hiddenAlone(ch) && !SELECTOR.test(ch)) out += ch;
+  return out;
+}
+
+const NON_ASCII_DIGIT = /(?![0-9])\p{Nd}/u;
+const DIGIT = /\p{Nd}/u;
+const digitValues = new Map<number, number>();
+
+/**
+ * The value of a decimal digit (`\p{Nd}`): Unicode encodes every decimal digit set as ten consecutive
+ * code points from 0 to 9, sets sometimes one after the other (the mathematical digits), so the value
+ * is the distance from the start of the run of digits, modulo ten.
+ */
+function digitValue(cp: number): number {
+  let v = digitValues.get(cp);
+  if (v === undefined) {
+    let start = cp;
+    while (DIGIT.test(String.fromCodePoint(start - 1))) start--;
+    v = (cp - start) % 10;
+    digitValues.set(cp, v);
+  }
+  return v;
+}
+
+/** `text` with every decimal digit of any script (`\p{Nd}`) replaced by the ASCII digit of its value. */
+export const foldDigits = (text: string): string =>
+  NON_ASCII_DIGIT.test(text) ? text.replace(/\p{Nd}/gu, (d) => String(digitValue(d.codePointAt(0)!))) : text;
+
+/**
+ * The form of a text a rule matches against without being dodged (content.normalized): no hidden code
+ * points and no variation selectors, compatibility forms folded (NFKC: full-width and mathematical
+ * letters become letters), every decimal digit ASCII, lower case.
+ */
+export const normalizedText = (text: string): string =>
+  foldDigits(withoutHidden(text.normalize('NFKC')).normalize('NFKC')).toLowerCase();
+
 /**
  * The Unicode TR39 skeleton of `text`: NFD, each character replaced by its prototype from UTS 39's
- * confusables data, NFD again. Two strings that look alike have the same skeleton.
+ * confusables data, NFD again. Two strings that look alike have the same skeleton. Hidden code points
+ * and variation selectors are dropped and compatibility forms folded first (NFKC), so that a
+ * full-width or mathematical imitation has the skeleton of what it imitates.
  */
-export const skeletonOf = (text: string): string => rectifyConfusion(text.normalize('NFD')).normalize('NFD');
+export const skeletonOf = (text: string): string =>
+  rectifyConfusion(withoutHidden(text.normalize('NFKC')).normalize('NFD')).normalize('NFD');
 
-/** The scripts of `text`'s letters (Common and Inherited left out): more than one is a mixed name. */
-const SCRIPTS = [
-  'Latin',
-  'Cyrillic',
-  'Greek',
-  'Armenian',
-  'Hebrew',
-  'Arabic',
-  'Cherokee',
-  'Georgian',
-  'Han',
-  'Hiragana',
-  'Katakana',
-  'Hangul',
-  'Thai',
-  'Devanagari',
-] as const;
-const SCRIPT_RE = SCRIPTS.map((s) => [s, new RegExp(`\\p{Script=${s}}`, 'u')] as const);
+/** For UTS 39's resolved script sets: writing systems that combine scripts, per script. */
+const AUGMENTED: Readonly<Record<string, readonly string[]>> = {
+  Han: ['Han_with_Bopomofo', 'Japanese', 'Korean'],
+  Hiragana: ['Japanese'],
+  Katakana: ['Japanese'],
+  Hangul: ['Korean'],
+  Bopomofo: ['Han_with_Bopomofo'],
+};
+const SCRIPT_RES = SCRIPTS.map((s) => [s, new RegExp(`\\p{Script_Extensions=${s}}`, 'u')] as const);
+const scriptCache = new Map<number, readonly string[]>();
 
-/** The named scripts the letters of `text` belong to (in the order above). */
+/** A code point's Script_Extensions (ICU's), empty for Common and Inherited (they go with any script). */
+function scriptsOfChar(ch: string): readonly string[] {
+  const cp = ch.codePointAt(0)!;
+  if (cp < 0x80) return /[A-Za-z]/.test(ch) ? ['Latin'] : [];
+  let found = scriptCache.get(cp);
+  if (!found) {
+    found = SCRIPT_RES.filter(([, re]) => re.test(ch)).map(([s]) => s);
+    if (scriptCache.size >= 20_000) scriptCache.clear();
+    scriptCache.set(cp, found);
+  }
+  return found;
+}
+
+/** The scripts the letters of `text` belong to (Script_Extensions; Common and Inherited left out), sorted. */
 export function scriptsOf(text: string): string[] {
-  return SCRIPT_RE.filter(([, re]) => re.test(text)).map(([s]) => s);
+  const all = new Set<string>();
+  for (const ch of text) for (const s of scriptsOfChar(ch)) all.add(s);
+  return [...all].sort();
 }
 
 /**
- * Whether `text` mixes scripts in a way that deceives: Latin, Cyrillic, Greek, Armenian, Cherokee and
- * Georgian letters share shapes. Japanese (Han with kana) and Korean (Han with Hangul) are ordinary mixes
- * of scripts that share no shapes with the others, so they are not flagged.
+ * Whether `text` is mixed-script in UTS 39's sense: no one script (or writing system such as Japanese,
+ * which combines Han and kana) covers every character, by the intersection of their augmented
+ * Script_Extensions. "Аlice" with a Cyrillic А is mixed; "東京タワー" is not.
  */
 export function mixesScripts(text: string): boolean {
-  const confusing = new Set(['Latin', 'Cyrillic', 'Greek', 'Armenian', 'Cherokee', 'Georgian']);
-  return scriptsOf(text).filter((s) => confusing.has(s)).length > 1;
+  let resolved: Set<string> | undefined;
+  for (const ch of text) {
+    const scx = scriptsOfChar(ch);
+    if (scx.length === 0) continue;
+    const set = new Set(scx.flatMap((s) => [s, ...(AUGMENTED[s] ?? [])]));
+    resolved = resolved ? new Set([...resolved].filter((s) => set.has(s))) : set;
+    if (resolved.size === 0) return true;
+  }
+  return false;
+}
+
+/**
+ * Whether `word` is written with characters from beyond ASCII yet looks like an ASCII word: its skeleton
+ * is all ASCII (a Cyrillic "раураl", a full-width or mathematical "payroll").
+ */
+export const imitatesAscii = (word: string): boolean => !isAscii(word) && isAscii(skeletonOf(word));
+
+/** Whether every code unit of `text` is ASCII. */
+function isAscii(text: string): boolean {
+  for (let i = 0; i < text.length; i++) if (text.charCodeAt(i) > 0x7f) return false;
+  return true;
+}
+
+/** What a text is doing to look like something else, as approval rules read it (content.flags). */
+export type TextFlag =
+  'invisible' | 'bidi' | 'variation_selector' | 'mixed_script' | 'confusable' | 'non_ascii_digits';
+
+const WORD = /[\p{L}\p{M}\p{Nd}\p{Pc}\p{Cf}\p{Variation_Selector}]+/gu;
+
+/**
+ * The flags of `text`, in a fixed order: markers by kind; words that mix scripts or imitate an ASCII
+ * word (each word on its own: a message may well hold words of several scripts); digits beyond ASCII.
+ */
+export function flagsOf(text: string): TextFlag[] {
+  const flags = new Set<TextFlag>();
+  if (!/^[\x20-\x7e\n\t]*$/.test(text)) {
+    for (const p of pieces(text)) if ('hidden' in p) flags.add(p.kind);
+    for (const [word] of text.normalize('NFC').matchAll(WORD)) {
+      const plain = withoutHidden(word);
+      if (mixesScripts(plain)) flags.add('mixed_script');
+      // Digits alone are non_ascii_digits (below), folded for the rules: an Arabic-Indic ٥ is no "o".
+      if (/\p{L}/u.test(plain) && imitatesAscii(plain)) flags.add('confusable');
+    }
+    if (NON_ASCII_DIGIT.test(text)) flags.add('non_ascii_digits');
+  }
+  const order: TextFlag[] = [
+    'invisible',
+    'bidi',
+    'variation_selector',
+    'mixed_script',
+    'confusable',
+    'non_ascii_digits',
+  ];
+  return order.filter((f) => flags.has(f));
 }

@@ -10,7 +10,9 @@ const oneLine = (s: string) => s.replace(/[\r\n\t]+/g, ' ').slice(0, 200);
 const notEverything = (n: Notice) =>
   n.file
     ? "This mail does not show the file's bytes: read the file on the review page before deciding."
-    : 'This mail shows only the first part of the content: read all of it on the review page before deciding.';
+    : n.excerpt_truncated
+      ? 'This mail shows only the first part of the content: read all of it on the review page before deciding.'
+      : 'The content holds invisible or reordering characters, shown here as markers: read it on the review page before deciding.';
 
 export function subjectOf(n: Notice): string {
   const what = `${n.tool} to ${marked(n.target.display_name ?? n.target.target_id)}`;

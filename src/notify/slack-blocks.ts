@@ -36,7 +36,9 @@ export function parseDecisionValue(value: string | undefined): { id: string; sha
 function whyNoApprove(n: Notice): string {
   const what = n.file
     ? "A file's bytes cannot be shown in Slack"
-    : `The content is longer than Slack can show (it shows the first ${Array.from(n.excerpt).length} characters)`;
+    : n.excerpt_truncated
+      ? `The content is longer than Slack can show (it shows the first ${Array.from(n.excerpt).length} characters)`
+      : 'The content holds invisible or reordering characters (shown here as markers)';
   const where = n.review_url
     ? 'read all of it on the review page and decide there'
     : `decide with the CLI after reading it: countersign approvals show ${n.approval_request_id}`;

@@ -1,7 +1,9 @@
 import { Environment, type ParseResult } from '@marcbachmann/cel-js';
+import { serialize } from '@marcbachmann/cel-js/serialize';
 import { AppError } from '../../core/errors.ts';
-import { INPUT_DECLARATIONS, inputOf, type RuleInput, type WriteFacts } from './input.ts';
+import { contentSkeleton, INPUT_DECLARATIONS, inputOf, type RuleInput, type WriteFacts } from './input.ts';
 import { PolicyDoc, versionOf, type Rule } from '../../core/approval-policy.ts';
+import { re2Error, re2Find, re2Matches, withBudget } from './patterns.ts';
 
 /** What a policy asks of one write: who must countersign, or a refusal, or no review at all. */
 export type Requirement =
@@ -27,6 +29,9 @@ export interface CompiledPolicy {
   defaultFor(tool: string): Decision;
 }
 
+/** What every `matches()` of a rule calls instead: RE2's (onRe2, below). */
+const RE2_MATCHES = 're2_matches';
+
 /** The CEL environment every rule is checked and evaluated in: the input's fields, typed, and nothing else. */
 function environment(): Environment {
   const env = new Environment({
@@ -43,12 +48,42 @@ function environment(): Environment {
     receiverType: 'string',
     returnType: 'string',
     params: [{ name: 'pattern', type: 'string' }],
-    handler: (text: string, pattern: string) => {
-      const m = new RegExp(pattern, 'u').exec(text);
-      return m ? (m[1] ?? m[0]) : '';
-    },
+    handler: re2Find,
+  });
+  // CEL's own `matches()` runs on JavaScript's backtracking engine and cannot be replaced in the
+  // environment: every call of it in a rule is renamed to this one at compile time (onRe2, below).
+  env.registerFunction({
+    name: RE2_MATCHES,
+    receiverType: 'string',
+    returnType: 'bool',
+    params: [{ name: 'pattern', type: 'string' }],
+    handler: re2Matches,
+  });
+  // `skeleton("payroll")`: the skeleton of a word as content.skeleton holds the text's, to compare them.
+  env.registerFunction({
+    name: 'skeleton',
+    returnType: 'string',
+    params: [{ name: 'text', type: 'string' }],
+    handler: contentSkeleton,
   });
   return env;
+}
+
+/** Every `x.matches(p)` call in `node` renamed to RE2_MATCHES, in place; whether one was. */
+function renameMatches(node: unknown): boolean {
+  if (Array.isArray(node)) return node.map(renameMatches).some(Boolean);
+  if (!isNode(node) || node.op === 'value') return false;
+  let renamed = false;
+  if (node.op === 'rcall' && Array.isArray(node.args) && node.args[0] === 'matches') {
+    node.args[0] = RE2_MATCHES;
+    renamed = true;
+  }
+  return renameMatches(node.args) || renamed;
+}
+
+/** `parsed` with every `matches()` running on RE2: the renamed tree written out and parsed again. */
+function onRe2(env: Environment, parsed: ParseResult): ParseResult {
+  return renameMatches(parsed.ast) ? env.parse(serialize(parsed.ast)) : parsed;
 }
 
 /** A rule refused at load: its name and the compiler's first line, for the operator. */
@@ -60,7 +95,7 @@ const ruleError = (rule: Rule, message: string) =>
 function compileRule(env: Environment, rule: Rule): ParseResult {
   let parsed: ParseResult;
   try {
-    parsed = env.parse(rule.when);
+    parsed = onRe2(env, env.parse(rule.when));
   } catch (err) {
     throw ruleError(rule, firstLine(err));
   }
@@ -84,8 +119,9 @@ const isNode = (v: unknown): v is { op: string; args: unknown } =>
   typeof v === 'object' && v !== null && 'op' in v && 'args' in v;
 
 /**
- * The first literal pattern of a `find()` or `matches()` call in `node` that is no valid regular
- * expression, as its message: refused at load rather than failing (safe, but silently) on every call.
+ * The first literal pattern of a `find()` or `matches()` call in `node` that RE2 cannot run (invalid,
+ * or look-around and back-references, which need backtracking), as its message: refused at load rather
+ * than failing (safe, but silently) on every call.
  */
 function badPattern(node: unknown): string | undefined {
   if (Array.isArray(node)) {
@@ -99,12 +135,9 @@ function badPattern(node: unknown): string | undefined {
   if (node.op === 'rcall' && Array.isArray(node.args)) {
     const [name, , params] = node.args as [unknown, unknown, unknown];
     const first = Array.isArray(params) ? (params[0] as unknown) : undefined;
-    if ((name === 'find' || name === 'matches') && isNode(first) && first.op === 'value') {
-      try {
-        new RegExp(String(first.args), 'u');
-      } catch (err) {
-        return `${String(name)}() pattern: ${firstLine(err)}`;
-      }
+    if ((name === 'find' || name === RE2_MATCHES) && isNode(first) && first.op === 'value') {
+      const bad = re2Error(String(first.args));
+      if (bad) return `${name === 'find' ? 'find' : 'matches'}() pattern: RE2 cannot run it: ${bad}`;
     }
   }
   return badPattern(node.args);
@@ -122,13 +155,14 @@ export const requirementOf = (rule: Rule): Requirement => {
 };
 
 /**
- * Whether a rule holds. An expression that fails on this input (a `double()` of text that is no number)
- * fails safe: it counts as matching when its rule asks for review or refuses, and as not matching when
- * it would let the write through without review.
+ * Whether a rule holds. An expression that fails on this input (a `double()` of text that is no number),
+ * or whose patterns go past the evaluation's budget (patterns.ts, RULE_BUDGET), fails safe: it counts
+ * as matching when its rule asks for review or refuses, and as not matching when it would let the write
+ * through without review.
  */
 function holds(fn: ParseResult, rule: Rule, input: RuleInput): boolean {
   try {
-    return fn(input) === true;
+    return withBudget(() => fn(input)) === true;
   } catch {
     return !('allow_without_review' in rule.then);
   }

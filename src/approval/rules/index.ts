@@ -8,5 +8,6 @@ export {
   type Requirement,
 } from './compile.ts';
 export { inputOf, normalizedText, type RuleInput, type WriteFacts } from './input.ts';
+export { RULE_BUDGET } from './patterns.ts';
 export { PolicyDoc, Rule, versionOf } from '../../core/approval-policy.ts';
 export { createPolicySource, POLICY_UNCHANGED_SQL, type HeldPolicy, type PolicySource } from './store.ts';

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { AppError } from '../../core/errors.ts';
 import { named } from '../../db/knex.ts';
+import { skeletonOf } from '../../core/visible.ts';
 import type { OutgoingFile, ResolvedTarget, TargetType } from '../types.ts';
 import { searchKey } from './keys.ts';
 
@@ -48,6 +49,27 @@ const targetQuery = (knex: Knex, type: TargetType) => {
   if (type === 'group') q.select(knex.raw(MEMBER_COUNT), knex.raw(ANY_EXTERNAL));
   return type === 'conversation' ? q : q.select(knex.raw(LOOKALIKES));
 };
+
+/**
+ * The directory's contacts and groups (up to five) whose names have the skeleton of `name`: the
+ * entries a target another connector resolved (the bridge's) looks like. One indexed statement.
+ */
+export async function directoryLookalikes(
+  knex: Knex,
+  name: string,
+): Promise<{ target_id: string; display_name: string }[]> {
+  const skeleton = skeletonOf(name);
+  const rows = (await knex
+    .select('id as target_id', 'display_name')
+    .from('contacts')
+    .where({ name_skeleton: skeleton })
+    .unionAll((q) =>
+      q.select('id as target_id', 'display_name').from('groups').where({ name_skeleton: skeleton }),
+    )
+    .orderBy('target_id')
+    .limit(5)) as Row[];
+  return rows.map((l) => ({ target_id: String(l.target_id), display_name: String(l.display_name) }));
+}
 
 /** The look-alikes column as read: parsed JSON (pg) or its text (PGlite). */
 function lookalikesOf(row: Row): ResolvedTarget['lookalikes'] {
