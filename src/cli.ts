@@ -603,6 +603,10 @@ function addAuditCommands(audit: Command): void {
       '--tsa-cert <file>',
       "check the time-stamp anchors against this TSA certificate or its CA's (PEM)",
     )
+    .option(
+      '--tsa-max-skew <seconds>',
+      "how far a token's genTime may lie from its checkpoint's time (default audit.anchors.tsa_max_skew_s)",
+    )
     .option('--witness <dir>', 'check the chain against the heads of this witness directory')
     .option('--anchors <file>', "the export's anchors (default FILE.anchors.jsonl)")
     .description(
@@ -647,6 +651,7 @@ interface VerifyOptions {
   db?: boolean;
   requireAnchored?: boolean;
   tsaCert?: string;
+  tsaMaxSkew?: string;
   witness?: string;
   anchors?: string;
 }
@@ -712,9 +717,19 @@ async function verifyAudit(file: string | undefined, opts: VerifyOptions): Promi
     tsaCertPem,
     witnessDir,
     anchorsFile: opts.anchors,
+    tsaMaxSkewS: maxSkewOf(opts.tsaMaxSkew),
   });
   out(describeAnchors(anchors));
   if (!anchors.ok) process.exitCode = 1;
+}
+
+/** --tsa-max-skew as seconds, else the configured bound (defaults apply without a config file). */
+function maxSkewOf(given: string | undefined): number {
+  if (given === undefined) return config().audit.anchors.tsa_max_skew_s;
+  const seconds = Number(given);
+  if (!Number.isSafeInteger(seconds) || seconds <= 0)
+    throw usageError(`option '--tsa-max-skew <seconds>': "${given}" is not a positive whole number`);
+  return seconds;
 }
 
 /** The export's manifest (beside it unless named), and the export readable; else NOT_FOUND, saying where to look. */
