@@ -123,7 +123,8 @@ for (const kind of databaseKinds()) {
     });
 
     it('audits an unknown tool name cut inside an emoji or holding a NUL, -32602 and never -32603', async () => {
-      for (const name of [`${'x'.repeat(199)}\u{1F600}`, 'no\0such', 'no\uDE00such']) {
+      const names = [`${'x'.repeat(199)}\u{1F600}`, 'no\0such', 'no\uDE00such', `${'y'.repeat(300)}\0`];
+      for (const name of names) {
         const before = await headSeq();
         const got = await answer(name, {});
         assert.equal(got.data?.code, 'UNKNOWN_TOOL', JSON.stringify(got));
@@ -131,7 +132,10 @@ for (const kind of databaseKinds()) {
         assert.ok(row, 'the call has its row');
         assert.equal(row.error_code, 'UNKNOWN_TOOL');
         assert.equal(unescapeText(row.tool), cutText(name, 200));
-        assert.equal(rowDetails(row).tool_escaped, unsafeText(name) ? true : undefined);
+        // Escaped only when what is stored (the first 200 characters) holds what cannot be stored.
+        assert.equal(rowDetails(row).tool_escaped, unsafeText(cutText(name, 200)) ? true : undefined);
+        const whole = unsafeText(name) ? escapeText(name) : name;
+        assert.equal(rowDetails(row).tool_sha256, createHash('sha256').update(whole).digest('hex'));
       }
     });
 

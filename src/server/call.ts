@@ -322,6 +322,10 @@ const toolNameOf = (call: Call) => {
   return unsafeText(cut) ? escapeText(cut) : cut;
 };
 
+/** Whether the name a call's rows carry (toolNameOf) is an escape of the name as sent. */
+const toolNameEscaped = (call: Call) =>
+  call.unknown === true && unsafeText(cutText(call.name, MAX_UNKNOWN_TOOL_NAME)) !== undefined;
+
 /** The digest of an unknown tool's whole name (of its escape, when it holds what UTF-8 cannot encode). */
 const toolDigestOf = (call: Call) =>
   hash('sha256', unsafeText(call.name) ? escapeText(call.name) : call.name, 'hex');
@@ -598,7 +602,7 @@ function appendCallRow(
       ...(call.tasks?.task_id ? { origin: 'task', task_id: call.tasks.task_id } : {}),
       ...row.details,
       ...(call.unknown ? { tool_sha256: toolDigestOf(call) } : {}),
-      ...(call.unknown && unsafeText(call.name) ? { tool_escaped: true } : {}),
+      ...(toolNameEscaped(call) ? { tool_escaped: true } : {}),
       ...(call.unsafe ? { invalid_argument: invalidArgument(call.unsafe) } : {}),
       agent_name: call.agent.name,
     },
