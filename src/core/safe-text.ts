@@ -11,8 +11,19 @@ export type UnsafeText = 'nul_byte' | 'lone_surrogate';
 const UNSAFE = /\0|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 const UNSAFE_ALL = new RegExp(`\\\\|${UNSAFE.source}`, 'g');
 
+// ES2024's String.prototype.isWellFormed (Node 20 has it; this project's lib is ES2023).
+declare global {
+  interface String {
+    isWellFormed(): boolean;
+  }
+}
+
+/** Whether `s` can be stored and hashed as it is: the cheap test every argument of every call takes. */
+const storable = (s: string) => !s.includes('\0') && s.isWellFormed();
+
 /** What makes `s` unstorable and where (the first such code unit), or undefined when it is safe. */
 export function unsafeText(s: string): { problem: UnsafeText; at: number } | undefined {
+  if (storable(s)) return undefined;
   const m = UNSAFE.exec(s);
   if (!m) return undefined;
   return { problem: m[0] === '\0' ? 'nul_byte' : 'lone_surrogate', at: m.index };
@@ -20,7 +31,11 @@ export function unsafeText(s: string): { problem: UnsafeText; at: number } | und
 
 /** The reversible escape of `s`: always safe to store and hash. */
 export const escapeText = (s: string): string =>
-  s.replace(UNSAFE_ALL, (c) => (c === '\\' ? '\\\\' : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`));
+  !s.includes('\\') && storable(s)
+    ? s
+    : s.replace(UNSAFE_ALL, (c) =>
+        c === '\\' ? '\\\\' : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+      );
 
 /** The text `escapeText` was given, from what it returned. */
 export const unescapeText = (s: string): string =>
@@ -57,23 +72,28 @@ export interface UnsafeInput {
 
 /** The first string or key of `value` that cannot be stored; iterative, in document order. */
 export function findUnsafeText(value: unknown, root: string): UnsafeInput | undefined {
-  const pending: [unknown, string][] = [[value, root]];
+  // Each pending value with its parent's path and its own key: a path is only written out for a
+  // container (its children need it) or for what is found, never for every plain string.
+  const pending: [unknown, string, string | null][] = [[value, root, null]];
+  const pathOf = (parent: string, key: string | null) =>
+    key === null ? parent : `${parent}.${escapeText(key)}`;
   while (pending.length > 0) {
-    const [v, path] = pending.pop()!;
+    const [v, parent, key] = pending.pop()!;
     if (typeof v === 'string') {
       const found = unsafeText(v);
-      if (found) return { field: path, text: v, ...found };
+      if (found) return { field: pathOf(parent, key), text: v, ...found };
     } else if (v && typeof v === 'object') {
-      const entries = Array.isArray(v) ? v.map((x, i) => [String(i), x] as const) : Object.entries(v);
-      if (!Array.isArray(v))
-        for (const [k] of entries) {
-          const found = unsafeText(k);
-          if (found) return { field: `${path}.${escapeText(k)}`, text: k, ...found };
-        }
-      for (let i = entries.length - 1; i >= 0; i--) {
-        const [k, child] = entries[i]!;
-        pending.push([child, `${path}.${escapeText(k)}`]);
+      const path = pathOf(parent, key);
+      if (Array.isArray(v)) {
+        for (let i = v.length - 1; i >= 0; i--) pending.push([v[i], path, String(i)]);
+        continue;
       }
+      const entries = Object.entries(v);
+      for (const [k] of entries) {
+        const found = unsafeText(k);
+        if (found) return { field: pathOf(path, k), text: k, ...found };
+      }
+      for (let i = entries.length - 1; i >= 0; i--) pending.push([entries[i]![1], path, entries[i]![0]]);
     }
   }
   return undefined;
