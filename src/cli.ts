@@ -1,4 +1,4 @@
-import { createPublicKey } from 'node:crypto';
+import { createPrivateKey, createPublicKey } from 'node:crypto';
 import fs from 'node:fs';
 import { countHiddenIn, marked } from './core/visible.ts';
 import os from 'node:os';
@@ -580,16 +580,45 @@ function addAuditCommands(audit: Command): void {
         'earlier key, after a rotation)',
       (file: string, files: string[] = []) => [...files, file],
     )
+    .option(
+      '--fingerprint <hex>',
+      "a key to trust by its SHA-256 fingerprint (64 hex digits; 'countersign audit key --fingerprint' " +
+        "prints the server's); may be repeated",
+      (hex: string, all: string[] = []) => [...all, hex],
+    )
+    .option(
+      '--trust <file>',
+      'a trust file: the public keys (PEM) and fingerprints (one a line, # comments) to trust',
+    )
+    .option(
+      '--accept-unpinned-key',
+      'exit 0 on an intact export even though no key was pinned (proves integrity, not origin)',
+    )
     .option('--db', 'verify the live table instead of an export')
-    .option('--require-anchored', 'fail when rows follow the last checkpoint recorded in the chain')
+    .option(
+      '--require-anchored',
+      'fail when rows follow the last checkpoint recorded in the chain (an export needs a pinned key)',
+    )
     .option(
       '--tsa-cert <file>',
       "check the time-stamp anchors against this TSA certificate or its CA's (PEM)",
     )
+    .option(
+      '--tsa-max-skew <seconds>',
+      "how far a token's genTime may lie from its checkpoint's time (default audit.anchors.tsa_max_skew_s)",
+    )
     .option('--witness <dir>', 'check the chain against the heads of this witness directory')
     .option('--anchors <file>', "the export's anchors (default FILE.anchors.jsonl)")
-    .description('verify an export offline, or the live table; exit 0 only when everything is valid')
+    .description(
+      'verify an export offline against the keys you pin, or the live table; exit 0 only when ' +
+        'everything is valid (offline: and signed by a pinned key, unless --accept-unpinned-key)',
+    )
     .action(verifyAudit);
+  audit
+    .command('key')
+    .option('--fingerprint', 'print only its SHA-256 fingerprint')
+    .description("print the public half of this host's audit signing key (PEM), to pin when verifying")
+    .action(printAuditKey);
 }
 
 /** `audit export`: the filter as given (empty options left out), written where exportTarget says. */
@@ -613,26 +642,46 @@ async function exportAudit(opts: ExportOptions): Promise<void> {
   out(`manifest: ${result.manifest_path} (checkpoint at seq ${result.checkpoint_seq})`);
 }
 
+interface VerifyOptions {
+  manifest?: string;
+  pubkey?: string[];
+  fingerprint?: string[];
+  trust?: string;
+  acceptUnpinnedKey?: boolean;
+  db?: boolean;
+  requireAnchored?: boolean;
+  tsaCert?: string;
+  tsaMaxSkew?: string;
+  witness?: string;
+  anchors?: string;
+}
+
+/** The keys pinned by --pubkey, --fingerprint and --trust; each refused, naming it, unless it reads as one. */
+async function pinsOf(opts: VerifyOptions) {
+  const { parseFingerprint, parsePublicKey, parseTrustFile } = await import('./audit/pins.ts');
+  const trusted = opts.trust === undefined ? undefined : parseTrustFile(readInput(opts.trust), opts.trust);
+  return {
+    pems: [...(opts.pubkey ?? []).map((f) => parsePublicKey(readInput(f), f)), ...(trusted?.pems ?? [])],
+    fingerprints: [
+      ...(opts.fingerprint ?? []).map((hex) => parseFingerprint(hex, '--fingerprint')),
+      ...(trusted?.fingerprints ?? []),
+    ],
+  };
+}
+
 /** `audit verify`: an export offline against its manifest, or with --db the live table. */
-async function verifyAudit(
-  file: string | undefined,
-  opts: {
-    manifest?: string;
-    pubkey?: string[];
-    db?: boolean;
-    requireAnchored?: boolean;
-    tsaCert?: string;
-    witness?: string;
-    anchors?: string;
-  },
-): Promise<void> {
-  const pubkeys = (opts.pubkey ?? []).map(readPublicKey);
+async function verifyAudit(file: string | undefined, opts: VerifyOptions): Promise<void> {
+  const pins = await pinsOf(opts);
   const tsaCertPem = opts.tsaCert === undefined ? undefined : readInput(opts.tsaCert);
   const witnessDir = opts.witness === undefined ? undefined : path.resolve(opts.witness);
   if (opts.db) {
+    if (pins.fingerprints.length > 0)
+      throw usageError(
+        'audit verify --db: pin keys with --pubkey (or PEM keys in --trust), not fingerprints',
+      );
     const result = await runData(config(), {
       command: 'audit.verify_db',
-      ...(pubkeys.length > 0 ? { pubkeys } : {}),
+      ...(pins.pems.length > 0 ? { pubkeys: pins.pems } : {}),
       ...(tsaCertPem ? { tsa_cert: tsaCertPem } : {}),
       ...(witnessDir ? { witness_dir: witnessDir } : {}),
     });
@@ -641,29 +690,24 @@ async function verifyAudit(
     return;
   }
   if (!file) throw usageError('audit verify: give an export file, or --db');
-  const manifestPath = opts.manifest ?? `${file}.manifest.json`;
-  let manifest: Manifest;
-  try {
-    manifest = JSON.parse(fs.readFileSync(manifestPath, 'utf8')) as Manifest;
-    fs.accessSync(file, fs.constants.R_OK);
-  } catch (e) {
-    const missing = (e as NodeJS.ErrnoException).path;
-    // The manifest is looked for beside the export unless named: say so when that is what is missing.
-    const hint =
-      missing === manifestPath && opts.manifest === undefined
-        ? `; an export's manifest is written beside it as FILE.manifest.json: give another with --manifest FILE`
-        : '';
-    throw new AppError(
-      'NOT_FOUND',
-      `cannot read ${missing ?? manifestPath}: ${(e as Error).message}${hint}`,
-      undefined,
-      { cause: e },
+  const isPinned = pins.pems.length + pins.fingerprints.length > 0;
+  if (opts.requireAnchored && !isPinned)
+    throw usageError(
+      'audit verify --require-anchored: pin the signing key (--pubkey, --fingerprint or --trust); ' +
+        "a manifest's own key proves nothing about who anchored it",
     );
-  }
-  const { describeReport, verifyExport } = await import('./audit/verify-export.ts');
-  const report = await verifyExport(file, manifest, pubkeys.length > 0 ? pubkeys : undefined);
+  const manifest = readManifest(file, opts.manifest);
+  const [{ describeReport, verifyExport }, { describeOrigin, trustedKeys }] = await Promise.all([
+    import('./audit/verify-export.ts'),
+    import('./audit/pins.ts'),
+  ]);
+  const keys = trustedKeys(pins, manifest);
+  const report = await verifyExport(file, manifest, keys.length > 0 ? keys : undefined);
   out(describeReport(report));
+  const origin = describeOrigin(pins, manifest);
+  out(origin.text);
   if (!report.ok || (opts.requireAnchored && report.tail)) process.exitCode = 1;
+  if (!origin.ok && (isPinned || !opts.acceptUnpinnedKey)) process.exitCode = 1;
   if (tsaCertPem === undefined && witnessDir === undefined) return;
   const [{ verifyExportAnchors }, { describeAnchors }] = await Promise.all([
     import('./audit/anchors/verify-anchors.ts'),
@@ -673,9 +717,65 @@ async function verifyAudit(
     tsaCertPem,
     witnessDir,
     anchorsFile: opts.anchors,
+    tsaMaxSkewS: maxSkewOf(opts.tsaMaxSkew),
   });
   out(describeAnchors(anchors));
   if (!anchors.ok) process.exitCode = 1;
+}
+
+/** --tsa-max-skew as seconds, else the configured bound (defaults apply without a config file). */
+function maxSkewOf(given: string | undefined): number {
+  if (given === undefined) return config().audit.anchors.tsa_max_skew_s;
+  const seconds = Number(given);
+  if (!Number.isSafeInteger(seconds) || seconds <= 0)
+    throw usageError(`option '--tsa-max-skew <seconds>': "${given}" is not a positive whole number`);
+  return seconds;
+}
+
+/** The export's manifest (beside it unless named), and the export readable; else NOT_FOUND, saying where to look. */
+function readManifest(file: string, named: string | undefined): Manifest {
+  const manifestPath = named ?? `${file}.manifest.json`;
+  try {
+    const manifest = JSON.parse(fs.readFileSync(manifestPath, 'utf8')) as Manifest;
+    fs.accessSync(file, fs.constants.R_OK);
+    return manifest;
+  } catch (e) {
+    const missing = (e as NodeJS.ErrnoException).path;
+    // The manifest is looked for beside the export unless named: say so when that is what is missing.
+    const hint =
+      missing === manifestPath && named === undefined
+        ? `; an export's manifest is written beside it as FILE.manifest.json: give another with --manifest FILE`
+        : '';
+    throw new AppError(
+      'NOT_FOUND',
+      `cannot read ${missing ?? manifestPath}: ${(e as Error).message}${hint}`,
+      undefined,
+      { cause: e },
+    );
+  }
+}
+
+/** `audit key`: the public half of the configured signing key, read (never created) from the host. */
+async function printAuditKey(opts: { fingerprint?: boolean }): Promise<void> {
+  const cfg = config();
+  const file = cfg.audit.signing_key_path ?? path.join(cfg.data_dir, 'audit-signing-key.pem');
+  let pem: string;
+  try {
+    pem = createPublicKey(createPrivateKey(fs.readFileSync(file)))
+      .export({ format: 'pem', type: 'spki' })
+      .toString();
+  } catch (e) {
+    throw new AppError(
+      'NOT_FOUND',
+      `cannot read the audit signing key ${file}: ${(e as Error).message}`,
+      undefined,
+      {
+        cause: e,
+      },
+    );
+  }
+  const { fingerprintOf } = await import('./audit/pins.ts');
+  out(opts.fingerprint ? `sha256:${fingerprintOf(pem)}` : pem.trimEnd());
 }
 
 /** A file the operator named, read whole; one that cannot be read is NOT_FOUND, naming it. */
@@ -685,19 +785,6 @@ function readInput(file: string): string {
   } catch (e) {
     throw new AppError('NOT_FOUND', `cannot read ${file}: ${(e as Error).message}`, undefined, { cause: e });
   }
-}
-
-/** A public key file as PEM text; one that cannot be read or is not a key is refused before anything runs. */
-function readPublicKey(file: string): string {
-  const pem = readInput(file);
-  try {
-    createPublicKey(pem);
-  } catch (e) {
-    throw new AppError('INVALID_ARGUMENT', `${file} is not a public key (PEM)`, 'bad_public_key', {
-      cause: e,
-    });
-  }
-  return pem;
 }
 
 function addUserCommands(user: Command): void {

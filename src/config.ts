@@ -312,6 +312,11 @@ export const ConfigSchema = z
             tsa_cert_path: z.string().min(1).optional(),
             /** How long the authority may take to answer. */
             tsa_timeout_ms: z.number().int().positive().default(10_000),
+            /**
+             * How far a token's genTime may lie from its checkpoint's time, in seconds, when tokens are
+             * checked (on arrival and by audit verify): a checkpoint is stamped as it is signed.
+             */
+            tsa_max_skew_s: z.number().int().positive().default(3600),
             /** An append-only directory (another mount) that receives every checkpoint and token. */
             witness_dir: z.string().min(1).optional(),
           })
@@ -499,6 +504,7 @@ export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_TSA_URL: { path: ['audit', 'anchors', 'tsa_url'], kind: 'string' },
   COUNTERSIGN_TSA_CERT: { path: ['audit', 'anchors', 'tsa_cert_path'], kind: 'string' },
   COUNTERSIGN_TSA_TIMEOUT_MS: { path: ['audit', 'anchors', 'tsa_timeout_ms'], kind: 'int' },
+  COUNTERSIGN_TSA_MAX_SKEW_S: { path: ['audit', 'anchors', 'tsa_max_skew_s'], kind: 'int' },
   COUNTERSIGN_WITNESS_DIR: { path: ['audit', 'anchors', 'witness_dir'], kind: 'string' },
   COUNTERSIGN_CHECKPOINT_ROWS: { path: ['audit', 'checkpoint_rows'], kind: 'int' },
   COUNTERSIGN_DENIED_ROWS_PER_MINUTE: { path: ['audit', 'denied_rows_per_minute'], kind: 'int' },

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { runCli } from './helpers/cli.ts';
+import { pinArgs, runCli } from './helpers/cli.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { startTestServer, type TestServer } from './helpers/server.ts';
 
@@ -19,7 +19,7 @@ for (const kind of databaseKinds()) {
       const file = path.join(server.db.dataDir, `admin-${Date.now()}.jsonl`);
       const res = await cli(['audit', 'export', '--format', 'jsonl', '-o', file]);
       assert.equal(res.code, 0, res.stderr);
-      const verified = await cli(['audit', 'verify', file]);
+      const verified = await cli(['audit', 'verify', file, ...pinArgs(server.env)]);
       assert.equal(verified.code, 0, verified.stdout + verified.stderr);
       return fs
         .readFileSync(file, 'utf8')

@@ -9,7 +9,9 @@ import { exportToFile } from '../src/audit/export-file.ts';
 import type { Manifest } from '../src/audit/export.ts';
 import { chainHash } from '../src/audit/chain.ts';
 import { verifyExport } from '../src/audit/verify-export.ts';
-import { runCli } from './helpers/cli.ts';
+import { fingerprintOf } from '../src/audit/pins.ts';
+import { loadSigner } from '../src/audit/signing.ts';
+import { pinArgs, runCli } from './helpers/cli.ts';
 import { createTestDatabase, databaseKinds } from './helpers/db.ts';
 import { startTestServer, testEnv, type TestServer } from './helpers/server.ts';
 import { loadConfig } from '../src/config.ts';
@@ -92,7 +94,8 @@ describe('anchors off the box', () => {
       let server: TestServer;
       let witness: string;
       let exported: { file: string; manifest: Manifest };
-      const verify = (args: string[]) => runCli(['audit', 'verify', ...args], server.env);
+      const verify = (args: string[]) =>
+        runCli(['audit', 'verify', ...args, ...(args[0] === '--db' ? [] : pinArgs(server.env))], server.env);
 
       before(async () => {
         witness = fs.mkdtempSync(path.join(root, `witness-${kind}-`));
@@ -157,8 +160,11 @@ describe('anchors off the box', () => {
       });
 
       /** What a holder of the signing key could forge: the export's rows changed, re-chained and re-signed. */
-      function forge(name: string, change: (lines: Line[]) => Line[]) {
-        const signer = server.services.checkpoints.signer;
+      function forge(
+        name: string,
+        change: (lines: Line[]) => Line[],
+        signer = server.services.checkpoints.signer,
+      ) {
         const lines = change(readLines(exported.file));
         let prev = lines[0]!.prev_hash;
         for (const line of lines) {
@@ -166,6 +172,7 @@ describe('anchors off the box', () => {
           const details = line.details as Record<string, unknown> | undefined;
           if (line.kind === 'checkpoint' && typeof details?.signature === 'string') {
             details.head_hash = prev;
+            details.key_id = signer.key_id;
             details.signature = signer.sign(
               checkpointPayload({
                 origin: details.origin as string,
@@ -190,6 +197,8 @@ describe('anchors off the box', () => {
         const checkpoint = {
           ...exported.manifest.checkpoint,
           ...statement,
+          key_id: signer.key_id,
+          public_key: signer.public_key,
           signature: signer.sign(checkpointPayload(statement)),
         };
         const lastCheckpointRow = lines.filter((l) => l.kind === 'checkpoint').at(-1);
@@ -202,7 +211,10 @@ describe('anchors off the box', () => {
           last_seq: last.seq,
           last_hash: last.hash,
           rows_sha256: rowsSha.digest('hex'),
+          file_sha256: undefined,
           checkpoint,
+          key_id: signer.key_id,
+          public_key: signer.public_key,
           chain_checkpoint: lastCheckpointRow
             ? {
                 seq: lastCheckpointRow.seq,
@@ -227,6 +239,52 @@ describe('anchors off the box', () => {
         fs.copyFileSync(`${exported.file}.anchors.jsonl`, `${file}.anchors.jsonl`);
         return { file, manifest };
       }
+
+      it('takes an export re-signed with a fresh key as integrity only without a pin, and refuses it pinned', async () => {
+        const fresh = loadSigner(fs.mkdtempSync(path.join(root, 'fresh-key-')));
+        const forged = forge(
+          'fresh-key',
+          (lines) => {
+            lines.find((l) => l.seq === 100)!.details = { i: 'rewritten' };
+            return lines;
+          },
+          fresh,
+        );
+        const plain = (...args: string[]) => runCli(['audit', 'verify', ...args], server.env);
+        const unpinned = await plain(forged.file);
+        assert.equal(unpinned.code, 1, unpinned.stdout + unpinned.stderr);
+        assert.match(unpinned.stdout, /rows valid; manifest signature valid; checkpoint signature valid/);
+        assert.match(unpinned.stdout, /^integrity only: /m);
+        assert.ok(unpinned.stdout.includes(`sha256:${fingerprintOf(fresh.public_key)}`), unpinned.stdout);
+        assert.equal((await plain(forged.file, '--accept-unpinned-key')).code, 0);
+        const anchored = await plain(forged.file, '--require-anchored', '--accept-unpinned-key');
+        assert.notEqual(anchored.code, 0);
+        assert.match(anchored.stderr, /--require-anchored: pin the signing key/);
+
+        const real = server.services.checkpoints.signer.public_key;
+        const pinned = await verify([forged.file]);
+        assert.equal(pinned.code, 1, pinned.stdout);
+        assert.match(pinned.stdout, /manifest signature unknown key/);
+        assert.match(pinned.stdout, /which is not pinned$/m);
+        const byFingerprint = await plain(forged.file, '--fingerprint', fingerprintOf(real));
+        assert.equal(byFingerprint.code, 1, byFingerprint.stdout);
+        assert.match(byFingerprint.stdout, /which is not pinned$/m);
+
+        // The real export passes by each kind of pin: a fingerprint, a trust file.
+        const trust = path.join(root, 'trusted-keys');
+        fs.writeFileSync(trust, `# the server's audit key\n${real}\nsha256:${'ab'.repeat(32)}\n`);
+        for (const pin of [
+          ['--fingerprint', `sha256:${fingerprintOf(real)}`],
+          ['--trust', trust],
+        ]) {
+          const good = await plain(exported.file, ...pin);
+          assert.equal(good.code, 0, good.stdout + good.stderr);
+          assert.match(good.stdout, /^origin: signed by pinned key sha256:[0-9a-f]{64}$/m);
+          assert.equal((await plain(forged.file, ...pin)).code, 1);
+        }
+        const printed = await runCli(['audit', 'key', '--fingerprint'], server.env);
+        assert.equal(printed.stdout.trim(), `sha256:${fingerprintOf(real)}`);
+      });
 
       it('detects a rewritten past in an export signed with the right key, back to the last anchor', async () => {
         const forged = forge('rewritten', (lines) => {

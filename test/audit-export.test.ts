@@ -9,7 +9,7 @@ import { exportAudit, type Manifest } from '../src/audit/export.ts';
 import { EXPORT_COLUMNS } from '../src/audit/format.ts';
 import { verifyExport } from '../src/audit/verify-export.ts';
 import { WebClient } from './helpers/browser-less.ts';
-import { runCli } from './helpers/cli.ts';
+import { pinArgs, runCli } from './helpers/cli.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
 
@@ -319,7 +319,7 @@ for (const kind of databaseKinds()) {
       const file = path.join(dir, 'cli.jsonl');
       const exported = await runCli(['audit', 'export', '--format', 'jsonl', '-o', file], server.env);
       assert.equal(exported.code, 0, exported.stderr);
-      const ok = await runCli(['audit', 'verify', file], server.env);
+      const ok = await runCli(['audit', 'verify', file, ...pinArgs(server.env)], server.env);
       assert.equal(ok.code, 0, ok.stdout + ok.stderr);
       assert.match(
         ok.stdout,
@@ -328,7 +328,7 @@ for (const kind of databaseKinds()) {
       const ls = jsonl(file);
       ls[2]!.tool = 'isphere_send_message';
       writeJsonl(file, ls);
-      const bad = await runCli(['audit', 'verify', file], server.env);
+      const bad = await runCli(['audit', 'verify', file, ...pinArgs(server.env)], server.env);
       assert.equal(bad.code, 1);
       assert.match(bad.stdout, /first bad \(line 3, seq 3\): hash mismatch/);
       const db = await runCli(['audit', 'verify', '--db'], server.env);

@@ -22,7 +22,7 @@ import { verifyExport } from '../src/audit/verify-export.ts';
 import { loadConfig } from '../src/config.ts';
 import { isAppError } from '../src/core/errors.ts';
 import type { Database } from '../src/db/knex.ts';
-import { runCli } from './helpers/cli.ts';
+import { pinArgs, runCli } from './helpers/cli.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
 import { startTestServer, waitFor, type TestServer } from './helpers/server.ts';
 
@@ -253,10 +253,13 @@ for (const kind of databaseKinds()) {
       assert.ok(report.checkpoint_rows >= 2);
       assert.deepEqual(report.tail, { from: lastRow + 1, to: manifest.checkpoint.seq });
 
-      const plain = await runCli(['audit', 'verify', file], server.env);
+      const plain = await runCli(['audit', 'verify', file, ...pinArgs(server.env)], server.env);
       assert.equal(plain.code, 0, plain.stdout + plain.stderr);
       assert.match(plain.stdout, /^rows? \d+(–\d+)? follows? the last checkpoint$/m);
-      const strict = await runCli(['audit', 'verify', file, '--require-anchored'], server.env);
+      const strict = await runCli(
+        ['audit', 'verify', file, '--require-anchored', ...pinArgs(server.env)],
+        server.env,
+      );
       assert.equal(strict.code, 1, strict.stdout + strict.stderr);
     });
 

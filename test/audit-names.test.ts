@@ -14,7 +14,7 @@ import type { User } from '../src/core/identity.ts';
 import { approveAsChair } from './helpers/approvals.ts';
 import { misnamedAgentRows } from './helpers/audit-names.ts';
 import { WebClient } from './helpers/browser-less.ts';
-import { runCli } from './helpers/cli.ts';
+import { pinArgs, runCli } from './helpers/cli.ts';
 import { createTestDatabase, databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, testEnv, waitFor, type TestServer } from './helpers/server.ts';
 
@@ -47,7 +47,7 @@ async function exportedRows(env: Record<string, string>, dir: string, format: 'j
   const file = path.join(dir, `names-${Date.now()}.${format}`);
   const exported = await runCli(['audit', 'export', '--format', format, '-o', file], env);
   assert.equal(exported.code, 0, exported.stderr);
-  const verified = await runCli(['audit', 'verify', file], env);
+  const verified = await runCli(['audit', 'verify', file, ...pinArgs(env)], env);
   assert.equal(verified.code, 0, verified.stdout + verified.stderr);
   assert.match(verified.stdout, /(\d+)\/\1 rows valid/);
   const text = fs.readFileSync(file, 'utf8');

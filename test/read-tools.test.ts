@@ -324,6 +324,24 @@ for (const kind of databaseKinds()) {
         assert.notEqual(again.files[0].saved_path, res.files[0].saved_path, 'never overwrites');
       });
 
+      it('never opens a path written into a file row by SQL in place of its SHA-256', async () => {
+        const knex = server.services.knex;
+        const row = await knex('files').where({ id: 'fl_budget' }).first();
+        await knex('files').insert({ ...row, id: 'fl_pointed', sha256: '../../audit-signing-key.pem' });
+        const res = await call(client, 'isphere_receive_files', {
+          mode: 'download',
+          file_id: 'fl_pointed',
+          output_dir: 'pointed',
+          dry_run: false,
+        });
+        assert.equal(res.error?.code, 'CONNECTOR_FAILED');
+        assert.equal(res.error.reason, 'blob_name_invalid');
+        const dir = path.join(server.services.config.files.download_dir, 'pointed');
+        for (const name of fs.existsSync(dir) ? fs.readdirSync(dir) : [])
+          assert.doesNotMatch(fs.readFileSync(path.join(dir, name), 'utf8'), /PRIVATE KEY/);
+        await knex('files').where({ id: 'fl_pointed' }).delete();
+      });
+
       it('refuses output_dir escapes by .., absolute path and symlink', async () => {
         const root = server.services.config.files.download_dir;
         fs.mkdirSync(root, { recursive: true });

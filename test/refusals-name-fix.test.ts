@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { runCli, spawnServer, stopChild } from './helpers/cli.ts';
+import { pinArgs, runCli, spawnServer, stopChild } from './helpers/cli.ts';
 import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
 import { testEnv } from './helpers/server.ts';
 
@@ -52,7 +52,7 @@ for (const kind of databaseKinds()) {
       assert.notEqual(refused.code, 0);
       assert.match(refused.stderr, /--manifest FILE/);
       const named = await runCli(
-        ['audit', 'verify', file, '--manifest', path.join(db.dataDir, 'elsewhere.json')],
+        ['audit', 'verify', file, '--manifest', path.join(db.dataDir, 'elsewhere.json'), ...pinArgs(env)],
         env,
       );
       assert.equal(named.code, 0, named.stderr);

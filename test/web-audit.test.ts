@@ -113,6 +113,46 @@ for (const kind of databaseKinds()) {
       assert.equal(noCsrf.res.status, 403);
     });
 
+    /** Downloads export `id`'s file, expecting a refusal recorded as audit.tampered with `reason`. */
+    async function refusedDownload(id: string, reason: string) {
+      const file = await auditor.get(`/audit/exports/${id}/file`);
+      assert.equal(file.res.status, 422);
+      assert.doesNotMatch(file.html, /PRIVATE KEY/);
+      const rows = await server.services
+        .knex('audit_events')
+        .where({ kind: 'audit.tampered', actor: 'cora', error_code: 'TAMPERED' });
+      const details = rows.map((r) => (typeof r.details === 'string' ? JSON.parse(r.details) : r.details));
+      assert.ok(
+        details.some((d) => d.reason === reason && d.export_id === id),
+        JSON.stringify(details),
+      );
+    }
+
+    it("never serves a file an export's row was pointed at by SQL, such as the signing key", async () => {
+      const { id } = await exportFromPage('jsonl', { kind: 'tool.call' });
+      const key = path.join(server.db.dataDir, 'audit-signing-key.pem');
+      assert.match(fs.readFileSync(key, 'utf8'), /BEGIN PRIVATE KEY/);
+      await server.services.knex('audit_exports').where({ id }).update({ file_path: key });
+      await refusedDownload(id, 'export_path_outside');
+    });
+
+    it("refuses an export whose file changed after its manifest was signed, or whose manifest isn't ours", async () => {
+      const { id } = await exportFromPage('jsonl', { kind: 'tool.call' });
+      const [row] = await server.services.knex('audit_exports').where({ id });
+      fs.appendFileSync(row.file_path, '{"seq":999}\n');
+      await refusedDownload(id, 'export_file_changed');
+
+      const second = await exportFromPage('jsonl', { kind: 'tool.call' });
+      assert.equal((await auditor.get(`/audit/exports/${second.id}/file`)).res.status, 200);
+      // A manifest rewritten by SQL to name another file hash no longer carries the server's signature.
+      const forged = { ...second.manifest, file_sha256: '0'.repeat(64) };
+      await server.services
+        .knex('audit_exports')
+        .where({ id: second.id })
+        .update({ manifest: JSON.stringify(forged) });
+      await refusedDownload(second.id, 'export_manifest_unsigned');
+    });
+
     it("exports with the log page's target filter, not every row", async () => {
       const { manifest } = await exportFromPage('jsonl', { target: 'ct_nobody_here' });
       assert.deepEqual([manifest.filter.target_ref, manifest.row_count], ['ct_nobody_here', 0]);

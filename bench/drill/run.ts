@@ -493,10 +493,15 @@ function cli(args: string[], env: Record<string, string>): Promise<{ code: numbe
 /** Both export formats written and verified offline by the CLI, as compliance would. */
 async function exportsVerify(env: Record<string, string>, dir: string) {
   const checks: InvariantReport['checks'] = [];
+  // Verified against the server's key as compliance pins it, not the key a manifest names.
+  const key = await cli(['audit', 'key'], env);
+  const keyFile = path.join(dir, 'drill-audit-key.pem');
+  fs.writeFileSync(keyFile, `${key.out}\n`);
   for (const format of ['jsonl', 'csv']) {
     const file = path.join(dir, `drill-export.${format}`);
     const exported = await cli(['audit', 'export', '-o', file, '--force'], env);
-    const verified = exported.code === 0 ? await cli(['audit', 'verify', file], env) : exported;
+    const verified =
+      exported.code === 0 ? await cli(['audit', 'verify', file, '--pubkey', keyFile], env) : exported;
     checks.push({
       name: `the ${format} export verifies offline`,
       ok: exported.code === 0 && verified.code === 0,

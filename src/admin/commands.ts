@@ -438,6 +438,7 @@ const HANDLERS = {
     const anchors = await deps.auditChecks.verifyAnchors({
       tsaCertPem: cmd.tsa_cert,
       witnessDir: cmd.witness_dir,
+      tsaMaxSkewS: deps.config.audit.anchors.tsa_max_skew_s,
     });
     return { ok: ok && anchors.ok, summary: `${summary}\n${describeAnchors(anchors)}`, tail: tail ?? null };
   },

@@ -28,6 +28,11 @@ export interface Manifest {
   last_hash: string | null;
   /** SHA-256 over each exported row's `hash` followed by a newline, in order. */
   rows_sha256: string;
+  /**
+   * SHA-256 of the export file's bytes, as written: what a download checks the file by before serving
+   * it. Absent from manifests written before it was added.
+   */
+  file_sha256?: string;
   checkpoint: Checkpoint;
   /**
    * The last `checkpoint` row at or before the checkpoint's head — its seq, prev_hash and details (the
@@ -105,6 +110,7 @@ export async function exportAudit(
     throw new AppError('CONFLICT', 'the audit log is empty: nothing to export', 'nothing_to_export');
   const filter = ExportFilter.parse(opts.filter);
   const digest = createHash('sha256');
+  const fileDigest = createHash('sha256');
   let count = 0;
   let first: number | null = null;
   let last: { seq: number; hash: string } | null = null;
@@ -113,9 +119,14 @@ export async function exportAudit(
     opts.format === 'jsonl'
       ? exportChunks(deps.knex, filter, checkpoint.seq)
       : pageChunks(csvLines(exportPages(deps.knex, filter, checkpoint.seq)));
-  if (opts.format === 'csv') await write(opts.out, stringify([[...EXPORT_COLUMNS]]));
+  if (opts.format === 'csv') {
+    const header = stringify([[...EXPORT_COLUMNS]]);
+    fileDigest.update(header);
+    await write(opts.out, header);
+  }
   for await (const chunk of chunks) {
     digest.update(chunk.hashes);
+    fileDigest.update(chunk.data);
     await write(opts.out, chunk.data, chunk.done);
     first ??= chunk.first;
     last = chunk.last;
@@ -135,6 +146,7 @@ export async function exportAudit(
     last_seq: last?.seq ?? null,
     last_hash: last?.hash ?? null,
     rows_sha256: digest.digest('hex'),
+    file_sha256: fileDigest.digest('hex'),
     checkpoint,
     chain_checkpoint: await lastChainCheckpoint(deps.knex, checkpoint.seq),
     key_id: deps.signer.key_id,

@@ -10,6 +10,7 @@ export { createAuditChecks, type AuditChecks } from './checks.ts';
 export { checkpointIfDue, type CheckpointDeps } from './checkpoints.ts';
 export { checkpointDeps, verifyDatabase } from './context.ts';
 export { exportToFile } from './export-file.ts';
+export { exportFileOf, openExportFile } from './export-download.ts';
 export { createExportRecords, type ExportRecord, type ExportRecords } from './export-records.ts';
 export { ExportFilter, isNothingToExport, type Manifest } from './export.ts';
 export { createAuditLog, type AuditLog, type GuardedChange } from './log.ts';

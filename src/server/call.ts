@@ -13,6 +13,14 @@ import { AppError, toolCodeOf, type AuditErrorCode } from '../core/errors.ts';
 import type { Faults } from '../core/faults.ts';
 import type { Agent } from '../core/identity.ts';
 import { newTraceId } from '../core/ids.ts';
+import {
+  cutText,
+  escapeDeep,
+  escapeText,
+  findUnsafeText,
+  unsafeText,
+  type UnsafeInput,
+} from '../core/safe-text.ts';
 import { traced, type Tracer } from '../core/tracing.ts';
 import { outageOf } from '../db/outage.ts';
 import type { Logger } from '../log.ts';
@@ -123,6 +131,11 @@ export interface Call {
   args_sha256: string | null;
   /** Set once the catalogue knows no such tool: the name is then stored cut, with its digest. */
   unknown?: true;
+  /**
+   * The first argument (string or key) that cannot be stored or hashed as given (a NUL, a lone
+   * surrogate): validation refuses it, and every row of the call records it escaped.
+   */
+  unsafe?: UnsafeInput;
   /** Where the transport holds the answer until the row commits, if it can (see AnswerHold). */
   hold?: AnswerHold;
   /** The call's part in MCP tasks, if it has one. */
@@ -223,13 +236,17 @@ function beginCall(
   trace_id = newTraceId(),
 ): Call {
   const args = given.args ?? {};
+  const deep = tooDeep(args);
+  const unsafe = deep ? undefined : findUnsafeText(args, 'arguments');
   return {
     ...given,
     args,
     request_id: randomUUID(),
     trace_id,
     started: new Date(),
-    args_sha256: tooDeep(args) ? null : hash('sha256', canonicalize(args) ?? '', 'hex'),
+    // Arguments holding text RFC 8785 cannot write (a lone surrogate) are digested escaped.
+    args_sha256: deep ? null : hash('sha256', canonicalize(unsafe ? escapeDeep(args) : args) ?? '', 'hex'),
+    ...(unsafe ? { unsafe } : {}),
   };
 }
 
@@ -295,8 +312,23 @@ export const MAX_UNKNOWN_TOOL_NAME = 200;
 /** The one metrics label every unknown tool name is counted under, so no caller can grow /metrics. */
 export const UNKNOWN_TOOL_LABEL = '(unknown)';
 
-/** The tool name as rows, answers and logs carry it: an unknown name cut to MAX_UNKNOWN_TOOL_NAME. */
-const toolNameOf = (call: Call) => (call.unknown ? call.name.slice(0, MAX_UNKNOWN_TOOL_NAME) : call.name);
+/**
+ * The tool name as rows, answers and logs carry it: an unknown name cut to MAX_UNKNOWN_TOOL_NAME (never
+ * inside a surrogate pair), escaped when it holds what cannot be stored (a NUL, a lone surrogate).
+ */
+const toolNameOf = (call: Call) => {
+  if (!call.unknown) return call.name;
+  const cut = cutText(call.name, MAX_UNKNOWN_TOOL_NAME);
+  return unsafeText(cut) ? escapeText(cut) : cut;
+};
+
+/** Whether the name a call's rows carry (toolNameOf) is an escape of the name as sent. */
+const toolNameEscaped = (call: Call) =>
+  call.unknown === true && unsafeText(cutText(call.name, MAX_UNKNOWN_TOOL_NAME)) !== undefined;
+
+/** The digest of an unknown tool's whole name (of its escape, when it holds what UTF-8 cannot encode). */
+const toolDigestOf = (call: Call) =>
+  hash('sha256', unsafeText(call.name) ? escapeText(call.name) : call.name, 'hex');
 
 /** The tool label a call is counted under in /metrics. */
 const metricLabelOf = (call: Call) => (call.unknown ? UNKNOWN_TOOL_LABEL : call.name);
@@ -347,13 +379,12 @@ function validate(tool: AnyToolDef, call: Call): Record<string, unknown> {
       'too_deep',
     );
   }
-  const nul = nulPath(call.args, 'arguments');
-  if (nul) {
-    throw new AppError(
-      'INVALID_ARGUMENT',
-      `${nul.replace(/^arguments\./, '')}: contains a NUL byte`,
-      'nul_byte',
-    );
+  if (call.unsafe) {
+    const { problem } = call.unsafe;
+    const what = problem === 'nul_byte' ? 'a NUL byte' : 'a lone UTF-16 surrogate';
+    throw new AppError('INVALID_ARGUMENT', `${fieldOf(call.unsafe)}: contains ${what}`, problem, {
+      details: { field: fieldOf(call.unsafe), problem, at: call.unsafe.at },
+    });
   }
   const parsed = tool.input.safeParse(call.args);
   if (!parsed.success) {
@@ -369,21 +400,23 @@ function describeIssue(issue: z.core.$ZodIssue): string {
   return `${where}: ${issue.message}`;
 }
 
-/** The path of the first string (or key) holding a NUL byte, which no PostgreSQL text can store. */
-function nulPath(value: unknown, path: string): string | undefined {
-  if (typeof value === 'string') return value.includes('\0') ? path : undefined;
-  if (Array.isArray(value)) {
-    for (const [i, v] of value.entries()) {
-      const found = nulPath(v, `${path}.${i}`);
-      if (found) return found;
-    }
-  } else if (value && typeof value === 'object') {
-    for (const [k, v] of Object.entries(value)) {
-      const found = k.includes('\0') ? `${path}.${k}` : nulPath(v, `${path}.${k}`);
-      if (found) return found;
-    }
-  }
-  return undefined;
+/** The argument's name as answers and rows give it: its path under the arguments, keys escaped. */
+const fieldOf = (unsafe: UnsafeInput) => unsafe.field.replace(/^arguments\.?/, '') || 'arguments';
+
+/** Of an escaped value, the row keeps at most this many characters (and the whole escape's digest). */
+const MAX_ESCAPED = 1024;
+
+/** What a call's rows record of an argument that could not be stored: the escape of it (docs/audit.md). */
+function invalidArgument(unsafe: UnsafeInput) {
+  const escaped = escapeText(unsafe.text);
+  const kept = escaped.length <= MAX_ESCAPED ? escaped : escapeText(cutText(unsafe.text, MAX_ESCAPED / 8));
+  return {
+    field: fieldOf(unsafe),
+    problem: unsafe.problem,
+    at: unsafe.at,
+    value_escaped: kept,
+    ...(kept === escaped ? {} : { value_truncated: true, value_sha256: hash('sha256', escaped, 'hex') }),
+  };
 }
 
 // ---- 6. handle ---------------------------------------------------------------------------------
@@ -568,7 +601,9 @@ function appendCallRow(
       ...(kind === 'tool.call' ? { args_sha256: call.args_sha256 } : {}),
       ...(call.tasks?.task_id ? { origin: 'task', task_id: call.tasks.task_id } : {}),
       ...row.details,
-      ...(call.unknown ? { tool_sha256: hash('sha256', call.name, 'hex') } : {}),
+      ...(call.unknown ? { tool_sha256: toolDigestOf(call) } : {}),
+      ...(toolNameEscaped(call) ? { tool_escaped: true } : {}),
+      ...(call.unsafe ? { invalid_argument: invalidArgument(call.unsafe) } : {}),
       agent_name: call.agent.name,
     },
   };

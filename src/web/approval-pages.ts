@@ -1,4 +1,3 @@
-import fs from 'node:fs';
 import type { Response, Router } from 'express';
 import { describeRequirement, isDecisionRefusal, requirementOf, type Approvals } from '../approval/index.ts';
 import { ApprovalStatus } from '../core/schemas.ts';
@@ -127,7 +126,7 @@ function showRequest(kit: PageKit, deps: ApprovalPageDeps) {
       /^text\/|json$/.test(String(review.mime_type)) &&
       Number(review.file_size_bytes) <= PREVIEW_BYTES
     ) {
-      preview = await fs.promises.readFile(deps.blobs.pathOf(sha), 'utf8').catch(() => null);
+      preview = (await deps.blobs.read(sha))?.toString('utf8') ?? null;
     }
     const { target_flags: flags, ...shown } = review;
     const open = session.user.roles.includes('chair') && request.status === 'pending';

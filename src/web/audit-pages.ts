@@ -9,6 +9,8 @@ import {
   isNothingToExport,
   type Manifest,
   exportToFile,
+  exportFileOf,
+  openExportFile,
   AuditQuery,
 } from '../audit/index.ts';
 import { AuditKind } from '../core/audit-kinds.ts';
@@ -123,7 +125,7 @@ function mountExportPages(router: Router, kit: PageKit, guard: RequestHandler[],
       ({ manifest, path: file } = await exportToFile(deps.checkpoints, {
         format,
         filter: { since, until, agent, tool, kind, result, target_ref: target, approval },
-        path: path.join(exportsDir, `${id}.${format}`),
+        path: exportFileOf(exportsDir, id, format),
         name: `audit-${id}.${format}`,
         actor: session.user.name,
       }));
@@ -159,7 +161,21 @@ function mountExportPages(router: Router, kit: PageKit, guard: RequestHandler[],
       res.attachment(`${name}.manifest.json`).type('application/json').send(manifest);
       return;
     }
+    const session = res.locals.session as WebSession;
+    const file = await openExportFile(
+      { exportsDir, signer: deps.checkpoints.signer, audit: deps.checkpoints.audit },
+      exp,
+      session.user.name,
+    ).catch((err: unknown) => {
+      if (isAppError(err, 'TAMPERED')) return err;
+      throw err;
+    });
+    if (!('pipe' in file))
+      return kit.render(res, HTTP_STATUS.TAMPERED, 'error.njk', {
+        title: 'Export refused',
+        message: `This export cannot be served: ${file.message}. The refusal is recorded in the audit log.`,
+      });
     res.attachment(name).type(exp.format === 'csv' ? 'text/csv' : 'application/x-ndjson');
-    fs.createReadStream(exp.file_path).pipe(res);
+    file.pipe(res);
   });
 }

@@ -1,3 +1,5 @@
+import { createPrivateKey, createPublicKey } from 'node:crypto';
+import fs from 'node:fs';
 import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import type { FaultPoint } from '../../src/core/faults.ts';
@@ -77,4 +79,19 @@ export function stopChild(child: ChildProcess): Promise<void> {
     child.once('exit', () => resolve());
     child.kill('SIGTERM');
   });
+}
+
+/**
+ * `--pubkey FILE` for the signing key of the data directory in `env` (its public half, written beside
+ * it): how a verifier pins the key it trusts instead of taking the one an export's manifest names.
+ */
+export function pinArgs(env: Record<string, string>): string[] {
+  const dataDir = env.COUNTERSIGN_DATA_DIR!;
+  const file = path.join(dataDir, 'audit-public-key.pem');
+  const key = env.COUNTERSIGN_AUDIT_SIGNING_KEY ?? path.join(dataDir, 'audit-signing-key.pem');
+  fs.writeFileSync(
+    file,
+    createPublicKey(createPrivateKey(fs.readFileSync(key))).export({ format: 'pem', type: 'spki' }),
+  );
+  return ['--pubkey', file];
 }

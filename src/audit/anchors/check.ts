@@ -35,6 +35,8 @@ export interface AnchorCheck {
   origin: string;
   /** Check time-stamp tokens, signed by (or issued under) these certificates. */
   tsaCerts?: pkijs.Certificate[];
+  /** How far a token's genTime may lie from its checkpoint's time (default DEFAULT_TSA_MAX_SKEW_S). */
+  tsaMaxSkewS?: number;
   /** Check the heads of a witness directory. */
   witness?: { entries: WitnessEntry[]; unreadable: string[] };
   /** Tokens stored in the database or carried by the export. */
@@ -78,6 +80,8 @@ async function tokenClaims(
   for (const [token, { source, checkpoint }] of tokens) {
     const result = await checkToken(Buffer.from(token, 'base64'), statementBytes(checkpoint), {
       trusted: certs,
+      signedAt: new Date(checkpoint.ts),
+      maxSkewS: input.tsaMaxSkewS,
     });
     if (result.ok) claims.push({ source, checkpoint, at: result.genTime });
     else

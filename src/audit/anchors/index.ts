@@ -14,6 +14,7 @@ export interface AnchorSettings {
   tsa_url?: string;
   tsa_cert_path?: string;
   tsa_timeout_ms: number;
+  tsa_max_skew_s?: number;
   witness_dir?: string;
 }
 
@@ -33,6 +34,8 @@ export function createAnchorer(knex: Knex, settings: AnchorSettings, log?: Logge
       const { token } = await requestTimeStamp(url, statementBytes(checkpoint), {
         trusted,
         timeoutMs: settings.tsa_timeout_ms,
+        signedAt: new Date(checkpoint.ts),
+        maxSkewS: settings.tsa_max_skew_s,
       });
       await knex('audit_anchors').insert({ type: 'tsa', ...checkpoint, token });
       if (settings.witness_dir) writeWitness(settings.witness_dir, { checkpoint, tsa_token: token });

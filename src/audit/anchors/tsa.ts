@@ -52,7 +52,26 @@ function newNonce(): Buffer {
 }
 
 export type TokenProblem =
-  'malformed' | 'imprint_mismatch' | 'nonce_mismatch' | 'bad_signature' | 'untrusted';
+  | 'malformed'
+  | 'imprint_mismatch'
+  | 'nonce_mismatch'
+  | 'bad_signature'
+  | 'untrusted'
+  | 'no_timestamping_eku'
+  | 'eku_not_critical'
+  | 'certificate_not_valid_at_gentime'
+  | 'gentime_out_of_bound';
+
+/** id-kp-timeStamping (RFC 3161 §2.3) and the extended key usage extension (RFC 5280 §4.2.1.12). */
+const TIME_STAMPING = '1.3.6.1.5.5.7.3.8';
+const EXT_KEY_USAGE = '2.5.29.37';
+
+/**
+ * How far a token's genTime may lie from the time its checkpoint was signed, when nothing else is
+ * configured (audit.anchors.tsa_max_skew_s): a checkpoint is stamped as it is signed, so a token much
+ * older or newer stamps that head at another time than the one it claims.
+ */
+export const DEFAULT_TSA_MAX_SKEW_S = 3600;
 
 export type TokenCheck =
   { ok: true; genTime: Date } | { ok: false; problem: TokenProblem; detail: string; genTime?: Date };
@@ -66,25 +85,89 @@ function tokenParts(token: Uint8Array): { signed: pkijs.SignedData; tst: pkijs.T
   return { signed, tst: pkijs.TSTInfo.fromBER(content.getValue()) };
 }
 
-/** Whether `cert` is one of `trusted`, or was signed by one of them (a CA). */
-async function trustedSigner(cert: pkijs.Certificate, trusted: pkijs.Certificate[]): Promise<boolean> {
+const validAt = (cert: pkijs.Certificate, at: Date) =>
+  cert.notBefore.value.getTime() <= at.getTime() && at.getTime() <= cert.notAfter.value.getTime();
+
+/**
+ * Whether `cert` is one of `trusted` (a pinned TSA certificate), or was signed by one of them (a CA)
+ * that was itself valid at `at`.
+ */
+async function trustedSigner(
+  cert: pkijs.Certificate,
+  trusted: pkijs.Certificate[],
+  at: Date,
+): Promise<boolean> {
   const der = Buffer.from(cert.toSchema().toBER());
   for (const t of trusted) {
     if (Buffer.from(t.toSchema().toBER()).equals(der)) return true;
-    if (await cert.verify(t, engine()).catch(() => false)) return true;
+    if (validAt(t, at) && (await cert.verify(t, engine()).catch(() => false))) return true;
   }
   return false;
 }
 
 /**
+ * What RFC 3161 §2.3 and RFC 5280 ask of the certificate that signed a token: the extended key usage
+ * extension, marked critical, naming time-stamping, and a validity period that holds `genTime`.
+ */
+function signerCertificateProblem(
+  cert: pkijs.Certificate,
+  genTime: Date,
+): { problem: TokenProblem; detail: string } | undefined {
+  const eku = cert.extensions?.find((e) => e.extnID === EXT_KEY_USAGE);
+  const purposes = (eku?.parsedValue as pkijs.ExtKeyUsage | undefined)?.keyPurposes ?? [];
+  if (!eku || !purposes.includes(TIME_STAMPING))
+    return {
+      problem: 'no_timestamping_eku',
+      detail: 'the signing certificate does not carry the time-stamping extended key usage',
+    };
+  if (!eku.critical)
+    return {
+      problem: 'eku_not_critical',
+      detail: 'the signing certificate marks its extended key usage not critical (RFC 3161 §2.3)',
+    };
+  if (!validAt(cert, genTime))
+    return {
+      problem: 'certificate_not_valid_at_gentime',
+      detail:
+        `the signing certificate is valid ${cert.notBefore.value.toISOString()} to ` +
+        `${cert.notAfter.value.toISOString()}, not at genTime ${genTime.toISOString()}`,
+    };
+  return undefined;
+}
+
+/** A genTime further than `maxSkewS` from when the checkpoint says it was signed. */
+function skewProblem(genTime: Date, signedAt: Date, maxSkewS: number): string | undefined {
+  const skew = Math.abs(genTime.getTime() - signedAt.getTime()) / 1000;
+  if (!(skew <= maxSkewS))
+    return (
+      `genTime ${genTime.toISOString()} is ${Math.round(skew)} s from the checkpoint's time ` +
+      `${signedAt.toISOString()}; at most ${maxSkewS} s are accepted`
+    );
+  return undefined;
+}
+
+/** What a token is checked against, beyond the statement it stamps. */
+export interface TokenOptions {
+  /** The pinned TSA certificate or the CA that issues them; without, who signed is not checked. */
+  trusted?: pkijs.Certificate[];
+  nonce?: Uint8Array;
+  /** When the stamped checkpoint was signed (its `ts`): genTime must lie within `maxSkewS` of it. */
+  signedAt?: Date;
+  /** Default DEFAULT_TSA_MAX_SKEW_S. */
+  maxSkewS?: number;
+}
+
+/**
  * Checks a time-stamp token (DER) over `statement`: the imprint is SHA-256 of it, the nonce (when given)
- * is ours, the CMS signature holds, and the signer is one of `trusted` or issued by one of them. Without
- * `trusted` the signature is checked but not who made it.
+ * is ours, the CMS signature holds, the signing certificate carries the critical time-stamping EKU and
+ * is valid at genTime, the signer is one of `trusted` or issued by one of them (valid then too), and
+ * genTime lies near the checkpoint's own time. Without `trusted` the signature is checked but not who
+ * made it.
  */
 export async function checkToken(
   token: Uint8Array,
   statement: Uint8Array,
-  opts: { trusted?: pkijs.Certificate[]; nonce?: Uint8Array } = {},
+  opts: TokenOptions = {},
 ): Promise<TokenCheck> {
   let parts;
   try {
@@ -110,13 +193,17 @@ export async function checkToken(
   }
   if (!result.signatureVerified || !result.signerCertificate)
     return { ok: false, problem: 'bad_signature', detail: 'the token signature does not verify', genTime };
-  if (opts.trusted && !(await trustedSigner(result.signerCertificate, opts.trusted)))
+  const certProblem = signerCertificateProblem(result.signerCertificate, genTime);
+  if (certProblem) return { ok: false, ...certProblem, genTime };
+  if (opts.trusted && !(await trustedSigner(result.signerCertificate, opts.trusted, genTime)))
     return {
       ok: false,
       problem: 'untrusted',
       detail: 'signed by a certificate not given as trusted',
       genTime,
     };
+  const skew = opts.signedAt && skewProblem(genTime, opts.signedAt, opts.maxSkewS ?? DEFAULT_TSA_MAX_SKEW_S);
+  if (skew) return { ok: false, problem: 'gentime_out_of_bound', detail: skew, genTime };
   return { ok: true, genTime };
 }
 
@@ -128,7 +215,7 @@ export async function checkToken(
 export async function requestTimeStamp(
   url: string,
   statement: Uint8Array,
-  opts: { trusted?: pkijs.Certificate[]; timeoutMs: number },
+  opts: Omit<TokenOptions, 'nonce'> & { timeoutMs: number },
 ): Promise<{ token: string; genTime: Date }> {
   const nonce = newNonce();
   const fail = (reason: string, message: string, cause?: unknown) =>
@@ -159,7 +246,7 @@ export async function requestTimeStamp(
     throw fail('tsa_refused', `refused the request (status ${resp.status.status})`);
   if (!resp.timeStampToken) throw fail('tsa_reply_invalid', 'granted without a token');
   const token = Buffer.from(resp.timeStampToken.toSchema().toBER());
-  const check = await checkToken(token, statement, { trusted: opts.trusted, nonce });
+  const check = await checkToken(token, statement, { ...opts, nonce });
   if (!check.ok) throw fail('tsa_reply_invalid', `${check.problem}: ${check.detail}`);
   return { token: token.toString('base64'), genTime: check.genTime };
 }

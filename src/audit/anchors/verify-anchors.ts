@@ -13,6 +13,8 @@ import { recordedValue } from '../../db/settings.ts';
 export interface AnchorOptions {
   tsaCertPem?: string;
   witnessDir?: string;
+  /** How far a token's genTime may lie from its checkpoint's time (audit.anchors.tsa_max_skew_s). */
+  tsaMaxSkewS?: number;
 }
 
 function witnessOf(dir: string | undefined) {
@@ -48,6 +50,7 @@ export async function verifyExportAnchors(
   const report = await checkAnchors({
     origin: manifest.checkpoint.origin,
     tsaCerts: certsOf(opts.tsaCertPem),
+    tsaMaxSkewS: opts.tsaMaxSkewS,
     witness: witnessOf(opts.witnessDir),
     anchors: carried.anchors,
     end: { seq: manifest.checkpoint.seq, live: false, signedAt: manifest.checkpoint.ts },
@@ -82,6 +85,7 @@ export async function verifyDatabaseAnchors(knex: Knex, opts: AnchorOptions): Pr
   return checkAnchors({
     origin: origin ?? '',
     tsaCerts: certsOf(opts.tsaCertPem),
+    tsaMaxSkewS: opts.tsaMaxSkewS,
     witness: witnessOf(opts.witnessDir),
     anchors,
     end: { seq: endSeq, live: true },

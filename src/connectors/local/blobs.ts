@@ -6,6 +6,12 @@ import path from 'node:path';
 export interface BlobStore {
   put(bytes: Buffer): Promise<{ sha256: string; size: number }>;
   pathOf(sha256: string): string;
+  /**
+   * The bytes stored under `sha256`, checked against it: undefined when there are none, when the name is
+   * not a SHA-256 (a value read back from the database names no other file), or when the bytes no longer
+   * hash to it.
+   */
+  read(sha256: string): Promise<Buffer | undefined>;
 }
 
 export function createBlobStore(dir: string): BlobStore {
@@ -15,6 +21,11 @@ export function createBlobStore(dir: string): BlobStore {
   };
   return {
     pathOf,
+    async read(sha256) {
+      if (!/^[0-9a-f]{64}$/.test(sha256)) return undefined;
+      const bytes = await fs.promises.readFile(pathOf(sha256)).catch(() => undefined);
+      return bytes && createHash('sha256').update(bytes).digest('hex') === sha256 ? bytes : undefined;
+    },
     async put(bytes) {
       const sha256 = createHash('sha256').update(bytes).digest('hex');
       const target = pathOf(sha256);

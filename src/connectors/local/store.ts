@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { AppError } from '../../core/errors.ts';
 import type { Knex } from 'knex';
 import type {
   ContactRecord,
@@ -247,7 +248,16 @@ async function openFile(knex: Knex, blobs: BlobStore, fileId: string) {
   const row = (await knex('files').where({ id: fileId }).first()) as Row | undefined;
   if (!row) return undefined;
   const record = fileRecord(row);
-  return { record, stream: fs.createReadStream(blobs.pathOf(String(row.sha256))) };
+  // The row names its bytes by their SHA-256, inside the blob store: a value that is not one names no
+  // file of the store (a path written into the row by SQL), and is refused, never opened.
+  const sha256 = String(row.sha256);
+  if (!/^[0-9a-f]{64}$/.test(sha256))
+    throw new AppError(
+      'CONNECTOR_FAILED',
+      `file ${fileId}: its record names no blob of the store`,
+      'blob_name_invalid',
+    );
+  return { record, stream: fs.createReadStream(blobs.pathOf(sha256)) };
 }
 
 /** The built-in store: contacts, groups, conversations, messages and files in countersign's own database. */
