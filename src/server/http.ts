@@ -15,6 +15,7 @@ import type { ClusterBus } from '../cluster/bus.ts';
 import type { AuditLog, Refusals } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import { outageOf } from '../db/outage.ts';
+import { nothingDoneProblem } from './answer.ts';
 import type { Logger } from '../log.ts';
 import type { Agent } from '../core/identity.ts';
 import {
@@ -459,16 +460,8 @@ export function protectedResourceRouter(oauth: OAuthAgents) {
 function failed(deps: McpHttpDeps, res: ServerResponse, err: unknown): void {
   if (outageOf(err)) {
     // Authentication (and its audit) needs the database: a clear, retryable answer, never an HTML page.
-    return sendProblem(
-      res,
-      {
-        code: 'SOURCE_UNAVAILABLE',
-        reason: 'database_unavailable',
-        title: 'Service unavailable',
-        detail: 'the database is unavailable; nothing was done; retry shortly',
-      },
-      { 'Retry-After': '1' },
-    );
+    // No call had begun: nothing was done (server/answer.ts decides what each stage is told).
+    return sendProblem(res, { ...nothingDoneProblem }, { 'Retry-After': '1' });
   }
   deps.log.error({ err }, 'MCP endpoint failed');
   if (res.headersSent) res.destroy();

@@ -3,6 +3,7 @@ import type { Approvals, ClaimedTask, TaskError } from '../approval/index.ts';
 import { TASK_FAILED } from '../approval/index.ts';
 import type { Agent } from '../core/identity.ts';
 import type { Logger } from '../log.ts';
+import { retryable } from './answer.ts';
 import type { CallPipeline } from './call.ts';
 
 /*
@@ -77,8 +78,10 @@ async function runTask(deps: TaskRunnerDeps, task: ClaimedTask, signal: AbortSig
   try {
     result = await deps.pipeline.call(agent, task.tool, args, signal, undefined, { task_id: task.id });
   } catch (err) {
-    // A protocol error (the database away, the tool gone for now): the next round tries again.
-    deps.log.warn({ err, task_id: task.id }, 'task execution call failed; will retry');
+    // A protocol error (the database away, the tool gone for now): the next round calls again with the
+    // same key — a retry when nothing had started, else a replay of the outcome (server/answer.ts).
+    const retry = retryable(err);
+    deps.log.warn({ err, task_id: task.id, retry }, 'task execution call failed; a later round calls again');
     return;
   }
   const status = await tasks.requestStatus(task.approval_request_id);
