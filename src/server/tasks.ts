@@ -65,12 +65,28 @@ export const taskCore = (view: Pick<TaskView, Exclude<keyof TaskView, 'result' |
 
 /**
  * The seam's CreateTaskResult (2026-07-28 shape, call.ts) as a 2025-11-25 client reads it: `task`
- * beside the empty content the SDK's tools/call result check asks for.
+ * beside the empty content the SDK's tools/call result check asks for. A call asked as a core task
+ * must be answered with a task or a JSON-RPC error (a plain tool result breaks the requester), so a
+ * failure that made no task — a refused draft, a write a rule denies, the rate limit — is answered as
+ * the error: -32602, `data.code` and `data.reason` the envelope's, `data.envelope` the whole envelope
+ * (audited as the call, as ever). On 2026-07-28 the extension lets such a call answer at once, and it
+ * does, with the envelope.
  */
 export function asCoreTaskResult(result: CallToolResult): CallToolResult {
   const created = result as unknown as TaskView & { resultType?: string };
-  if (created.resultType !== 'task') return result;
-  return { content: [], task: taskCore(created) } as unknown as CallToolResult;
+  if (created.resultType === 'task') {
+    return { content: [], task: taskCore(created) } as unknown as CallToolResult;
+  }
+  if (!result.isError) return result;
+  const envelope = result.structuredContent as
+    { error?: { code?: string; message?: string; reason?: string | null; trace_id?: string } } | undefined;
+  const error = envelope?.error;
+  throw new ProtocolError(ProtocolErrorCode.InvalidParams, error?.message ?? 'The call failed', {
+    code: error?.code ?? 'INTERNAL_ERROR',
+    reason: error?.reason ?? null,
+    trace_id: error?.trace_id,
+    envelope,
+  });
 }
 
 const TaskIdParams = z.object({ taskId: z.string().max(200) }).passthrough();
