@@ -5,6 +5,7 @@ import type { TaskView } from '../approval/index.ts';
 import { AppError } from '../core/errors.ts';
 import type { Agent } from '../core/identity.ts';
 import type { CallPipeline } from './call.ts';
+import type { TaskWaits } from './task-waits.ts';
 
 /*
  * MCP tasks for writes, on both revisions that have them. 2026-07-28: the Tasks extension
@@ -119,11 +120,15 @@ const RESULT_WAIT_MS = 30_000;
 
 type Tasks = Pick<CallPipeline, 'tasks'>['tasks'];
 
-/** Registers the tasks methods on `server`; `agentOf` authenticates each request. */
+/**
+ * Registers the tasks methods on `server`; `agentOf` authenticates each request. `waits` is what a
+ * tasks/result wait waits on (task-waits.ts); without it (stdio) it reads again each poll interval.
+ */
 export function handleTasks(
   server: Server,
   pipeline: Pick<CallPipeline, 'tasks'>,
   agentOf: () => Promise<Agent>,
+  waits?: TaskWaits,
 ) {
   const { tasks } = pipeline;
   server.setRequestHandler('tasks/get', { params: TaskIdParams }, async ({ taskId }, ctx) => {
@@ -160,7 +165,7 @@ export function handleTasks(
     });
   });
   server.setRequestHandler('tasks/result', { params: TaskIdParams }, async ({ taskId }, ctx) =>
-    result(tasks, await agentOf(), taskId, ctx.mcpReq.signal),
+    result(tasks, await agentOf(), taskId, ctx.mcpReq.signal, waits),
   );
 }
 
@@ -183,10 +188,11 @@ async function cancel(tasks: Tasks, agent: Agent, taskId: string): Promise<TaskV
 
 /**
  * tasks/result (2025-11-25): the tool's result once the task has one, waiting while it works (a
- * stateless wait: the database is read again every poll interval); a failed task's error as the
- * JSON-RPC error, a cancelled one as -32602.
+ * stateless wait: the database is read again when the task is announced changed, task-waits.ts); a
+ * failed task's error as the JSON-RPC error, a cancelled one as -32602. Over HTTP the wait holds one
+ * of the agent's turns (http.max_calls_in_flight_per_agent), as a call does.
  */
-async function result(tasks: Tasks, agent: Agent, taskId: string, signal: AbortSignal) {
+async function result(tasks: Tasks, agent: Agent, taskId: string, signal: AbortSignal, waits?: TaskWaits) {
   const until = Date.now() + RESULT_WAIT_MS;
   for (;;) {
     const view = await tasks.get(agent, taskId);
@@ -208,6 +214,7 @@ async function result(tasks: Tasks, agent: Agent, taskId: string, signal: AbortS
         poll_interval_ms: view.pollIntervalMs,
       });
     }
-    await new Promise((r) => setTimeout(r, view.pollIntervalMs));
+    if (waits) await waits.next(taskId, until - Date.now(), signal);
+    else await new Promise((r) => setTimeout(r, view.pollIntervalMs));
   }
 }
