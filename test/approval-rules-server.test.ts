@@ -350,6 +350,58 @@ for (const kind of databaseKinds()) {
       }
     });
 
+    it('approves a reopened request at once when the approvals it keeps meet the new rule ("1 of finance")', async () => {
+      const res = await runCli(['user', 'set', 'rule-chair-a', '--team', 'finance'], server.env);
+      assert.equal(res.code, 0, res.stderr);
+      await setPolicy([]);
+      const text = 'approved by finance, then 1 of finance';
+      const id = (await draft(text)).approval.approval_request_id;
+      const approvalId = (await approve(id, chairs[0]!)).approval_id!;
+      await setPolicy([
+        rule('One of finance', 'content.text.contains("1 of finance")', {
+          require: { approvers: 1, roles: ['finance'] },
+        }),
+      ]);
+      const refused = await execute(text, approvalId);
+      assert.deepEqual(refusal(refused), [false, 'APPROVAL_REQUIRED', 'policy_changed']);
+      // Counted again in the transaction that reopened it: the finance chair's approval is enough.
+      assert.equal(refused.error.details.status, 'approved');
+      const row = await requestRow(id);
+      assert.deepEqual([row.status, row.policy_rule], ['approved', 'One of finance']);
+      assert.equal(refused.error.details.approval_id, row.approval_id);
+      assert.notEqual(row.approval_id, approvalId);
+      const reapproved = await server.services
+        .knex('audit_events')
+        .where({ approval_request_id: id, kind: 'approval.approved', approval_id: row.approval_id })
+        .first();
+      assert.equal(detailsOf(reapproved).reevaluated, 'policy_changed');
+      const sent = await execute(text, row.approval_id);
+      assert.equal(sent.ok, true, JSON.stringify(sent.error));
+    });
+
+    it('answers a repeated approval of a request short of nothing by approving it, audited as repeated', async () => {
+      await setPolicy([]);
+      const text = 'left pending with its approval';
+      const id = (await draft(text)).approval.approval_request_id;
+      assert.equal((await approve(id, chairs[1]!)).status, 'approved');
+      // The state a request was left in when reopening did not count again: pending, its approval kept.
+      await server.services
+        .knex('approval_requests')
+        .where({ id })
+        .update({ status: 'pending', approval_id: null });
+      const again = await approve(id, chairs[1]!);
+      assert.equal(again.status, 'approved');
+      assert.ok(again.approval_id);
+      const rows = await server.services
+        .knex('audit_events')
+        .where({ approval_request_id: id, kind: 'approval.approved' })
+        .orderBy('seq');
+      assert.equal(rows.length, 2);
+      assert.equal(detailsOf(rows[1]).repeated, true);
+      assert.equal(rows[1].approval_id, again.approval_id);
+      assert.equal((await execute(text, again.approval_id!)).ok, true);
+    });
+
     it('refuses a policy edit whose rule does not compile, naming it, and audits each change', async () => {
       const before = (await server.services.approvals.policy.current()).version;
       await assert.rejects(

@@ -7,7 +7,7 @@ import { createUser } from '../src/accounts/users.ts';
 import { startHttpServer, type RunningServer } from '../src/app/serve-http.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { loadConfig } from '../src/config.ts';
-import type { Faults } from '../src/core/faults.ts';
+import type { FaultPoint, Faults } from '../src/core/faults.ts';
 import { createLogger } from '../src/log.ts';
 import { DATABASE_UNAVAILABLE } from '../src/server/call.ts';
 import { approveAsChair } from './helpers/approvals.ts';
@@ -30,12 +30,12 @@ describeOnPostgres('an execution the database goes away from, on PostgreSQL', ()
   let proxy: CuttableProxy;
   let server: RunningServer;
   let agent: Client;
-  // Armed by the test: the connection is cut right after the connector has delivered the message.
-  let cutAfterDelivery = false;
+  // Armed by the test: the connection is cut when a call reaches this point (then disarmed).
+  let cutAt: FaultPoint | undefined;
   const faults: Faults = {
     at(point) {
-      if (point === 'after_connector_write' && cutAfterDelivery) {
-        cutAfterDelivery = false;
+      if (point === cutAt) {
+        cutAt = undefined;
         proxy.cut();
       }
     },
@@ -70,7 +70,7 @@ describeOnPostgres('an execution the database goes away from, on PostgreSQL', ()
     const draft = await call(agent, 'isphere_send_message', args);
     const approval_id = await approveAsChair({ approvals: server.services.approvals, user: chair }, draft);
 
-    cutAfterDelivery = true;
+    cutAt = 'after_connector_write';
     let data: OutcomeData | undefined;
     await assert.rejects(
       call(agent, 'isphere_send_message', { ...args, dry_run: false, approval_id }),
@@ -111,6 +111,48 @@ describeOnPostgres('an execution the database goes away from, on PostgreSQL', ()
       return env.approval.status === 'executing' ? undefined : env;
     });
     assert.equal(settled.approval.status, 'succeeded');
+    assert.equal((await verifyDatabaseChain(knex)).first_bad, undefined);
+  });
+
+  it('answers the recorded outcome, never "not completed", when the database goes after write.succeeded and before the call\'s own row', async () => {
+    const knex = server.services.knex;
+    const chair = await createUser(knex, {
+      name: 'chair-recorded',
+      roles: ['chair'],
+      password: 'recorded-pass',
+    });
+    const args = { target_type: 'contact', target_id: 'ct_david', content_text: 'Recorded, then cut.' };
+    const draft = await call(agent, 'isphere_send_message', args);
+    const approval_id = await approveAsChair({ approvals: server.services.approvals, user: chair }, draft);
+
+    // The call's own tool.call row is held back, and the connection cut, once write.succeeded committed.
+    cutAt = 'before_call_row';
+    let data: OutcomeData & { status?: string } = {} as OutcomeData;
+    await assert.rejects(
+      call(agent, 'isphere_send_message', { ...args, dry_run: false, approval_id }),
+      (err) => {
+        assert.ok(err instanceof ProtocolError, String(err));
+        assert.equal(err.code, DATABASE_UNAVAILABLE);
+        data = err.data as typeof data;
+        return true;
+      },
+    );
+    assert.notEqual(data.code, 'SOURCE_UNAVAILABLE', JSON.stringify(data));
+    assert.equal(data.code, 'OUTCOME_RECORDED', JSON.stringify(data));
+    assert.equal(data.status, 'succeeded');
+    assert.equal(data.approval_id, approval_id);
+    assert.deepEqual(data.next_step, { tool: 'isphere_get_approval', arguments: { approval_id } });
+    assert.ok(!('retry_after_s' in data), 'no retry is offered');
+
+    proxy.restore();
+    await waitFor('the database to be reachable again', async () => {
+      const env = await call(agent, 'isphere_search_contacts', { query: 'david' }).catch(() => undefined);
+      return env?.ok ? true : undefined;
+    });
+    // What the answer said is what is committed: the message went once, and get_approval says succeeded.
+    assert.equal((await knex('messages').where({ write_key: approval_id })).length, 1);
+    const shown = await call(agent, data.next_step.tool, data.next_step.arguments);
+    assert.equal(shown.approval.status, 'succeeded');
     assert.equal((await verifyDatabaseChain(knex)).first_bad, undefined);
   });
 });

@@ -1,8 +1,9 @@
+import type { Knex } from 'knex';
 import { verifyDatabase } from '../../src/audit/context.ts';
 import { openDatabase } from '../../src/db/knex.ts';
 import { sleep } from '../lib/stats.ts';
 import type { Outcome, Tally } from './outcome.ts';
-import type { WriteRecord } from './workload.ts';
+import type { TaskCallRecord, WriteRecord } from './workload.ts';
 
 export interface InvariantReport {
   ok: boolean;
@@ -71,7 +72,13 @@ function settledOnce(r: {
  */
 export async function checkInvariants(
   url: string,
-  o: { tally: Tally; writes: WriteRecord[]; settleMs: number; allowed: Outcome[] },
+  o: {
+    tally: Tally;
+    writes: WriteRecord[];
+    settleMs: number;
+    allowed: Outcome[];
+    taskCalls?: TaskCallRecord[];
+  },
 ): Promise<InvariantReport> {
   const checks: InvariantReport['checks'] = [];
   const check = (name: string, ok: boolean, detail: string) => checks.push({ name, ok, detail });
@@ -162,6 +169,7 @@ export async function checkInvariants(
       .count({ n: '*' })
       .first()) as { n: unknown };
     reconciled = Number(rec.n);
+    checks.push(...(await truthfulAnswers(db.knex, o.writes)));
     const verified = await verifyDatabase(db.knex);
     check('the audit chain and its checkpoints verify', verified.ok, verified.summary.replace(/\n/g, '; '));
   } finally {
@@ -185,6 +193,8 @@ export async function checkInvariants(
     `${JSON.stringify(o.tally.counts)}${o.tally.unstructuredExamples.length ? `; e.g. ${o.tally.unstructuredExamples.map((e) => e.slice(0, 160)).join(' | ')}` : ''}`,
   );
 
+  if (o.taskCalls) checks.push(taskAnswersCheck(o.taskCalls));
+
   const writes: Record<string, number> = {};
   for (const w of o.writes) writes[w.status] = (writes[w.status] ?? 0) + 1;
   const retried = o.writes.filter((w) => w.execute_attempts > w.first_round).length;
@@ -205,4 +215,67 @@ export async function phantomWrites(url: string): Promise<{ failed: number; phan
   } finally {
     await db.close();
   }
+}
+
+type Check = InvariantReport['checks'][number];
+
+/**
+ * What an agent was told after a failure matches what was committed: no execution answered "not
+ * completed" (SOURCE_UNAVAILABLE) whose write.started committed (the same trace id), and, once the
+ * decisions have settled, no request left pending with as many approvals as it needs (a request under
+ * a rule that names who may approve is counted by the server alone, and left out here).
+ */
+async function truthfulAnswers(knex: Knex, writes: WriteRecord[]): Promise<Check[]> {
+  const traces = writes.flatMap((w) => w.not_completed);
+  const started =
+    traces.length === 0
+      ? []
+      : ((await knex('audit_events')
+          .where({ kind: 'write.started' })
+          .whereIn('trace_id', traces)
+          .select('trace_id', 'approval_request_id')) as { trace_id: string }[]);
+  const stuck = (await knex.raw(`
+    select r.id, r.required_approvers,
+      (select count(*) from approval_decisions d where d.approval_request_id = r.id and d.decision = 'approve') as approvals
+    from approval_requests r
+    where r.status = 'pending' and r.expires_at > now() and r.policy_requirement is null
+      and (select count(*) from approval_decisions d where d.approval_request_id = r.id and d.decision = 'approve')
+        >= r.required_approvers and r.required_approvers > 0`)) as { rows: { id: string }[] };
+  return [
+    {
+      name: 'no "not completed" answer for an execution whose write.started committed',
+      ok: started.length === 0,
+      detail: `${traces.length} executions answered SOURCE_UNAVAILABLE; ${started.length} of them had started (${started
+        .slice(0, 3)
+        .map((r) => r.trace_id)
+        .join(', ')})`,
+    },
+    {
+      name: 'no request left pending with the approvals it needs',
+      ok: stuck.rows.length === 0,
+      detail: `${stuck.rows.length} found (${stuck.rows
+        .slice(0, 3)
+        .map((r) => r.id)
+        .join(', ')})`,
+    },
+  ];
+}
+
+/** Every task-augmented call answered as the Tasks extension allows: a task or an error (or at once, on 2026-07-28). */
+function taskAnswersCheck(calls: TaskCallRecord[]): Check {
+  const counts: Record<string, number> = {};
+  for (const c of calls) counts[`${c.revision} ${c.answer}`] = (counts[`${c.revision} ${c.answer}`] ?? 0) + 1;
+  const bad = calls.filter((c) => c.answer === 'unreadable');
+  return {
+    name: 'every task-augmented call answered as a task or an extension error',
+    ok: bad.length === 0 && calls.length > 0,
+    detail: `${calls.length} calls: ${JSON.stringify(counts)}${
+      bad.length
+        ? `; e.g. ${bad
+            .slice(0, 2)
+            .map((b) => b.detail)
+            .join(' | ')}`
+        : ''
+    }`,
+  };
 }

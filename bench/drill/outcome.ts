@@ -18,6 +18,8 @@ export interface Classified {
   outcome: Outcome;
   /** The error code when there is one (envelope error.code, data.code, problem code). */
   code?: string;
+  /** A protocol error's data.trace_id: the call's rows carry the same (write.started among them). */
+  trace_id?: string;
   detail?: string;
 }
 
@@ -63,8 +65,10 @@ function problemCode(text: unknown): string | undefined {
 export function classifyError(err: unknown): Classified {
   // A JSON-RPC error the server answered with.
   if (err instanceof ProtocolError) {
-    const code = (err.data as { code?: unknown } | undefined)?.code;
-    if (typeof code === 'string') return { outcome: 'protocol', code };
+    const data = err.data as { code?: unknown; trace_id?: unknown } | undefined;
+    const code = data?.code;
+    const trace_id = typeof data?.trace_id === 'string' ? data.trace_id : undefined;
+    if (typeof code === 'string') return { outcome: 'protocol', code, ...(trace_id ? { trace_id } : {}) };
     return { outcome: 'unstructured', detail: `${err.code} ${err.message}`.slice(0, 300) };
   }
   // An HTTP error status (a request's, or the version negotiation probe's).

@@ -554,6 +554,7 @@ async function chaosDrill(): Promise<boolean> {
       writers: 3,
       paceMs: 50,
       race: { every: 3, racers: 5 },
+      tasks: { askers: 2, paceMs: 250 },
     });
     const t0 = Date.now();
     const faults: Fault[] = [];
@@ -610,6 +611,7 @@ async function chaosDrill(): Promise<boolean> {
       settleMs: SETTLE_MS,
       // A killed server answers nothing (the balancer says so); every other request gets its answer in time.
       allowed: ['lost'],
+      taskCalls: load.taskCalls,
     });
     // Every fault cleared for a while: a late write on a request settled as not written would show now.
     await sleep(LATE_WRITE_WAIT_MS);

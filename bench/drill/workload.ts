@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Client, SdkError, SdkErrorCode, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { sleep } from '../lib/stats.ts';
 import { ChairSession } from '../lib/web.ts';
+import { BAD_GATEWAY_CODE } from './balancer.ts';
 import { classifyError, classifyResult, Tally, type Classified } from './outcome.ts';
 
 type Envelope = Record<string, unknown>;
@@ -131,6 +132,22 @@ export interface WriteRecord {
   raced: boolean;
   /** How many clients sent its first execution (1, or the racers). */
   first_round: number;
+  /**
+   * The trace ids of its executions answered "not completed" (-32003 SOURCE_UNAVAILABLE): none of them
+   * may have committed a write.started (checkInvariants).
+   */
+  not_completed: string[];
+}
+
+/** How a task-augmented call was answered (the Tasks extension allows a task, or an error; on 2026-07-28 an immediate result too). */
+export type TaskAnswer = 'task' | 'error' | 'immediate' | 'problem' | 'lost' | 'unreadable';
+
+export interface TaskCallRecord {
+  revision: '2025-11-25' | '2026-07-28';
+  /** A draft the server refuses (an unknown target), or one it drafts as a task. */
+  refused: boolean;
+  answer: TaskAnswer;
+  detail?: string;
 }
 
 export interface WorkloadOptions {
@@ -150,6 +167,8 @@ export interface WorkloadOptions {
   proxied?: ProxiedReads;
   /** Every `every`-th write's first execution is sent by `racers` clients at once, each its own session. */
   race?: { every: number; racers: number };
+  /** Clients asking writes as tasks (both revisions in turn), half of them drafts the server refuses. */
+  tasks?: { askers: number; paceMs: number };
 }
 
 /** Readers calling one upstream tool through countersign's proxy, each at its own pace. */
@@ -171,6 +190,8 @@ export interface Workload {
   /** The read requests by path (writes are in neither). */
   byPath: Record<ReadPath, Tally>;
   writes: WriteRecord[];
+  /** The task-augmented calls and how each was answered. */
+  taskCalls: TaskCallRecord[];
   /** Stops issuing new work; resolves once every write in flight has settled or been given up. */
   stop(): Promise<void>;
 }
@@ -241,6 +262,7 @@ export function startWorkload(o: WorkloadOptions): Workload {
       sent_answers: 0,
       raced: race !== undefined,
       first_round: race?.length ?? 1,
+      not_completed: [],
     };
     writes.push(record);
     const args = { target_type: 'contact', target_id: 'ct_david', content_text: content };
@@ -280,6 +302,8 @@ export function startWorkload(o: WorkloadOptions): Workload {
       let sent = false;
       for (const r of answers) {
         record.executions.push(r.c.code ?? r.c.outcome);
+        if (r.c.outcome === 'protocol' && r.c.code === 'SOURCE_UNAVAILABLE' && r.c.trace_id)
+          record.not_completed.push(r.c.trace_id);
         if (r.c.outcome === 'ok' && r.env!.send_status === 'sent') {
           record.sent_answers++;
           sent = true;
@@ -337,7 +361,18 @@ export function startWorkload(o: WorkloadOptions): Workload {
     return set;
   }
   const agents = [...readers, ...proxiedReaders, ...writers];
+  const taskCalls: TaskCallRecord[] = [];
+  const asker = async (n: number) => {
+    for (let i = 0; !stopping; i++) {
+      const revision = (n + i) % 2 === 0 ? '2025-11-25' : '2026-07-28';
+      const refused = i % 2 === 0;
+      const content = `drill ${run} task ${n} ${i}`;
+      taskCalls.push({ revision, refused, ...(await askAsTask(o.url, o.token, revision, content, refused)) });
+      await sleep(o.tasks!.paceMs);
+    }
+  };
   const loops = [
+    ...Array.from({ length: o.tasks?.askers ?? 0 }, (_, n) => asker(n)),
     ...readers.map((a, n) => reader(a, n, o, search(n))),
     ...proxiedReaders.map((a, n) => reader(a, n, proxied!, () => [proxied!.tool, proxied!.args])),
     ...writers.map((a, n) => writer(a, n)),
@@ -347,10 +382,107 @@ export function startWorkload(o: WorkloadOptions): Workload {
     byRevision,
     byPath,
     writes,
+    taskCalls,
     async stop() {
       stopping = true;
       await Promise.all(loops);
       for (const a of [...agents, ...[...racers.values()].flat()]) a.close();
     },
   };
+}
+
+/**
+ * One write asked as a task, as a requester sends it: on 2025-11-25 a tools/call with a `task`
+ * parameter, on 2026-07-28 with the Tasks extension in the request's envelope; `refused` names a target
+ * that does not exist. How it was answered: a task, a JSON-RPC error with a code, an immediate result
+ * (2026-07-28 only: the extension allows it), an HTTP problem, no answer, or something a requester
+ * cannot read.
+ */
+async function askAsTask(
+  url: string,
+  token: string,
+  revision: TaskCallRecord['revision'],
+  content_text: string,
+  refused: boolean,
+): Promise<{ answer: TaskAnswer; detail?: string }> {
+  const args = {
+    target_type: 'contact',
+    target_id: refused ? 'ct_nobody_at_all' : 'ct_david',
+    content_text,
+    dry_run: false,
+  };
+  const modern = revision === '2026-07-28';
+  const params = modern
+    ? {
+        name: 'isphere_send_message',
+        arguments: args,
+        _meta: {
+          'io.modelcontextprotocol/protocolVersion': revision,
+          'io.modelcontextprotocol/clientInfo': { name: 'countersign-drill', version: '1.0.0' },
+          'io.modelcontextprotocol/clientCapabilities': {
+            extensions: { 'io.modelcontextprotocol/tasks': {} },
+          },
+        },
+      }
+    : { name: 'isphere_send_message', arguments: args, task: { ttl: 60_000 } };
+  let res: Response;
+  let text: string;
+  try {
+    res = await fetch(new URL('/mcp', url), {
+      method: 'POST',
+      headers: {
+        Authorization: `Bearer ${token}`,
+        'Content-Type': 'application/json',
+        Accept: 'application/json, text/event-stream',
+        'MCP-Protocol-Version': revision,
+        ...(modern ? { 'Mcp-Method': 'tools/call', 'Mcp-Name': 'isphere_send_message' } : {}),
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params }),
+      signal: AbortSignal.timeout(30_000),
+    });
+    text = await res.text();
+  } catch (err) {
+    return { answer: 'lost', detail: String(err).slice(0, 120) };
+  }
+  return classifyTaskAnswer(res.status, text, modern);
+}
+
+function classifyTaskAnswer(
+  status: number,
+  text: string,
+  modern: boolean,
+): { answer: TaskAnswer; detail?: string } {
+  const detail = `${status} ${text.slice(0, 160)}`;
+  let body: Record<string, unknown>;
+  try {
+    const data = text.trimStart().startsWith('{')
+      ? text
+      : text
+          .split('\n')
+          .filter((l) => l.startsWith('data:'))
+          .map((l) => l.slice(5).trim())
+          .filter((l) => l.length > 0)
+          .at(-1)!;
+    body = JSON.parse(data) as Record<string, unknown>;
+  } catch {
+    return { answer: status === 200 ? 'unreadable' : 'lost', detail };
+  }
+  if (status !== 200) {
+    if (typeof body.code === 'string')
+      return {
+        answer: body.code === BAD_GATEWAY_CODE || body.reason === BAD_GATEWAY_CODE ? 'lost' : 'problem',
+      };
+    return { answer: 'unreadable', detail };
+  }
+  const error = body.error as { data?: { code?: unknown } } | undefined;
+  if (error)
+    return typeof error.data?.code === 'string' ? { answer: 'error' } : { answer: 'unreadable', detail };
+  const result = body.result as Record<string, unknown> | undefined;
+  if (!modern)
+    return (result?.task as { taskId?: unknown } | undefined)?.taskId
+      ? { answer: 'task' }
+      : { answer: 'unreadable', detail };
+  if (result?.resultType === 'task') return { answer: 'task' };
+  const env = result?.structuredContent as { ok?: unknown } | undefined;
+  return typeof env?.ok === 'boolean' ? { answer: 'immediate' } : { answer: 'unreadable', detail };
 }

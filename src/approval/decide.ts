@@ -69,6 +69,8 @@ interface Outcome {
   refusal: AppError | undefined;
   /** Set when the decision leaves the row exactly as known here: its view needs no second read. */
   settled?: { row: RequestRow; approvers: string[] };
+  /** The user had already decided so: nothing new is recorded unless it completes the count. */
+  repeat?: true;
 }
 
 /**
@@ -97,9 +99,19 @@ export async function decide(deps: ApprovalDeps, opts: Decision): Promise<Approv
     const row = await loadRow(trx, { id: opts.id }, true);
     if (!row) throw refused('not_found', `no approval request ${opts.id}`);
     const early = await refusalOrRepeat(deps, trx, row, opts);
+    const now = new Date().toISOString();
+    // A repeated approval of a request still pending counts again what it has: one left short of a
+    // count that was met (approvals kept by a reopened request) is approved now, and the answer says so.
+    if (
+      early?.repeat &&
+      opts.decision === 'approve' &&
+      row.status === 'pending' &&
+      new Date(row.expires_at) > new Date()
+    ) {
+      return approve({ deps, trx, row, user: opts.user, now, note, repeat: true });
+    }
     if (early) return early;
 
-    const now = new Date().toISOString();
     await trx('approval_decisions').insert({
       id: randomUUID(),
       approval_request_id: row.id,
@@ -135,7 +147,7 @@ async function refusalOrRepeat(
     .where({ approval_request_id: row.id, user_name: opts.user.name })
     .first()) as { decision: string } | undefined;
   if (mine) {
-    if (mine.decision === opts.decision) return { row, refusal: undefined };
+    if (mine.decision === opts.decision) return { row, refusal: undefined, repeat: true };
     throw refused('already_decided', `${opts.user.name} already decided: ${mine.decision}`);
   }
   if (row.status === 'pending' && new Date(row.expires_at) <= new Date()) {
@@ -191,6 +203,8 @@ interface Recording {
   user: User;
   now: string;
   note: string | null;
+  /** A repeat of this user's approval: recorded only when it completes the count. */
+  repeat?: true;
 }
 
 async function reject({ deps, trx, row, user, now, note }: Recording): Promise<Outcome> {
@@ -250,7 +264,8 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
   // A rule that names who may approve: the locking transaction checks the chair and counts the approvals.
   if (restrictionOf(row)) return;
 
-  const approvers = [...approversColumn(raw), opts.user.name];
+  const before = approversColumn(raw);
+  const approvers = [...before, opts.user.name];
   const decision = {
     id: randomUUID(),
     approval_request_id: row.id,
@@ -269,20 +284,7 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
         expires_at: new Date(now.getTime() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
       }
     : undefined;
-  // The last approval: the status change first, the decision only with it. (A request another chair
-  // approved meanwhile changes nothing here, so no decision row is left without its audit row.)
-  const step = change
-    ? chain(
-        updateFromGuard('change', 'approval_requests', row.id, change, {
-          sql: "t.status = 'pending'",
-          bindings: [],
-        }),
-        insertFromGuard('decided', 'approval_decisions', decision, { from: 'change' }),
-      )
-    : chain(insertFromGuard('decided', 'approval_decisions', decision), {
-        sql: 'change as (select id from decided)',
-        bindings: [],
-      });
+  const step = decisionStep(row.id, before.length, decision, change);
   const notices = change
     ? deliveriesFor(deps, 'decided', { ...row, ...change }, { approvers, decided_by: opts.user.name })
     : [];
@@ -302,8 +304,40 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
   return toView({ ...row, ...change }, approvers, deps.reviewUrl(row.id));
 }
 
+/**
+ * The at-once approval's change: the last approval changes the status first and inserts the decision
+ * only with it (a request another chair approved meanwhile changes nothing, so no decision row is left
+ * without its audit row); any other inserts it alone. Counted where it commits: either changes nothing
+ * unless the request still has exactly the `decided` decisions read before. The statement's snapshot
+ * holds every decision up to the chain's head (each commits with its audit row), so a racing decision
+ * committed since the read sends this one to the transaction, which counts it with the others under
+ * the row lock: whichever commits last sees them all.
+ */
+function decisionStep(
+  id: string,
+  decided: number,
+  decision: Record<string, unknown>,
+  change: Record<string, unknown> | undefined,
+) {
+  const unchanged = {
+    sql: `(select count(*) from approval_decisions d where d.approval_request_id = ?) = ?`,
+    bindings: [id, decided],
+  };
+  const insert = insertFromGuard('decided', 'approval_decisions', decision, { from: 'change' });
+  if (change) {
+    const where = { sql: `t.status = 'pending' and ${unchanged.sql}`, bindings: unchanged.bindings };
+    return chain(updateFromGuard('change', 'approval_requests', id, change, where), insert);
+  }
+  const pending = {
+    sql: `change as (select t.id from approval_requests t where t.id = ? and t.status = 'pending'
+      and ${unchanged.sql} and exists (select 1 from guard))`,
+    bindings: [id, ...unchanged.bindings],
+  };
+  return chain(pending, insert);
+}
+
 /** One more approval; the last one required issues the approval_id, valid for approval.execute_ttl_s. */
-async function approve({ deps, trx, row, user, now, note }: Recording): Promise<Outcome> {
+async function approve({ deps, trx, row, user, now, note, repeat }: Recording): Promise<Outcome> {
   const approvers = await approversOf(trx, row.id);
   // Under a rule that names who may approve, only approvals by those it names count (a request sent back
   // to pending under such a rule keeps the approvals given before, and may not count them all).
@@ -311,6 +345,7 @@ async function approve({ deps, trx, row, user, now, note }: Recording): Promise<
   const counted = restriction ? await eligibleApprovers(trx, restriction, approvers) : approvers;
   const tally = { approvals: counted.length, required: row.required_approvers };
   if (counted.length < row.required_approvers) {
+    if (repeat) return { row, refusal: undefined };
     await deps.audit.appendIn(trx, {
       ...decisionFacts(row, user, { final: false, ...tally }),
       kind: 'approval.approved',
@@ -329,7 +364,7 @@ async function approve({ deps, trx, row, user, now, note }: Recording): Promise<
   const decision = { approvers, decided_by: user.name };
   await changeAndQueue(trx, update, deliveriesFor(deps, 'decided', { ...row, ...change }, decision));
   await deps.audit.appendIn(trx, {
-    ...decisionFacts(row, user, { final: true, ...tally }),
+    ...decisionFacts(row, user, { final: true, ...tally, ...(repeat ? { repeated: true } : {}) }),
     kind: 'approval.approved',
     approval_id: change.approval_id,
     approvers,

@@ -150,8 +150,7 @@ export async function beginExecution(
       // The policy as stored now, read under this transaction: a replica's copy may be a second old.
       const changed = await policyChange(deps, trx, undefined, row, req);
       if (changed) {
-        await reopen(deps, trx, row, changed);
-        return { refusal: policyChanged(row, changed) };
+        return { refusal: policyChanged(row, changed, await reopen(deps, trx, row, changed)) };
       }
       return { row: await markExecuting(deps, trx, row, req), replay: false };
     })

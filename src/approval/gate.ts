@@ -102,6 +102,14 @@ export interface GateContext {
   task_id?: string;
   /** Test hooks; production wiring never provides them. */
   faults?: Faults;
+  /**
+   * Told what the execution has committed as it goes (write.started, then its outcome), so that a call
+   * that cannot record its own row answers by how far the write got (server/answer.ts).
+   */
+  progress?: {
+    start(approval_id: string, approval_request_id: string): void;
+    finish(status: 'succeeded' | 'failed', error_code?: string): void;
+  };
   /** How the agent sees get_approval (config tools.prefix), for the next step of an unknown outcome. */
   getApprovalTool: string;
   /** The tool's facet, for the approval rules (send, upstream_write). */
@@ -328,13 +336,19 @@ async function execute(
   const request = executionOf(write, args.approval_id, args, ctx);
   const { row, replay } = await ctx.approvals.beginExecution(request, early);
   if (replay) return replayed(write, row);
+  ctx.progress?.start(row.approval_id!, row.id);
 
   let result: Record<string, unknown>;
   try {
     await ctx.faults?.at('after_write_started');
     result = await perform(write, row, ctx);
     await ctx.faults?.at('after_connector_write');
-    await ctx.approvals.finishExecution(row, { status: 'succeeded', result }, finishContext(write, ctx));
+    const finished = await ctx.approvals.finishExecution(
+      row,
+      { status: 'succeeded', result },
+      finishContext(write, ctx),
+    );
+    if (finished) ctx.progress?.finish('succeeded');
   } catch (err) {
     throw outageOf(err) ? outcomeUnknown(row, ctx, err) : err;
   }
@@ -396,11 +410,12 @@ async function perform(write: Write, row: ExecutingRow, ctx: GateContext) {
     return await write.prepared.perform(row.approval_id!);
   } catch (err) {
     if (!(err instanceof AppError) || indeterminate(err)) throw err;
-    await ctx.approvals.finishExecution(
+    const finished = await ctx.approvals.finishExecution(
       row,
       { status: 'failed', error_code: err.code, details: { reason: err.reason ?? null } },
       finishContext(write, ctx),
     );
+    if (finished) ctx.progress?.finish('failed', err.code);
     throw err;
   }
 }

@@ -2,7 +2,9 @@ import type { Knex } from 'knex';
 import { userNameOf } from '../accounts/index.ts';
 import { AppError } from '../core/errors.ts';
 import type { Agent } from '../core/identity.ts';
-import { expireRows, requestFacts, type ApprovalDeps } from './deps.ts';
+import { randomUUID } from 'node:crypto';
+import { approversOf, expireRows, requestFacts, type ApprovalDeps } from './deps.ts';
+import { eligibleApprovers, restrictionOf } from './eligible.ts';
 import {
   asksMore,
   type CompiledPolicy,
@@ -89,13 +91,19 @@ export async function policyChange(
   return { decision };
 }
 
-/** The refusal of an execution under a policy that asks more (APPROVAL_REQUIRED, policy_changed). */
-export const policyChanged = (row: RequestRow, change: PolicyChange) =>
+/**
+ * The refusal of an execution under a policy that asks more (APPROVAL_REQUIRED, policy_changed); with
+ * what the request became (`reopened`), when the approvals it kept approved it again at once: then its
+ * new approval_id, to run it with.
+ */
+export const policyChanged = (row: RequestRow, change: PolicyChange, reopened?: Reopened) =>
   new AppError(
     'APPROVAL_REQUIRED',
     change.decision.requirement.kind === 'deny'
       ? `the approval policy changed since this was approved, and approval rule "${change.decision.rule}" now refuses this write`
-      : 'the approval policy changed since this was approved and now asks more: the request waits for approval again',
+      : reopened?.status === 'approved'
+        ? 'the approval policy changed since this was approved; the approvals it keeps meet the new policy, so it is approved again under a new approval_id: run it with that'
+        : 'the approval policy changed since this was approved and now asks more: the request waits for approval again',
     'policy_changed',
     {
       details: {
@@ -103,26 +111,34 @@ export const policyChanged = (row: RequestRow, change: PolicyChange) =>
         policy_version_before: row.policy_version,
         policy_version: change.decision.version,
         rule: change.decision.rule,
+        ...(reopened ? { status: reopened.status } : {}),
+        ...(reopened?.status === 'approved' ? { approval_id: reopened.approval_id } : {}),
       },
     },
   );
 
+/** What a reopened request became: pending again, approved at once by the approvals it kept, or expired. */
+export type Reopened =
+  { status: 'pending' } | { status: 'approved'; approval_id: string } | { status: 'expired' };
+
 /**
  * Inside `trx`, on the locked request: back to pending under the new decision (its approval_id void, the
- * approvals given so far kept and counted again), or expired when a rule now refuses the write; each with
- * its audit row.
+ * approvals given so far kept), or expired when a rule now refuses the write; each with its audit row.
+ * The approvals it keeps are counted again at once under the new rule, in the same transaction: when
+ * they meet it, the request is approved again with a new approval_id (approval.approved, `reevaluated`),
+ * so that no request is left waiting for approvals it already has.
  */
 export async function reopen(
   deps: ApprovalDeps,
   trx: Knex.Transaction,
   row: NamedRequestRow,
   change: PolicyChange,
-): Promise<void> {
+): Promise<Reopened> {
   const { decision } = change;
   const why = { reason: 'policy_changed', policy_version_before: row.policy_version, rule: decision.rule };
   if (decision.requirement.kind === 'deny') {
     await expireRows(deps, trx, [row], { ...why, policy_version: decision.version });
-    return;
+    return { status: 'expired' };
   }
   const binding = bindingOf(decision);
   const expires_at = new Date(Date.now() + deps.config.approval.pending_ttl_s * 1000).toISOString();
@@ -140,6 +156,42 @@ export async function reopen(
     kind: 'approval.reopened',
     ...requestFacts(row, { ...why, policy_version: decision.version, required: binding.required_approvers }),
   });
+  return approveIfCounted(deps, trx, { ...row, ...binding, status: 'pending', approval_id: null });
+}
+
+/** The reopened (locked, pending) request approved at once when the approvals it kept meet its rule. */
+async function approveIfCounted(
+  deps: ApprovalDeps,
+  trx: Knex.Transaction,
+  row: NamedRequestRow,
+): Promise<Reopened> {
+  const approvers = await approversOf(trx, row.id);
+  const restriction = restrictionOf(row);
+  const counted = restriction ? await eligibleApprovers(trx, restriction, approvers) : approvers;
+  if (row.required_approvers <= 0 || counted.length < row.required_approvers) return { status: 'pending' };
+  const now = new Date();
+  const change = {
+    status: 'approved' as const,
+    approval_id: randomUUID(),
+    decided_at: now.toISOString(),
+    expires_at: new Date(now.getTime() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
+  };
+  await trx('approval_requests').where({ id: row.id, status: 'pending' }).update(change);
+  await deps.audit.appendIn(trx, {
+    kind: 'approval.approved',
+    ...requestFacts(
+      { ...row, approval_id: change.approval_id },
+      {
+        final: true,
+        reevaluated: 'policy_changed',
+        approvals: counted.length,
+        required: row.required_approvers,
+      },
+    ),
+    approvers,
+    result: 'ok',
+  });
+  return { status: 'approved', approval_id: change.approval_id };
 }
 
 /**

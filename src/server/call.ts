@@ -28,6 +28,7 @@ import type { CursorCodec } from '../tools/cursor.ts';
 import { toCallResult, type Settled } from '../tools/envelope.ts';
 import type { MemoryStore } from '../tools/memory/store.ts';
 import type { AnyToolDef, ToolOutcome } from '../tools/types.ts';
+import { createProgress, nothingDone, outageAnswer, stageCode, stageOf } from './answer.ts';
 import type { AnswerHold } from './call-context.ts';
 import { createCatalogue, type Catalogue } from './catalogue.ts';
 import { isOverrun, withDeadline } from './deadline.ts';
@@ -140,6 +141,8 @@ export interface Call {
   hold?: AnswerHold;
   /** The call's part in MCP tasks, if it has one. */
   tasks?: TaskCall;
+  /** How far the call's write got, as committed (filled in by the gate): what an outage answers by. */
+  progress: ReturnType<typeof createProgress>;
 }
 
 export function createCallPipeline(deps: CallDeps): CallPipeline {
@@ -241,6 +244,7 @@ function beginCall(
   return {
     ...given,
     args,
+    progress: createProgress(),
     request_id: randomUUID(),
     trace_id,
     started: new Date(),
@@ -446,6 +450,7 @@ function handle(
         facet: tool.facet,
         approvals: deps.approvals,
         faults: deps.faults,
+        progress: call.progress,
         ...(call.tasks?.asTask ? { asTask: { tool: call.name } } : {}),
         ...(call.tasks?.task_id ? { task_id: call.tasks.task_id } : {}),
       });
@@ -525,6 +530,7 @@ async function record(deps: CallDeps, call: Call, settled: Settled): Promise<Cal
   let early: Built | undefined;
   let built = (_: Built) => {};
   const announced = new Promise<Built>((resolve) => (built = resolve));
+  if (deps.faults) await deps.faults.at('before_call_row');
   const committed = appendCallRow(
     deps,
     call,
@@ -616,37 +622,13 @@ const seconds = (call: Call) => (Date.now() - call.started.getTime()) / 1000;
 
 // ---- Protocol errors and outages ---------------------------------------------------------------
 
-/** JSON-RPC code of a call that could not be audited because the database is unavailable. */
-export const DATABASE_UNAVAILABLE = -32003;
+export { DATABASE_UNAVAILABLE } from './answer.ts';
 
 /**
- * The database is unreachable, so the call cannot be audited and gets no tool result: a protocol error
- * whose data carries SOURCE_UNAVAILABLE and when to retry. Nothing was written without its audit row.
+ * The database is unreachable before anything started, so the call cannot be audited and gets no tool
+ * result: a protocol error whose data carries SOURCE_UNAVAILABLE and when to retry (server/answer.ts).
  */
-export const databaseUnavailable = (trace_id: string) =>
-  new ProtocolError(
-    DATABASE_UNAVAILABLE,
-    'The database is unavailable: the call was not completed; retry shortly',
-    {
-      code: 'SOURCE_UNAVAILABLE',
-      reason: 'database_unavailable',
-      retry_after_s: 1,
-      trace_id,
-    },
-  );
-
-/**
- * An execution whose write.started committed, and then the database went away: the write may have been
- * made, so the answer says the outcome is unknown and where to look, never that nothing was done.
- */
-const outcomeUnknownUnaudited = (trace_id: string, failure: AppError) =>
-  new ProtocolError(DATABASE_UNAVAILABLE, `The database is unavailable: ${failure.message}`, {
-    code: 'OUTCOME_UNKNOWN',
-    reason: failure.reason ?? 'database_unavailable',
-    ...failure.details,
-    retry_after_s: 1,
-    trace_id,
-  });
+export const databaseUnavailable = nothingDone;
 
 /** A crash as docs/errors.md answers it: -32603 with the trace id, and no stack trace. */
 const internalError = (trace_id: string) => ({
@@ -687,15 +669,16 @@ async function crashed(deps: CallDeps, call: Call, err: unknown): Promise<unknow
 }
 
 /**
- * An outage (a row the database could not take) is answered -32003, and counted: with OUTCOME_UNKNOWN
- * when the call was a write that had started, else SOURCE_UNAVAILABLE (nothing was done). Anything else
- * stays as is.
+ * An outage (a row the database could not take) is answered -32003, and counted, by how far the call's
+ * write got as committed (server/answer.ts): SOURCE_UNAVAILABLE when nothing started (nothing was
+ * done), OUTCOME_UNKNOWN once write.started committed, OUTCOME_RECORDED once its outcome did. Anything
+ * else stays as is.
  */
 function outage(deps: CallDeps, call: Call, err: unknown, settled?: Settled): unknown {
   if (!outageOf(err)) return err;
-  const unknown = settled?.failure?.code === 'OUTCOME_UNKNOWN' ? settled.failure : undefined;
-  deps.metrics.record(metricLabelOf(call), unknown ? 'OUTCOME_UNKNOWN' : 'SOURCE_UNAVAILABLE', 0);
-  return unknown ? outcomeUnknownUnaudited(call.trace_id, unknown) : databaseUnavailable(call.trace_id);
+  deps.metrics.record(metricLabelOf(call), stageCode(stageOf(call.progress)), 0);
+  const getApproval = `${deps.config.tools.prefix}get_approval`;
+  return outageAnswer(call.progress, call.trace_id, getApproval, settled?.failure);
 }
 
 /**

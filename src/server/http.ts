@@ -15,6 +15,7 @@ import type { ClusterBus } from '../cluster/bus.ts';
 import type { AuditLog, Refusals } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import { outageOf } from '../db/outage.ts';
+import { nothingDoneProblem } from './answer.ts';
 import type { Logger } from '../log.ts';
 import type { Agent } from '../core/identity.ts';
 import {
@@ -32,6 +33,7 @@ import { createMcpServer, SERVER_NAME } from './mcp.ts';
 import { TASK_POLL_INTERVAL_MS } from '../approval/index.ts';
 import { createTaskListen, watchesTasks } from './listen.ts';
 import { createInFlight, type InFlight } from './in-flight.ts';
+import { createTaskWaits } from './task-waits.ts';
 import { createStreamRegistry } from './streams.ts';
 import { MAX_ARGUMENT_DEPTH, nestedDeeperThan, TOO_DEEP_ARGUMENTS, type CallPipeline } from './call.ts';
 import type { RequestContext } from './call-context.ts';
@@ -173,8 +175,9 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
   // Every request's caller comes with the request, whichever server answers it: a fresh one of the
   // SDK's handler for each request (from its authInfo), or one kept from one plain 2025-era request to
   // the next (from its exchange).
+  const taskWaits = createTaskWaits(deps.bus, TASK_POLL_INTERVAL_MS);
   const serverIn = (context: () => RequestContext) =>
-    createMcpServer({ context, pipeline: deps.pipeline, version: deps.version });
+    createMcpServer({ context, pipeline: deps.pipeline, version: deps.version, taskWaits });
   const serverFor = (ctx: McpRequestContext) => {
     const agent = agentOf(ctx.authInfo);
     return serverIn(() => ({ agent }));
@@ -195,10 +198,8 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
   const unsubscribe = deps.pipeline.onListChanged(() => handler.notify.toolsChanged());
   const checkHost = hostCheck(deps.config);
   const streams = createStreamRegistry(deps.config.http.max_streams_per_agent, deps.bus, deps.log);
-  const inFlight = createInFlight(
-    deps.config.http.max_calls_in_flight_per_agent,
-    deps.config.http.max_calls_waiting_per_agent,
-  );
+  const { max_calls_in_flight_per_agent: max, max_calls_waiting_per_agent: maxWaiting } = deps.config.http;
+  const inFlight = createInFlight(max, maxWaiting);
   const taskListen = createTaskListen({
     tasks: deps.pipeline.tasks,
     bus: deps.bus,
@@ -252,6 +253,7 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
     },
     async close() {
       unsubscribe();
+      taskWaits.close();
       taskListen.close();
       streams.close();
       await handler.close();
@@ -276,12 +278,16 @@ async function refuseRead(deps: McpHttpDeps, req: IncomingMessage, res: ServerRe
   return refuse(deps, req, res, refusal);
 }
 
-/** Whether a request only waits (a listen stream, tasks/result): it holds no turn while it does. */
+/**
+ * Whether a request only holds a listen stream: it holds no turn while it is open (the streams have
+ * their own bound, http.max_streams_per_agent). tasks/result is not one: its wait holds a turn, as a
+ * call does, so that one agent's waits cannot outnumber its turns.
+ */
 function onlyWaits(body: unknown): boolean {
   const messages: unknown[] = Array.isArray(body) ? body : [body];
   return messages.every((m) => {
     const method = m !== null && typeof m === 'object' ? (m as { method?: unknown }).method : undefined;
-    return method === 'subscriptions/listen' || method === 'tasks/result';
+    return method === 'subscriptions/listen';
   });
 }
 
@@ -308,8 +314,8 @@ async function inTurn(
     sendProblem(res, read.problem);
     return undefined;
   }
-  // A stream stays open while its client listens (http.max_streams_per_agent counts those), and
-  // tasks/result waits for a decision: neither keeps the agent's other calls waiting.
+  // A stream stays open while its client listens (http.max_streams_per_agent counts those): it does
+  // not keep the agent's other calls waiting. (tasks/result keeps its turn while it waits.)
   if (onlyWaits(read.body)) leave();
   return read;
 }
@@ -459,16 +465,8 @@ export function protectedResourceRouter(oauth: OAuthAgents) {
 function failed(deps: McpHttpDeps, res: ServerResponse, err: unknown): void {
   if (outageOf(err)) {
     // Authentication (and its audit) needs the database: a clear, retryable answer, never an HTML page.
-    return sendProblem(
-      res,
-      {
-        code: 'SOURCE_UNAVAILABLE',
-        reason: 'database_unavailable',
-        title: 'Service unavailable',
-        detail: 'the database is unavailable; nothing was done; retry shortly',
-      },
-      { 'Retry-After': '1' },
-    );
+    // No call had begun: nothing was done (server/answer.ts decides what each stage is told).
+    return sendProblem(res, { ...nothingDoneProblem }, { 'Retry-After': '1' });
   }
   deps.log.error({ err }, 'MCP endpoint failed');
   if (res.headersSent) res.destroy();

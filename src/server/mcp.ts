@@ -3,6 +3,7 @@ import { newTraceId } from '../core/ids.ts';
 import type { ActiveSpan } from '../core/tracing.ts';
 import { outageOf } from '../db/outage.ts';
 import { databaseUnavailable, type CallPipeline } from './call.ts';
+import type { TaskWaits } from './task-waits.ts';
 import type { RequestContext } from './call-context.ts';
 import { asCoreTaskResult, handleTasks, taskAsk, tasksCapability } from './tasks.ts';
 import { inRequestSpan } from './tracing.ts';
@@ -29,6 +30,8 @@ export function createMcpServer(opts: {
   context(): RequestContext | Promise<RequestContext>;
   pipeline: CallPipeline;
   version: string;
+  /** What tasks/result waits on (task-waits.ts); without it, a timer. */
+  taskWaits?: TaskWaits;
 }): Server {
   const server = new Server(
     { name: SERVER_NAME, version: opts.version },
@@ -63,6 +66,6 @@ export function createMcpServer(opts: {
     };
     return tracer ? inRequestSpan(tracer, server, ctx, request.params.name, run) : run();
   });
-  handleTasks(server, opts.pipeline, async () => (await context()).agent);
+  handleTasks(server, opts.pipeline, async () => (await context()).agent, opts.taskWaits);
   return server;
 }

@@ -3,6 +3,7 @@ import type { Approvals, ClaimedTask, TaskError } from '../approval/index.ts';
 import { TASK_FAILED } from '../approval/index.ts';
 import type { Agent } from '../core/identity.ts';
 import type { Logger } from '../log.ts';
+import { retryable } from './answer.ts';
 import type { CallPipeline } from './call.ts';
 
 /*
@@ -47,15 +48,19 @@ const keyOf = (task: ClaimedTask) =>
 
 /** The envelope's error code of a tool result, if it failed. */
 const errorOf = (result: CallToolResult) => {
-  const error = (result.structuredContent as { error?: { code?: string; message?: string } } | undefined)
-    ?.error;
+  const error = (
+    result.structuredContent as { error?: { code?: string; message?: string; reason?: string } } | undefined
+  )?.error;
   return result.isError
-    ? { code: error?.code ?? 'INTERNAL_ERROR', message: error?.message ?? '' }
+    ? { code: error?.code ?? 'INTERNAL_ERROR', message: error?.message ?? '', reason: error?.reason }
     : undefined;
 };
 
-/** Runs one claimed task's write and gives the task its outcome, or leaves it for a later round. */
-async function runTask(deps: TaskRunnerDeps, task: ClaimedTask, signal: AbortSignal): Promise<void> {
+/**
+ * Runs one claimed task's write and gives the task its outcome, or leaves it for a later round; true
+ * when that round should come at once (the task was released, approved again).
+ */
+async function runTask(deps: TaskRunnerDeps, task: ClaimedTask, signal: AbortSignal): Promise<boolean> {
   const { tasks } = deps.approvals;
   const agent = await deps.agentOf(task.agent_id);
   if (!agent) {
@@ -65,7 +70,7 @@ async function runTask(deps: TaskRunnerDeps, task: ClaimedTask, signal: AbortSig
       data: { code: 'NOT_LOGGED_IN', reason: 'agent_revoked' },
     };
     await tasks.settle(task.id, { status: 'failed', error });
-    return;
+    return false;
   }
   const args = {
     ...task.arguments,
@@ -77,9 +82,11 @@ async function runTask(deps: TaskRunnerDeps, task: ClaimedTask, signal: AbortSig
   try {
     result = await deps.pipeline.call(agent, task.tool, args, signal, undefined, { task_id: task.id });
   } catch (err) {
-    // A protocol error (the database away, the tool gone for now): the next round tries again.
-    deps.log.warn({ err, task_id: task.id }, 'task execution call failed; will retry');
-    return;
+    // A protocol error (the database away, the tool gone for now): the next round calls again with the
+    // same key — a retry when nothing had started, else a replay of the outcome (server/answer.ts).
+    const retry = retryable(err);
+    deps.log.warn({ err, task_id: task.id, retry }, 'task execution call failed; a later round calls again');
+    return false;
   }
   const status = await tasks.requestStatus(task.approval_request_id);
   const failure = errorOf(result);
@@ -91,10 +98,12 @@ async function runTask(deps: TaskRunnerDeps, task: ClaimedTask, signal: AbortSig
   } else if (status === 'succeeded' || status === 'failed') {
     // The write's outcome, as the agent's own call would have answered it (a replay after a crash).
     await tasks.settle(task.id, { status: 'completed', result: result as Record<string, unknown> });
-  } else if (status === 'pending') {
+  } else if (status === 'pending' || (status === 'approved' && failure?.reason === 'policy_changed')) {
     // Sent back for more approvals (a policy made stricter since the approval): the task waits with
-    // its request, and the next approval's round takes it at once rather than once this claim is stale.
+    // its request, and the next approval's round takes it at once rather than once this claim is stale;
+    // or approved again at once by the approvals it kept, under a new approval_id the next round runs.
     await tasks.release(task.id);
+    return status === 'approved';
   } else if (status === 'approved' && failure && !TRANSIENT.has(failure.code)) {
     // Refused before it started, for good (a binding the approval no longer matches, a disabled approver).
     const error = { code: TASK_FAILED, message: failure.message, data: { ...failure } };
@@ -103,6 +112,7 @@ async function runTask(deps: TaskRunnerDeps, task: ClaimedTask, signal: AbortSig
   // Otherwise it is still executing (reconciliation settles it), refused for now, or was rejected,
   // expired or settled as unknown meanwhile (the task reads those from its request): its claim is
   // left to go stale, and a later round, on any replica, calls again with the same key.
+  return false;
 }
 
 /** Starts the rounds; `close` stops them and waits for the round under way. */
@@ -116,9 +126,11 @@ export function startTaskRunner(deps: TaskRunnerDeps): TaskRunner {
       const claimed = await deps.approvals.tasks.claim(deps.stale_ms, CLAIM_BATCH);
       for (const task of claimed) {
         if (abort.signal.aborted) return;
-        await runTask(deps, task, abort.signal).catch((err: unknown) => {
+        const soon = await runTask(deps, task, abort.signal).catch((err: unknown) => {
           deps.log.error({ err, task_id: task.id }, 'task execution failed; will retry');
+          return false;
         });
+        again ||= soon;
       }
       // A full batch: there may be more.
       again ||= claimed.length === CLAIM_BATCH;

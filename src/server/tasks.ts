@@ -5,6 +5,7 @@ import type { TaskView } from '../approval/index.ts';
 import { AppError } from '../core/errors.ts';
 import type { Agent } from '../core/identity.ts';
 import type { CallPipeline } from './call.ts';
+import type { TaskWaits } from './task-waits.ts';
 
 /*
  * MCP tasks for writes, on both revisions that have them. 2026-07-28: the Tasks extension
@@ -65,12 +66,28 @@ export const taskCore = (view: Pick<TaskView, Exclude<keyof TaskView, 'result' |
 
 /**
  * The seam's CreateTaskResult (2026-07-28 shape, call.ts) as a 2025-11-25 client reads it: `task`
- * beside the empty content the SDK's tools/call result check asks for.
+ * beside the empty content the SDK's tools/call result check asks for. A call asked as a core task
+ * must be answered with a task or a JSON-RPC error (a plain tool result breaks the requester), so a
+ * failure that made no task — a refused draft, a write a rule denies, the rate limit — is answered as
+ * the error: -32602, `data.code` and `data.reason` the envelope's, `data.envelope` the whole envelope
+ * (audited as the call, as ever). On 2026-07-28 the extension lets such a call answer at once, and it
+ * does, with the envelope.
  */
 export function asCoreTaskResult(result: CallToolResult): CallToolResult {
   const created = result as unknown as TaskView & { resultType?: string };
-  if (created.resultType !== 'task') return result;
-  return { content: [], task: taskCore(created) } as unknown as CallToolResult;
+  if (created.resultType === 'task') {
+    return { content: [], task: taskCore(created) } as unknown as CallToolResult;
+  }
+  if (!result.isError) return result;
+  const envelope = result.structuredContent as
+    { error?: { code?: string; message?: string; reason?: string | null; trace_id?: string } } | undefined;
+  const error = envelope?.error;
+  throw new ProtocolError(ProtocolErrorCode.InvalidParams, error?.message ?? 'The call failed', {
+    code: error?.code ?? 'INTERNAL_ERROR',
+    reason: error?.reason ?? null,
+    trace_id: error?.trace_id,
+    envelope,
+  });
 }
 
 const TaskIdParams = z.object({ taskId: z.string().max(200) }).passthrough();
@@ -103,11 +120,15 @@ const RESULT_WAIT_MS = 30_000;
 
 type Tasks = Pick<CallPipeline, 'tasks'>['tasks'];
 
-/** Registers the tasks methods on `server`; `agentOf` authenticates each request. */
+/**
+ * Registers the tasks methods on `server`; `agentOf` authenticates each request. `waits` is what a
+ * tasks/result wait waits on (task-waits.ts); without it (stdio) it reads again each poll interval.
+ */
 export function handleTasks(
   server: Server,
   pipeline: Pick<CallPipeline, 'tasks'>,
   agentOf: () => Promise<Agent>,
+  waits?: TaskWaits,
 ) {
   const { tasks } = pipeline;
   server.setRequestHandler('tasks/get', { params: TaskIdParams }, async ({ taskId }, ctx) => {
@@ -144,7 +165,7 @@ export function handleTasks(
     });
   });
   server.setRequestHandler('tasks/result', { params: TaskIdParams }, async ({ taskId }, ctx) =>
-    result(tasks, await agentOf(), taskId, ctx.mcpReq.signal),
+    result(tasks, await agentOf(), taskId, ctx.mcpReq.signal, waits),
   );
 }
 
@@ -167,10 +188,11 @@ async function cancel(tasks: Tasks, agent: Agent, taskId: string): Promise<TaskV
 
 /**
  * tasks/result (2025-11-25): the tool's result once the task has one, waiting while it works (a
- * stateless wait: the database is read again every poll interval); a failed task's error as the
- * JSON-RPC error, a cancelled one as -32602.
+ * stateless wait: the database is read again when the task is announced changed, task-waits.ts); a
+ * failed task's error as the JSON-RPC error, a cancelled one as -32602. Over HTTP the wait holds one
+ * of the agent's turns (http.max_calls_in_flight_per_agent), as a call does.
  */
-async function result(tasks: Tasks, agent: Agent, taskId: string, signal: AbortSignal) {
+async function result(tasks: Tasks, agent: Agent, taskId: string, signal: AbortSignal, waits?: TaskWaits) {
   const until = Date.now() + RESULT_WAIT_MS;
   for (;;) {
     const view = await tasks.get(agent, taskId);
@@ -192,6 +214,7 @@ async function result(tasks: Tasks, agent: Agent, taskId: string, signal: AbortS
         poll_interval_ms: view.pollIntervalMs,
       });
     }
-    await new Promise((r) => setTimeout(r, view.pollIntervalMs));
+    if (waits) await waits.next(taskId, until - Date.now(), signal);
+    else await new Promise((r) => setTimeout(r, view.pollIntervalMs));
   }
 }
