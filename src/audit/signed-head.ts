@@ -9,6 +9,7 @@ import { ChainHeadFromDb, type ChainHead } from './chain.ts';
 import type { Checkpoint, SigningGuard } from './checkpoints.ts';
 import type { AuditLog } from './log.ts';
 import { ChainVerifier } from './verify.ts';
+import { recordedValue } from '../db/settings.ts';
 
 /**
  * The last head this process signed, kept outside the database: `<data dir>/audit-signed-head.json`, and
@@ -29,7 +30,8 @@ const SignedHead = z.object({
 type SignedHead = z.infer<typeof SignedHead>;
 
 /** Why a chain contradicts a signed head. */
-export type TamperReason = 'rows_deleted' | 'head_mismatch' | 'chain_broken' | 'signed_head_invalid';
+export type TamperReason =
+  'rows_deleted' | 'head_mismatch' | 'chain_broken' | 'signed_head_invalid' | 'origin_mismatch';
 
 export interface TamperState {
   reason: TamperReason;
@@ -102,9 +104,38 @@ async function linkFrom(
   }
 }
 
+/** Refuses unless the chain up to `head` still holds each of the heads signed before, at its seq. */
+async function holdsSignedHeads(
+  trx: Knex.Transaction,
+  head: ChainHead,
+  known: readonly SignedHead[],
+  refuse: (reason: TamperReason, seq: number, detail: string) => never,
+): Promise<void> {
+  for (const signed of known) {
+    if (signed.seq > head.seq)
+      refuse(
+        'rows_deleted',
+        signed.seq,
+        `the log ends at seq ${head.seq}, before the head signed at seq ${signed.seq}`,
+      );
+    const row = ChainHeadFromDb.optional().parse(
+      await trx('audit_events').where('seq', signed.seq).select('seq', 'hash').first(),
+    );
+    if (row?.hash !== signed.head_hash)
+      refuse('head_mismatch', signed.seq, `row ${signed.seq} is not the head signed at that seq`);
+  }
+}
+
+/** Why a database naming the log `named` is not the log the host pins. */
+const otherOrigin = (named: string, pinned: string) =>
+  `the database names the log ${named}, the host roots pin ${pinned}: the stored origin was changed`;
+
 export function createSignedHeadGuard(opts: {
   dataDir: string;
+  /** The origin pinned on the host (host roots): the only one this log is. */
   origin: string;
+  /** The origin the database named at start, when it is not the pinned one. */
+  databaseOrigin?: string;
   witnessDir?: string;
   log?: Logger;
 }): SignedHeadGuard {
@@ -134,10 +165,25 @@ export function createSignedHeadGuard(opts: {
     throw new AppError('TAMPERED', `not signing: ${detail}`, reason, { details: { seq } });
   }
 
+  /**
+   * A database that names another origin than the host's was changed behind the server's back: its
+   * chain is never signed, and no anchor is set aside as "another log's" because of it.
+   */
+  const originMismatch = (named: string | undefined) => {
+    if (named !== undefined && named !== opts.origin)
+      refuse('origin_mismatch', 0, otherOrigin(named, opts.origin));
+  };
+  try {
+    originMismatch(opts.databaseOrigin);
+  } catch {
+    // Known from the start (health reports it); the refusal itself comes with the first signature.
+  }
+
   return {
     tampered: () => state,
 
     async check(trx, head) {
+      originMismatch(await recordedValue(trx, 'audit_origin'));
       const own = readSignedHead(file);
       // A file that is not a head is not ignored: editing it must not disarm the check.
       if (own === null)
@@ -145,19 +191,7 @@ export function createSignedHeadGuard(opts: {
       const known = [own, witnessHead()]
         .filter((h): h is SignedHead => h !== undefined && h.origin === opts.origin)
         .sort((a, b) => a.seq - b.seq);
-      for (const signed of known) {
-        if (signed.seq > head.seq)
-          refuse(
-            'rows_deleted',
-            signed.seq,
-            `the log ends at seq ${head.seq}, before the head signed at seq ${signed.seq}`,
-          );
-        const row = ChainHeadFromDb.optional().parse(
-          await trx('audit_events').where('seq', signed.seq).select('seq', 'hash').first(),
-        );
-        if (row?.hash !== signed.head_hash)
-          refuse('head_mismatch', signed.seq, `row ${signed.seq} is not the head signed at that seq`);
-      }
+      await holdsSignedHeads(trx, head, known, refuse);
       // A process that has signed before (or a witness that has) only checks the rows since.
       if (known[0]) await linkFrom(trx, known[0], head, refuse);
     },
