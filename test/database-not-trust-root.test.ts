@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { randomUUID } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import type { Client } from '@modelcontextprotocol/client';
 import { createCheckpoint } from '../src/audit/checkpoints.ts';
 import { checkpointDeps, verifyDatabase } from '../src/audit/context.ts';
@@ -123,6 +123,26 @@ for (const kind of databaseKinds()) {
         assert.deepEqual(refusal(again), [false, 'TAMPERED', 'consumed']);
       }
       assert.equal(await sentFor(approvalId), 1, 'one message, not two');
+    });
+
+    it('opens nothing for a web session inserted by SQL, and still does for a session it made', async () => {
+      const page = (cookie: string) =>
+        fetch(new URL('/approvals', server.url), {
+          headers: { cookie: `cs_session=${cookie}` },
+          redirect: 'manual',
+        });
+      const own = await server.services.sessions.create(chair);
+      assert.equal((await page(own.id)).status, 200);
+      const planted = randomBytes(32).toString('base64url');
+      const now = new Date().toISOString();
+      await knex()('web_sessions').insert({
+        id_hash: createHash('sha256').update(planted).digest('hex'),
+        user_id: chair.id,
+        csrf_token: randomBytes(32).toString('base64url'),
+        created_at: now,
+        last_seen_at: now,
+      });
+      assert.equal((await page(planted)).status, 303, 'sent to sign in');
     });
 
     it('never signs a chain whose stored origin was changed after a rewrite, and verify --db says why', async () => {

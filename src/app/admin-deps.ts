@@ -28,6 +28,7 @@ export function adminDeps(
     signIn: createSignIn({
       knex,
       audit,
+      roots,
       limits: { perUser: config.web.login_failures_per_user, perIp: config.web.login_failures_per_ip },
     }),
     approvals: createApprovals({

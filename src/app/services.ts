@@ -35,6 +35,7 @@ import {
 import type { Database } from '../db/knex.ts';
 import { openWhenReady } from '../db/ready.ts';
 import { openHostRoots, type OpenedRoots } from '../db/host-roots.ts';
+import type { HostRoots } from '../core/host-roots.ts';
 import { migrateLatest, upToDate } from '../db/migrations.ts';
 import type { Faults } from '../core/faults.ts';
 import { withSpans, type Tracer } from '../core/tracing.ts';
@@ -211,7 +212,7 @@ export async function openServices(
       metrics,
       ...agentAuth(config, log, db.knex, cluster.bus, lifecycle.baseUrl),
       startedAt: lifecycle.startedAt,
-      ...pageStores(db.knex, audit, config),
+      ...pageStores(db.knex, audit, config, opened.roots),
       maintain,
       listeningAt: lifecycle.listeningAt,
       recordStart: lifecycle.recordStart,
@@ -420,19 +421,21 @@ async function openConnectors(db: Database, blobs: BlobStore, config: Config, lo
  * The stores the people's pages use in place of the database: sessions, sign-in, the user directory,
  * Slack's, and the audit log as compliance reads it.
  */
-function pageStores(knex: Knex, audit: AuditLog, config: Config) {
+function pageStores(knex: Knex, audit: AuditLog, config: Config, roots: HostRoots) {
   return {
     signIn: createSignIn({
       knex,
       audit,
+      roots: () => Promise.resolve(roots),
       limits: { perUser: config.web.login_failures_per_user, perIp: config.web.login_failures_per_ip },
     }),
     auditReader: createAuditReader(knex),
     auditExports: createExportRecords(knex),
-    sessions: createSessionStore(knex, {
-      idleMs: config.web.session_idle_s * 1000,
-      absoluteMs: config.web.session_absolute_s * 1000,
-    }),
+    sessions: createSessionStore(
+      knex,
+      { idleMs: config.web.session_idle_s * 1000, absoluteMs: config.web.session_absolute_s * 1000 },
+      roots.key('session'),
+    ),
     people: createUserDirectory(knex),
     slackStore: createSlackStore(knex),
   };
