@@ -11,7 +11,7 @@ import { approveAsChair } from './helpers/approvals.ts';
 import { detailsOf } from './helpers/audit-rows.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, type Envelope, type TestServer } from './helpers/server.ts';
-import { appendRows, rewriteRow } from './helpers/tamper.ts';
+import { appendRows, deleteNewest, rewriteRow } from './helpers/tamper.ts';
 
 const refusal = (res: Envelope) => [res.ok, res.error?.code, res.error?.reason];
 
@@ -169,6 +169,30 @@ for (const kind of databaseKinds()) {
       const report = await verifyDatabase(knex(), [], server.services.config);
       assert.equal(report.ok, false);
       assert.match(report.summary, /origin/);
+    });
+    it('finds the rows it answered with deleted at its next append, and never signs the shorter chain', async () => {
+      // A server of its own: the other attacks leave theirs TAMPERED already.
+      const own = await startTestServer(kind);
+      const client = await connectHttp(own.url, own.demoToken);
+      try {
+        const told = await call(client, 'isphere_search_contacts', { query: 'david' });
+        const seq = told.audit.audit_seq as number;
+        await appendRows(own.services.audit, 3);
+        // Rows the server appended and told an agent of, cut from the tail (nothing signed yet).
+        await deleteNewest(own.services.knex, seq - 2);
+        const next = await call(client, 'isphere_search_contacts', { query: 'david' });
+        assert.equal(next.ok, true);
+        const health = (await (await fetch(new URL('/healthz', own.url))).json()) as {
+          audit_chain: { state: string; reason?: string };
+        };
+        assert.deepEqual([health.audit_chain.state, health.audit_chain.reason], ['tampered', 'rows_deleted']);
+        await assert.rejects(createCheckpoint(own.services.checkpoints), (err) =>
+          isAppError(err, 'TAMPERED', 'rows_deleted'),
+        );
+      } finally {
+        await client.close();
+        await own.stop();
+      }
     });
   });
 }

@@ -59,7 +59,10 @@ export async function checkpointDeps(
     audit,
     origin,
     signer: loadSigner(config.data_dir, config.audit.signing_key_path),
-    guard: createSignedHeadGuard({ dataDir: config.data_dir, origin, databaseOrigin, witnessDir, log }),
+    guard: createSignedHeadGuard({
+      ...{ dataDir: config.data_dir, origin, databaseOrigin, witnessDir, log },
+      appended: () => audit.appended(),
+    }),
     anchor: createAnchorer(knex, config.audit.anchors, log),
   };
 }
