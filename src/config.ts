@@ -6,6 +6,8 @@ import { AppError } from './core/errors.ts';
 import { AgentName, Role, UserName } from './core/identity.ts';
 
 const MiB = 1024 * 1024;
+/** The host roots file's name in the data directory when secrets.host_roots_path is not set. */
+export const HOST_ROOTS_FILE = 'host-roots.json';
 
 /** How countersign treats one upstream tool; overrides the upstream's own annotations. */
 export const UpstreamToolMode = z.enum(['read', 'write', 'hidden']);
@@ -284,6 +286,16 @@ export const ConfigSchema = z
           .default(64 * 1024),
       })
       .prefault({}),
+    secrets: z
+      .strictObject({
+        /**
+         * The host roots (docs/audit.md, "Host roots"): the master key the keys of sessions, tokens,
+         * decisions and cursors are derived from, and the log's pinned origin. One file shared by every
+         * replica; default `<data dir>/host-roots.json`, created by the first run.
+         */
+        host_roots_path: z.string().min(1).optional(),
+      })
+      .prefault({}),
     audit: z
       .strictObject({
         /** Ed25519 private key (PEM) for checkpoints; default `<data dir>/audit-signing-key.pem`, generated. */
@@ -456,9 +468,16 @@ export const ConfigSchema = z
 
 type ParsedConfig = z.infer<typeof ConfigSchema>;
 
+/** The host roots file: as configured (relative to `cwd`), else `<data dir>/host-roots.json`. */
+const secretsOf = (parsed: ParsedConfig, cwd: string, dataDir: string) =>
+  Object.freeze({
+    host_roots_path: path.resolve(cwd, parsed.secrets.host_roots_path ?? path.join(dataDir, HOST_ROOTS_FILE)),
+  });
+
 /** The parsed config with every directory made absolute. */
 export type Config = Readonly<
-  Omit<ParsedConfig, 'files'> & {
+  Omit<ParsedConfig, 'files' | 'secrets'> & {
+    secrets: Readonly<{ host_roots_path: string }>;
     files: Readonly<{ download_dir: string; outbound_dir: string; max_file_bytes: number }>;
     pglite_dir: string;
   }
@@ -469,6 +488,7 @@ type EnvKind = 'string' | 'int' | 'bool' | 'list' | 'map' | 'pairs' | 'roles';
 /** Every config key's environment form. Environment wins over the file. */
 export const ENV_KEYS: Record<string, { path: string[]; kind: EnvKind }> = {
   COUNTERSIGN_DATA_DIR: { path: ['data_dir'], kind: 'string' },
+  COUNTERSIGN_HOST_ROOTS: { path: ['secrets', 'host_roots_path'], kind: 'string' },
   DATABASE_URL: { path: ['database_url'], kind: 'string' },
   COUNTERSIGN_DB_STARTUP_TIMEOUT_S: { path: ['database', 'startup_timeout_s'], kind: 'int' },
   LOG_LEVEL: { path: ['log_level'], kind: 'string' },
@@ -726,6 +746,7 @@ export function loadConfig(env: Record<string, string | undefined>, cwd: string)
     ...parsed,
     data_dir: dataDir,
     pglite_dir: path.join(dataDir, 'pglite'),
+    secrets: secretsOf(parsed, cwd, dataDir),
     http: Object.freeze({ ...parsed.http, allowed_hosts: Object.freeze([...parsed.http.allowed_hosts]) }),
     tools: Object.freeze(parsed.tools),
     approval: frozenApproval(parsed.approval),

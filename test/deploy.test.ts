@@ -13,11 +13,8 @@ import { ENV_KEYS } from '../src/config.ts';
  */
 
 // The host roots' file, shared by every replica (read by the server once it keeps its roots there).
-const PENDING_KEYS = ['COUNTERSIGN_HOST_ROOTS'];
-
-/** Whether countersign reads this variable: a config key, its _FILE form, or a key on its way. */
-const known = (name: string) =>
-  name in ENV_KEYS || name.replace(/_FILE$/, '') in ENV_KEYS || PENDING_KEYS.includes(name);
+/** Whether countersign reads this variable: a config key or its _FILE form. */
+const known = (name: string) => name in ENV_KEYS || name.replace(/_FILE$/, '') in ENV_KEYS;
 
 const SHARED = {
   DATABASE_URL_FILE: '/etc/countersign/shared/database-url',

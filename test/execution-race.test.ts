@@ -11,6 +11,7 @@ import { approveAsChair } from './helpers/approvals.ts';
 import { runCli, spawnServer, stopChild } from './helpers/cli.ts';
 import { createTestDatabase, describeOnPostgres, type TestDatabase } from './helpers/db.ts';
 import { call, connectHttp, testEnv } from './helpers/server.ts';
+import { lazyHostRoots } from '../src/db/host-roots.ts';
 
 // Several processes can share only PostgreSQL; the embedded database allows one process.
 describeOnPostgres('50 concurrent executions of one approval across 3 server processes on PostgreSQL', () => {
@@ -49,10 +50,13 @@ describeOnPostgres('50 concurrent executions of one approval across 3 server pro
       roles: ['chair'],
       password: 'race-password',
     });
+    const config = loadConfig(env, db.dataDir);
     const approvals = createApprovals({
       knex: direct.knex,
       audit: createAuditLog(direct.knex),
-      config: loadConfig(env, db.dataDir),
+      config,
+      // The replicas' host roots file: a decision made here is checked by them.
+      roots: lazyHostRoots(direct.knex, config.secrets.host_roots_path),
       reviewUrl: (id) => id,
     });
     const approvalId = await approveAsChair({ approvals, user: chair }, draft);

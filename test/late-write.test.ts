@@ -128,9 +128,10 @@ for (const kind of databaseKinds()) {
       });
       const args = { target_type: 'contact', target_id: 'ct_david', content_text: text };
       const draft = await call(agent, 'isphere_send_message', args);
-      const approvalId = await approveAsChair({ approvals, user: chair }, draft);
       const requestId = draft.approval.approval_request_id as string;
+      // Before the decision: the chair's approval (and its MAC) binds the upstream source.
       await knex('approval_requests').where({ id: requestId }).update({ source: 'mcp:crm' });
+      const approvalId = await approveAsChair({ approvals, user: chair }, draft);
       const request = (await knex('approval_requests').where({ id: requestId }).first()) as {
         content_sha256: string;
         agent_id: string;

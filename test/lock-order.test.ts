@@ -11,6 +11,7 @@ import { createUser } from '../src/accounts/users.ts';
 import { approveAsChair } from './helpers/approvals.ts';
 import { runCli, spawnServer, stopChild } from './helpers/cli.ts';
 import { createTestDatabase, describeOnPostgres, type TestDatabase } from './helpers/db.ts';
+import { lazyHostRoots } from '../src/db/host-roots.ts';
 import {
   call,
   connectHttp,
@@ -71,10 +72,13 @@ describeOnPostgres('executions racing across 3 server processes, with reads besi
       roles: ['chair'],
       password: 'race-password',
     });
+    const config = loadConfig(env, db.dataDir);
     const approvals = createApprovals({
       knex: direct.knex,
       audit: createAuditLog(direct.knex),
-      config: loadConfig(env, db.dataDir),
+      config,
+      // The replicas' host roots file: a decision made here is checked by them.
+      roots: lazyHostRoots(direct.knex, config.secrets.host_roots_path),
       reviewUrl: (id) => id,
     });
     for (let round = 0; round < ROUNDS; round++) {

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -163,7 +164,10 @@ for (const kind of databaseKinds()) {
     const commands = webCommands(
       adminDeps({ knex: db.knex, blobs: createBlobStore(path.join(testDb.dataDir, 'blobs')), config }),
     );
-    const people: People = { run: commands, sessions: createSessionStore(db.knex, LIFETIME) };
+    const people: People = {
+      run: commands,
+      sessions: createSessionStore(db.knex, LIFETIME, randomBytes(32)),
+    };
     ids.set(people, new Map());
     const run: RunCommand = async (input) => {
       const out = await commands(input);

@@ -1,9 +1,12 @@
+import path from 'node:path';
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createSignIn, REFUSED_RECHECK_MS, type SignIn } from '../src/accounts/sign-in.ts';
 import { createAuditLog, type AuditLog } from '../src/audit/log.ts';
 import type { Database } from '../src/db/knex.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
+import { lazyHostRoots } from '../src/db/host-roots.ts';
+import type { HostRoots } from '../src/core/host-roots.ts';
 
 /**
  * The sign-in the web pages and the command line are given: the configured limits travel with it, so
@@ -16,11 +19,13 @@ for (const kind of databaseKinds()) {
     let db: Database;
     let audit: AuditLog;
     let signIn: SignIn;
+    let roots: () => Promise<HostRoots>;
 
     before(async () => {
       ({ testDb, db } = await openMigratedDatabase(kind));
       audit = createAuditLog(db.knex);
-      signIn = createSignIn({ knex: db.knex, audit, limits: { perUser: 1, perIp: 3 } });
+      roots = lazyHostRoots(db.knex, path.join(testDb.dataDir, 'host-roots.json'));
+      signIn = createSignIn({ knex: db.knex, audit, roots, limits: { perUser: 1, perIp: 3 } });
     });
     after(async () => {
       await audit.drain();
@@ -61,7 +66,7 @@ for (const kind of databaseKinds()) {
         assert.ok(statements > before);
         // Another process (replica) on the same database gives an attempt back: this one learns of it
         // when it asks again, a second later at most.
-        const other = createSignIn({ knex: db.knex, audit, limits: { perUser: 1, perIp: 3 } });
+        const other = createSignIn({ knex: db.knex, audit, roots, limits: { perUser: 1, perIp: 3 } });
         await other.release(ids[0]!);
         assert.equal(await signIn.reserve({ bucket: 'oidc_callback', origin }), undefined);
         await new Promise((resolve) => setTimeout(resolve, REFUSED_RECHECK_MS + 50));
@@ -118,10 +123,10 @@ for (const kind of databaseKinds()) {
       );
     });
 
-    it('seals single sign-on attempts with one secret for every replica on the database', async () => {
+    it('seals single sign-on attempts with one secret for every replica sharing the host roots', async () => {
       const secret = await signIn.oidcAttemptSecret();
       assert.match(secret, /^[\w-]{43}$/);
-      const another = createSignIn({ knex: db.knex, audit, limits: { perUser: 5, perIp: 5 } });
+      const another = createSignIn({ knex: db.knex, audit, roots, limits: { perUser: 5, perIp: 5 } });
       assert.equal(await another.oidcAttemptSecret(), secret);
       assert.equal(await signIn.oidcAttemptSecret(), secret);
     });

@@ -316,13 +316,9 @@ describe('web limits on pglite', () => {
   });
 
   it('ends a session at its absolute lifetime even when it is in use', async () => {
-    const { createSessionStore } = await import('../src/accounts/sessions.ts');
     const user = (await import('../src/accounts/users.ts')).checkCredentials;
     const ivy = (await user(server.services.knex, 'ivy', 'ivy password'))!;
-    const session = await createSessionStore(server.services.knex, {
-      idleMs: 60_000,
-      absoluteMs: 60_000,
-    }).create(ivy);
+    const session = await server.services.sessions.create(ivy);
     const web = new WebClient(server.url);
     web.cookies.set('cs_session', session.id);
     assert.equal((await web.get('/approvals')).res.status, 200);

@@ -1,10 +1,8 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
 import { z } from 'zod';
 import { named } from '../db/knex.ts';
 import { Role, type User } from '../core/identity.ts';
-
-const hashId = (id: string) => createHash('sha256').update(id).digest('hex');
 
 export interface WebSession {
   user: User;
@@ -14,10 +12,17 @@ export interface WebSession {
 /**
  * The people's web sessions (table web_sessions, accounts' own: a user's change drops them in the same
  * transaction). They live in the database, shared by every instance; the cookie holds a random id,
- * stored hashed. A session ends `idleMs` after it was last seen, or `absoluteMs` after it began.
+ * stored as its HMAC under `key` (the host roots' session key, docs/audit.md "Host roots"): a row
+ * inserted by whoever administers the database, without that key, matches no cookie. A session ends
+ * `idleMs` after it was last seen, or `absoluteMs` after it began.
  */
-export function createSessionStore(knex: Knex, lifetime: { idleMs: number; absoluteMs: number }) {
+export function createSessionStore(
+  knex: Knex,
+  lifetime: { idleMs: number; absoluteMs: number },
+  key: Buffer,
+) {
   const { idleMs, absoluteMs } = lifetime;
+  const hashId = (id: string) => createHmac('sha256', key).update(id).digest('hex');
 
   return {
     /** A brand-new session id at every login: a session id planted before login is worthless. */

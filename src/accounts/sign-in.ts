@@ -1,10 +1,9 @@
-import { randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { AuditLog } from '../audit/index.ts';
 import type { User } from '../core/identity.ts';
 import { limitConcurrency } from '../core/limit.ts';
 import { toCount } from '../db/knex.ts';
-import { sharedValue } from '../db/settings.ts';
+import type { HostRoots } from '../core/host-roots.ts';
 import type { OidcRefusal } from './oidc.ts';
 import { signInWithOidc, type OidcIdentity } from './oidc-users.ts';
 import { checkCredentials } from './users.ts';
@@ -207,13 +206,19 @@ export interface SignIn {
   /** The user a verified single sign-on identity is, found, linked or created (signInWithOidc). */
   withOidc(identity: OidcIdentity): Promise<{ user: User } | (OidcRefusal & { name?: string })>;
   /**
-   * The secret single sign-on attempts are sealed with in the browser's cookie: one for every replica on
-   * the database, created by whichever asks first, so that any replica can finish an attempt another began.
+   * The secret single sign-on attempts are sealed with in the browser's cookie: derived from the host
+   * roots every replica shares (never read from the database), so that any replica can finish an attempt
+   * another began.
    */
   oidcAttemptSecret(): Promise<string>;
 }
 
-export function createSignIn(deps: { knex: Knex; audit: AuditLog; limits: SignInLimits }): SignIn {
+export function createSignIn(deps: {
+  knex: Knex;
+  audit: AuditLog;
+  limits: SignInLimits;
+  roots: () => Promise<HostRoots>;
+}): SignIn {
   const { knex, limits } = deps;
   const refused = refusedKeys();
   const attempts: Pick<SignIn, 'reserve' | 'release'> = {
@@ -239,7 +244,6 @@ export function createSignIn(deps: { knex: Knex; audit: AuditLog; limits: SignIn
     signIn: (attempt) => signIn({ ...deps, attempts }, attempt),
     ...attempts,
     withOidc: (identity) => signInWithOidc(deps, identity),
-    oidcAttemptSecret: () =>
-      sharedValue(knex, 'oidc_attempt_key', () => randomBytes(32).toString('base64url')),
+    oidcAttemptSecret: async () => (await deps.roots()).key('sign-in-attempt').toString('base64url'),
   };
 }

@@ -7,17 +7,20 @@ import { publicBaseUrl, type Config } from '../config.ts';
 import { createDirectoryImport, createPinAdmin, type BlobStore } from '../connectors/index.ts';
 import { migrateLatest } from '../db/migrations.ts';
 import { createSettings } from '../db/settings.ts';
+import { lazyHostRoots } from '../db/host-roots.ts';
+import type { HostRoots } from '../core/host-roots.ts';
 
 /**
  * The stores the operator's commands run on, over one database: the same for the command line's own
  * process and for the server that runs them behind its loopback endpoint.
  */
 export function adminDeps(
-  db: { knex: Knex; blobs: BlobStore; config: Config; audit?: AuditLog },
+  db: { knex: Knex; blobs: BlobStore; config: Config; audit?: AuditLog; roots?: () => Promise<HostRoots> },
   hooks: Pick<AdminDeps, 'agentChanged' | 'upstreamsChanged'> = {},
 ): AdminDeps {
   const { knex, config } = db;
   const audit = db.audit ?? createAuditLog(knex);
+  const roots = db.roots ?? lazyHostRoots(knex, config.secrets.host_roots_path);
   return {
     config,
     migrate: () => migrateLatest(knex),
@@ -25,6 +28,7 @@ export function adminDeps(
     signIn: createSignIn({
       knex,
       audit,
+      roots,
       limits: { perUser: config.web.login_failures_per_user, perIp: config.web.login_failures_per_ip },
     }),
     approvals: createApprovals({
@@ -32,6 +36,7 @@ export function adminDeps(
       audit,
       config,
       reviewUrl: (id) => new URL(`/approvals/${id}`, publicBaseUrl(config)).href,
+      roots,
     }),
     directory: createDirectoryImport(knex, db.blobs),
     auditChecks: createAuditChecks(knex, audit, config),

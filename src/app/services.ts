@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import type { Knex } from 'knex';
 import { startAdminEndpoint } from '../admin/endpoint.ts';
@@ -36,7 +35,8 @@ import {
 } from '../connectors/index.ts';
 import type { Database } from '../db/knex.ts';
 import { openWhenReady } from '../db/ready.ts';
-import { sharedValue } from '../db/settings.ts';
+import { openHostRoots, type OpenedRoots } from '../db/host-roots.ts';
+import type { HostRoots } from '../core/host-roots.ts';
 import { migrateLatest, upToDate } from '../db/migrations.ts';
 import type { Faults } from '../core/faults.ts';
 import { withSpans, type Tracer } from '../core/tracing.ts';
@@ -152,8 +152,9 @@ export async function openServices(
   // A profile that breaks the rules is known before any wait for the database.
   const profiles = loadProfiles(config.policy.profiles_dir);
   await options.faults?.at('before_database');
-  const db = await openMigrated(config, log, command);
+  const { db, opened } = await openStorage(config, log, command);
   const closers: Closers = [() => db.close()];
+  const roots = () => Promise.resolve(opened.roots);
   const closeAll = async () => {
     for (const close of closers.reverse()) await close().catch((err) => log.error({ err }, 'close failed'));
   };
@@ -162,7 +163,7 @@ export async function openServices(
     const blobs = createBlobStore(path.join(config.data_dir, 'blobs'));
     const audit = createAuditLog(db.knex);
     closers.push(() => audit.drain());
-    const cluster = await joinCluster(db, audit, config, log, closers);
+    const cluster = await joinCluster({ db, audit, config, log, opened }, closers);
     // Notices go out from the outbox on the leader's own loop; a change only queues them (docs/notifications.md).
     const notifications = startNotifications({ knex: db.knex, audit, config, log }, cluster.leadership);
     if (notifications) closers.push(() => notifications.close());
@@ -170,13 +171,10 @@ export async function openServices(
     const limiter = createRateLimiter(db.knex);
     const rateLimitedPace = paceUntilStop(config.policy.rate_limited_per_second, closers);
     const { local, bridge, connectors } = await openConnectors(db, blobs, config, log, tracer);
-    const cursors = await openCursors(db.knex);
+    const cursors = createCursorCodec(opened.roots.key('cursor').toString('base64url'));
     const approvals = openApprovals(tracer, {
-      knex: db.knex,
-      audit,
-      config,
-      reviewUrl: lifecycle.reviewUrl,
-      onQueued: notifications?.kick,
+      ...{ knex: db.knex, audit, config, roots },
+      ...{ reviewUrl: lifecycle.reviewUrl, onQueued: notifications?.kick },
     });
     const memory = createAgentMemory(db.knex) satisfies MemoryStore;
     const metrics = createMetrics();
@@ -194,7 +192,7 @@ export async function openServices(
       log,
       closers,
     );
-    const admin = operatorStores({ knex: db.knex, blobs, config, audit }, cluster.bus, upstreams);
+    const admin = operatorStores({ knex: db.knex, blobs, config, audit, roots }, cluster.bus, upstreams);
     // The first run's accounts exist before a command can reach the embedded database through this process.
     const firstRun = await firstRunOf(admin, options);
     if (db.dialect === 'pglite') closers.push(await startAdmin(admin, log));
@@ -215,7 +213,7 @@ export async function openServices(
       metrics,
       ...agentAuth(config, log, db.knex, cluster.bus, lifecycle.baseUrl),
       startedAt: lifecycle.startedAt,
-      ...pageStores(db.knex, audit, config),
+      ...pageStores(db.knex, audit, config, opened.roots),
       maintain,
       listeningAt: lifecycle.listeningAt,
       recordStart: lifecycle.recordStart,
@@ -232,9 +230,6 @@ export async function openServices(
  * The loopback endpoint through which CLI commands reach the embedded database this process holds. An
  * accepted upstream pin applies here once the command has committed: the upstreams are listed again.
  */
-/** Page cursors, signed with a key every replica of the database shares. */
-const openCursors = async (knex: Knex) =>
-  createCursorCodec(await sharedValue(knex, 'cursor_hmac', () => randomBytes(32).toString('base64url')));
 
 /**
  * The operator's commands' stores in this process. A command's change to an agent drops it from this
@@ -257,6 +252,17 @@ function operatorStores(
 async function startAdmin(deps: AdminDeps, log: Logger) {
   const admin = await startAdminEndpoint({ ...deps, dataDir: deps.config.data_dir, log });
   return () => admin.close();
+}
+
+/** The database, migrated, and the host roots (made by the first start: docs/audit.md, "Host roots"). */
+async function openStorage(config: Config, log: Logger, command: string) {
+  const db = await openMigrated(config, log, command);
+  try {
+    return { db, opened: await openHostRoots(db.knex, config.secrets.host_roots_path, log) };
+  } catch (err) {
+    await db.close();
+    throw err;
+  }
 }
 
 /**
@@ -419,27 +425,33 @@ async function openConnectors(db: Database, blobs: BlobStore, config: Config, lo
  * The stores the people's pages use in place of the database: sessions, sign-in, the user directory,
  * Slack's, and the audit log as compliance reads it.
  */
-function pageStores(knex: Knex, audit: AuditLog, config: Config) {
+function pageStores(knex: Knex, audit: AuditLog, config: Config, roots: HostRoots) {
   return {
     signIn: createSignIn({
       knex,
       audit,
+      roots: () => Promise.resolve(roots),
       limits: { perUser: config.web.login_failures_per_user, perIp: config.web.login_failures_per_ip },
     }),
     auditReader: createAuditReader(knex),
     auditExports: createExportRecords(knex),
-    sessions: createSessionStore(knex, {
-      idleMs: config.web.session_idle_s * 1000,
-      absoluteMs: config.web.session_absolute_s * 1000,
-    }),
+    sessions: createSessionStore(
+      knex,
+      { idleMs: config.web.session_idle_s * 1000, absoluteMs: config.web.session_absolute_s * 1000 },
+      roots.key('session'),
+    ),
     people: createUserDirectory(knex),
     slackStore: createSlackStore(knex),
   };
 }
 
 /** A cluster is one server (docs/cluster.md): one signing key, one leader for periodic work, one event bus. */
-async function joinCluster(db: Database, audit: AuditLog, config: Config, log: Logger, closers: Closers) {
-  const checkpoints = await checkpointDeps(db.knex, audit, config, log);
+async function joinCluster(
+  opts: { db: Database; audit: AuditLog; config: Config; log: Logger; opened: OpenedRoots },
+  closers: Closers,
+) {
+  const { db, audit, config, log, opened } = opts;
+  const checkpoints = await checkpointDeps(db.knex, audit, config, log, opened);
   await assertClusterSigningKey(db.knex, checkpoints.signer.public_key);
   const url = config.database_url;
   const bus = url ? await createPgBus(db.knex, url, log) : createLocalBus(log);

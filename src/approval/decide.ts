@@ -25,6 +25,7 @@ import { named } from '../db/knex.ts';
 import { retryingTransaction } from '../db/retry.ts';
 import { agentById } from '../accounts/index.ts';
 import { eligibleApprovers, restrictionOf, whoMayApprove } from './eligible.ts';
+import { sealDecision } from './seal.ts';
 
 export type DecisionRefusal =
   | 'not_found'
@@ -276,13 +277,13 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
   };
   const final = approvers.length >= row.required_approvers;
   const change = final
-    ? {
+    ? await sealed(deps, row, approvers, {
         status: 'approved' as const,
         approval_id: randomUUID(),
         decided_at: now.toISOString(),
         note,
         expires_at: new Date(now.getTime() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
-      }
+      })
     : undefined;
   const step = decisionStep(row.id, before.length, decision, change);
   const notices = change
@@ -353,13 +354,13 @@ async function approve({ deps, trx, row, user, now, note, repeat }: Recording): 
     });
     return { row, refusal: undefined, settled: { row, approvers } };
   }
-  const change = {
+  const change = await sealed(deps, row, approvers, {
     status: 'approved' as const,
     approval_id: randomUUID(),
     decided_at: now,
     note,
     expires_at: new Date(Date.now() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
-  };
+  });
   const update = trx('approval_requests').where({ id: row.id }).update(change);
   const decision = { approvers, decided_by: user.name };
   await changeAndQueue(trx, update, deliveriesFor(deps, 'decided', { ...row, ...change }, decision));
@@ -370,4 +371,15 @@ async function approve({ deps, trx, row, user, now, note, repeat }: Recording): 
     approvers,
   });
   return { row, refusal: undefined, settled: { row: { ...row, ...change }, approvers } };
+}
+
+/** The change that approves `row`, with the MAC of its decision (seal.ts). */
+async function sealed<C extends { approval_id: string; expires_at: string }>(
+  deps: ApprovalDeps,
+  row: RequestRow,
+  approvers: readonly string[],
+  change: C,
+): Promise<C & { decision_mac: string }> {
+  const decided = { approval_id: change.approval_id, approvers, expires_at: change.expires_at };
+  return { ...change, decision_mac: sealDecision(await deps.roots(), row, decided) };
 }

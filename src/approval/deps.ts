@@ -10,6 +10,7 @@ import {
 } from './view.ts';
 import { changeAndQueue, deliveriesFor } from './outbox.ts';
 import type { PolicySource } from './rules/index.ts';
+import type { HostRoots } from '../core/host-roots.ts';
 
 export interface ApprovalDeps {
   knex: Knex;
@@ -32,6 +33,8 @@ export interface ApprovalDeps {
    * runs now on this replica rather than at the runner's next round (server/task-runner.ts).
    */
   onTaskApproved?(): void;
+  /** The host roots (core/host-roots.ts): the key a decision's MAC is made and checked with (seal.ts). */
+  roots(): Promise<HostRoots>;
 }
 
 /**
@@ -87,6 +90,13 @@ export const approverNotEligibleOf = (alias: string) => `(${alias}.status = 'app
 
 /** A select-list item for a query over `approval_requests as r`: whether too few approvers still count. */
 export const APPROVER_NOT_ELIGIBLE_OF_R = `${approverNotEligibleOf('r')} as approver_not_eligible`;
+
+/**
+ * A select-list item: whether the log already holds a write.started of the request `r` (an approval is
+ * used once, whatever its row's status says: a status set back by SQL does not make it unused).
+ */
+export const STARTED_OF_R = `exists (select 1 from audit_events e where e.approval_request_id = r.id::text
+  and e.kind = 'write.started') as started_before`;
 
 /** The approvers column of a row read with APPROVERS_OF_R (json comes back parsed or as text). */
 export function approversColumn(raw: Record<string, unknown>): string[] {

@@ -6,6 +6,7 @@ import {
   APPROVER_DISABLED_OF_R,
   APPROVER_NOT_ELIGIBLE_OF_R,
   APPROVERS_OF_R,
+  STARTED_OF_R,
   approverDisabledOf,
   approverNotEligibleOf,
   approversColumn,
@@ -30,6 +31,8 @@ import { named } from '../db/knex.ts';
 import { retryingTransaction, withRetries } from '../db/retry.ts';
 import { policyChange, policyChanged, reopen, type DraftFacts } from './ruling.ts';
 import { POLICY_UNCHANGED_SQL, type HeldPolicy } from './rules/index.ts';
+import { sealProblem, tamperedDecision } from './seal.ts';
+import type { HostRoots } from '../core/host-roots.ts';
 
 export type RefusalReason =
   | 'missing'
@@ -140,19 +143,22 @@ export async function beginExecution(
     .transaction(async (trx) => {
       const replay = await checkIdempotencyKey(trx, req);
       if (replay) return { row: replay.row, replay: true };
-      const row = await lockApproval(trx, req);
+      const { approvers: _unread, ...row } = await lockApproval(trx, req);
+      const approvers = await approversOf(trx, row.id);
       if (new Date(row.expires_at) <= new Date()) {
         await expireRows(deps, trx, [row]);
         return { refusal: approvalRequired('expired') };
       }
       const mismatch = bindingMismatch(row, req);
       if (mismatch) throw mismatchError(mismatch);
+      // Before anything acts on it as approved (a changed policy reopens it): a decision this server made.
+      refuseUnsealed(await deps.roots(), row, approvers);
       // The policy as stored now, read under this transaction: a replica's copy may be a second old.
       const changed = await policyChange(deps, trx, undefined, row, req);
       if (changed) {
         return { refusal: policyChanged(row, changed, await reopen(deps, trx, row, changed)) };
       }
-      return { row: await markExecuting(deps, trx, row, req), replay: false };
+      return { row: await markExecuting(deps, trx, row, req, approvers), replay: false };
     })
     .catch((err: unknown) => {
       // Two calls racing with one new idempotency key: the loser sees the key's primary key taken.
@@ -177,7 +183,7 @@ async function lockApproval(
   trx: Knex | Knex.Transaction,
   req: ExecutionRequest,
   lock = true,
-): Promise<NamedRequestRow> {
+): Promise<NamedRequestRow & { approvers?: string[] }> {
   const row = isUuid(req.approval_id) ? await loadApproval(trx, req.approval_id, lock) : undefined;
   if (!row) {
     const asRequest = isUuid(req.approval_id)
@@ -192,10 +198,11 @@ async function lockApproval(
   if (row.status === 'rejected') throw approvalRequired('rejected');
   if (row.status === 'expired') throw approvalRequired('expired');
   if (EXECUTED.has(row.status)) throw approvalRequired('consumed');
-  const { approver_disabled, approver_not_eligible, ...request } = row;
+  const { approver_disabled, approver_not_eligible, started_before, approvers, ...request } = row;
+  if (started_before) throw reusedApproval();
   if (approver_disabled) throw approvalRequired('approver_disabled');
   if (approver_not_eligible) throw approvalRequired('approver_not_eligible');
-  return request;
+  return { ...request, approvers };
 }
 
 /**
@@ -209,18 +216,35 @@ async function loadApproval(trx: Knex | Knex.Transaction, approval_id: string, l
       trx.raw(AGENT_NAME_OF_R),
       trx.raw(APPROVER_DISABLED_OF_R),
       trx.raw(APPROVER_NOT_ELIGIBLE_OF_R),
+      trx.raw(STARTED_OF_R),
+      // Read without a lock (a dry run's check), the approvers come with the row.
+      ...(lock ? [] : [trx.raw(APPROVERS_OF_R)]),
     )
     .where('r.approval_id', approval_id)
     .first();
   if (lock) query.forUpdate();
   const raw = (await query) as Record<string, unknown> | undefined;
   if (!raw) return undefined;
-  const approver_disabled = raw.approver_disabled === true;
-  return {
-    ...namedRequestFromDb(raw),
-    approver_disabled,
+  const flags = {
+    approver_disabled: raw.approver_disabled === true,
     approver_not_eligible: raw.approver_not_eligible === true,
+    started_before: raw.started_before === true,
   };
+  return { ...namedRequestFromDb(raw), ...flags, approvers: lock ? undefined : approversColumn(raw) };
+}
+
+/** An approval whose row says approved though the log holds its write.started: set back by SQL. */
+const reusedApproval = () =>
+  new AppError(
+    'TAMPERED',
+    'this approval was already used (the log holds its write.started) though its row says approved',
+    'consumed',
+  );
+
+/** Refuses (TAMPERED) an approval whose decision MAC is missing or does not match (seal.ts). */
+function refuseUnsealed(roots: HostRoots, row: RequestRow, approvers: readonly string[]): void {
+  const problem = sealProblem(roots, row, approvers);
+  if (problem) throw tamperedDecision(problem);
 }
 
 /** What a dry run given an approval_id learns: would a real run with these arguments be accepted? */
@@ -253,6 +277,8 @@ export async function preflightExecution(deps: ApprovalDeps, req: ExecutionReque
     if (new Date(row.expires_at) <= new Date()) return no(approvalRequired('expired'));
     const mismatch = bindingMismatch(row, req);
     if (mismatch) return no(mismatchError(mismatch));
+    const unsealed = sealProblem(await deps.roots(), row, row.approvers ?? []);
+    if (unsealed) return no(tamperedDecision(unsealed));
     const changed = await policyChange(deps, deps.knex, await deps.rules.current(), row, req);
     if (changed) return no(policyChanged(row, changed));
     return { would_execute: true, code: null, reason: null, message: null };
@@ -302,6 +328,7 @@ async function markExecuting(
   trx: Knex.Transaction,
   row: NamedRequestRow,
   req: ExecutionRequest,
+  approvers: string[],
 ): Promise<ExecutingRow> {
   const now = new Date().toISOString();
   const updated = await trx('approval_requests')
@@ -317,7 +344,6 @@ async function markExecuting(
       approval_request_id: row.id,
     });
   }
-  const approvers = await approversOf(trx, row.id);
   await deps.audit.appendIn(trx, startedRow(row, req, approvers));
   return {
     ...row,
@@ -352,6 +378,7 @@ export async function readApproval(deps: ApprovalDeps, approval_id: string): Pro
       deps.knex.raw(APPROVERS_OF_R),
       deps.knex.raw(APPROVER_DISABLED_OF_R),
       deps.knex.raw(APPROVER_NOT_ELIGIBLE_OF_R),
+      deps.knex.raw(STARTED_OF_R),
     )
     .where('r.approval_id', approval_id)
     .first();
@@ -378,11 +405,13 @@ async function beginAtOnce(
   if (row.agent_id !== req.agent.id || row.status !== 'approved' || new Date(row.expires_at) <= now) return;
   if (raw.approver_disabled === true || raw.approver_not_eligible === true || bindingMismatch(row, req))
     return undefined;
+  // A decision this server did not make, or an approval already used: the transaction refuses it.
+  const approvers = approversColumn(raw);
+  if (raw.started_before === true || sealProblem(await deps.roots(), row, approvers)) return undefined;
   // Bound to another policy version: the locking transaction decides whether the new one asks more.
   if (row.policy_version !== policy.version) return undefined;
   // The calling agent's own request: its name is the one the call carries.
   const named = { ...row, agent_name: req.agent.name };
-  const approvers = approversColumn(raw);
   const started = {
     status: 'executing' as const,
     execution_started_at: now.toISOString(),

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { sealDecision } from './seal.ts';
 import type { Agent } from '../core/identity.ts';
 import { refuseOtherContent } from './execute.ts';
 import {
@@ -172,7 +173,17 @@ async function allowWithoutReview(
 ): Promise<{ view: ApprovalView; created: boolean }> {
   const expires = new Date(Date.parse(pending.created_at) + deps.config.approval.execute_ttl_s * 1000);
   const created = { ...pending, status: 'approved' as const, expires_at: expires.toISOString() };
-  const decided = { approval_id: randomUUID(), note: reason, decided_at: pending.created_at };
+  const approval_id = randomUUID();
+  const decision_mac = sealDecision(
+    await deps.roots(),
+    { ...created, agent_id: draft.agent.id },
+    {
+      approval_id,
+      approvers: [],
+      expires_at: created.expires_at,
+    },
+  );
+  const decided = { approval_id, note: reason, decided_at: pending.created_at, decision_mac };
   const actor = `policy:${pending.policy_rule}`;
   try {
     await retryingTransaction(deps.knex, async (trx) => {

@@ -5,6 +5,7 @@ import type { Agent } from '../core/identity.ts';
 import { randomUUID } from 'node:crypto';
 import { approversOf, expireRows, requestFacts, type ApprovalDeps } from './deps.ts';
 import { eligibleApprovers, restrictionOf } from './eligible.ts';
+import { sealDecision } from './seal.ts';
 import {
   asksMore,
   type CompiledPolicy,
@@ -170,11 +171,18 @@ async function approveIfCounted(
   const counted = restriction ? await eligibleApprovers(trx, restriction, approvers) : approvers;
   if (row.required_approvers <= 0 || counted.length < row.required_approvers) return { status: 'pending' };
   const now = new Date();
+  const decided = {
+    approval_id: randomUUID(),
+    approvers,
+    expires_at: new Date(now.getTime() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
+  };
+  // Sealed like a chair's decision (seal.ts): execution refuses an approval without the host's MAC.
   const change = {
     status: 'approved' as const,
-    approval_id: randomUUID(),
+    approval_id: decided.approval_id,
     decided_at: now.toISOString(),
-    expires_at: new Date(now.getTime() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
+    expires_at: decided.expires_at,
+    decision_mac: sealDecision(await deps.roots(), row, decided),
   };
   await trx('approval_requests').where({ id: row.id, status: 'pending' }).update(change);
   await deps.audit.appendIn(trx, {

@@ -123,6 +123,8 @@ export const RequestRow = z.object({
   execution_error: z.string().nullable(),
   /** The connector the execution went to; null before execution and on rows executed before it was recorded. */
   execution_source: z.string().nullable(),
+  /** The server's MAC over the binding and the decision (seal.ts); null until approved. */
+  decision_mac: z.string().nullable().default(null),
 });
 export type RequestRow = z.output<typeof RequestRow>;
 

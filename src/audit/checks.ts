@@ -5,6 +5,7 @@ import { verifyDatabaseAnchors, type AnchorOptions } from './anchors/verify-anch
 import { checkpointDeps, verifyDatabase, type DatabaseReport } from './context.ts';
 import { exportToFile, type ExportFileRequest, type ExportFileResult } from './export-file.ts';
 import type { AuditLog } from './log.ts';
+import { readHostRoots } from '../core/host-roots.ts';
 
 /** What an operator asks of the whole log: a signed export to a file, and the checks of the live table. */
 export interface AuditChecks {
@@ -20,6 +21,8 @@ export function createAuditChecks(knex: Knex, audit: AuditLog, config: Config): 
   return {
     exportToFile: async (req) => exportToFile(await checkpointDeps(knex, audit, config), req),
     verify: (keys) => verifyDatabase(knex, keys, config),
-    verifyAnchors: (opts) => verifyDatabaseAnchors(knex, opts),
+    // Anchors are matched by the origin the host pins: a database that renamed its log disarms none.
+    verifyAnchors: (opts) =>
+      verifyDatabaseAnchors(knex, { ...opts, origin: readHostRoots(config.secrets.host_roots_path)?.origin }),
   };
 }

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Knex } from 'knex';
@@ -6,7 +5,9 @@ import { configError, type Config } from '../config.ts';
 import type { Logger } from '../log.ts';
 import { createAnchorer } from './anchors/index.ts';
 import { createSignedHeadGuard } from './signed-head.ts';
-import { sharedValue, recordedValue } from '../db/settings.ts';
+import { recordedValue } from '../db/settings.ts';
+import { openHostRoots, type OpenedRoots } from '../db/host-roots.ts';
+import { readHostRoots } from '../core/host-roots.ts';
 import {
   describeTail,
   trustOf,
@@ -35,8 +36,12 @@ export async function checkpointDeps(
   audit: AuditLog,
   config: Config,
   log?: Logger,
+  opened?: OpenedRoots,
 ): Promise<CheckpointDeps> {
-  const origin = await sharedValue(knex, 'audit_origin', () => `countersign:${randomUUID()}`);
+  const { roots, databaseOrigin } =
+    opened ?? (await openHostRoots(knex, config.secrets.host_roots_path, log));
+  // The log is the one the host pins, whatever the database says (a different value is TAMPERED).
+  const origin = roots.origin;
   const { witness_dir: witnessDir, tsa_cert_path: certPath } = config.audit.anchors;
   if (witnessDir) {
     try {
@@ -54,7 +59,10 @@ export async function checkpointDeps(
     audit,
     origin,
     signer: loadSigner(config.data_dir, config.audit.signing_key_path),
-    guard: createSignedHeadGuard({ dataDir: config.data_dir, origin, witnessDir, log }),
+    guard: createSignedHeadGuard({
+      ...{ dataDir: config.data_dir, origin, databaseOrigin, witnessDir, log },
+      appended: () => audit.appended(),
+    }),
     anchor: createAnchorer(knex, config.audit.anchors, log),
   };
 }
@@ -89,11 +97,15 @@ export async function verifyDatabase(
   publicKeyPems: readonly string[] = [],
   config?: Config,
 ): Promise<DatabaseReport> {
+  // The host's own key and origin first: the database's record of either is only a fallback, since
+  // whoever holds the database can replace it.
   const key =
     publicKeyPems.length > 0
       ? publicKeyPems
-      : ((await recordedValue(knex, 'audit_signing_public_key')) ?? (config && configuredPublicKey(config)));
-  const origin = await recordedValue(knex, 'audit_origin');
+      : ((config && configuredPublicKey(config)) ?? (await recordedValue(knex, 'audit_signing_public_key')));
+  const recordedOrigin = await recordedValue(knex, 'audit_origin');
+  const pinned = config && readHostRoots(config.secrets.host_roots_path)?.origin;
+  const origin = pinned ?? recordedOrigin;
   const trust = key ? trustOf(key, origin) : undefined;
   const stored = await listCheckpoints(knex);
   const verifier = new ChainVerifier(undefined, trust);
@@ -125,6 +137,9 @@ export async function verifyDatabase(
     } else if (unrecorded) {
       badCheckpoint ??= `checkpoint at seq ${unrecorded.seq}: row ${unrecorded.seq + 1}, which recorded it in the chain, is missing (rows were deleted)`;
     }
+  }
+  if (pinned !== undefined && recordedOrigin !== undefined && recordedOrigin !== pinned) {
+    badCheckpoint ??= `the database names the log ${recordedOrigin}, the host roots pin ${pinned}: the stored origin was changed`;
   }
   if (!trust && stored.length + (verifier.checkpoints?.count ?? 0) > 0) {
     badCheckpoint ??= 'no public key to check the checkpoints with: give --pubkey';

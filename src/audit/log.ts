@@ -83,6 +83,34 @@ export interface AuditLog {
   drain(): Promise<void>;
   /** The seq of the newest committed row (0 for an empty log), as the database has it now. */
   headSeq(): Promise<number>;
+  /**
+   * What this process remembers having appended: the newest row it committed (the highest audit_seq it
+   * answered with), and the first contradiction found when it read the chain's head under the lock —
+   * a head before that row (`rows_deleted`) or another row at its seq (`head_mismatch`).
+   */
+  appended(): { committed?: ChainHead; contradiction?: HeadContradiction };
+}
+
+export interface HeadContradiction {
+  reason: 'rows_deleted' | 'head_mismatch';
+  seq: number;
+  detail: string;
+}
+
+/** How the head read under the lock contradicts the newest row this process committed, if it does. */
+function contradicts(found: ChainHead | undefined, committed: ChainHead): HeadContradiction | undefined {
+  if (!found || found.seq < committed.seq) {
+    const end = found?.seq ?? 0;
+    const detail = `the log ends at seq ${end}, before row ${committed.seq} this replica appended and answered with`;
+    return { reason: 'rows_deleted', seq: committed.seq, detail };
+  }
+  if (found.seq === committed.seq && found.hash !== committed.hash)
+    return {
+      reason: 'head_mismatch',
+      seq: committed.seq,
+      detail: `row ${committed.seq} is not the row this replica appended`,
+    };
+  return undefined;
 }
 
 /**
@@ -324,8 +352,14 @@ async function lockedHead(trx: Knex.Transaction): Promise<ChainHead | undefined>
 }
 
 /** Chains and inserts `inputs` in `trx`, after taking the advisory lock that serialises every append. */
-async function appendRows(trx: Knex.Transaction, inputs: AuditInput[]): Promise<AuditRow[]> {
-  const rows = chainRows(await lockedHead(trx), inputs);
+async function appendRows(
+  trx: Knex.Transaction,
+  inputs: AuditInput[],
+  sawHead: (head: ChainHead | undefined) => void,
+): Promise<AuditRow[]> {
+  const head = await lockedHead(trx);
+  sawHead(head);
+  const rows = chainRows(head, inputs);
   await trx.raw(INSERT_ROWS, [JSON.stringify(rows)]);
   return rows;
 }
@@ -349,6 +383,31 @@ function announce(batch: Pending[], rows: AuditRow[]): void {
 }
 
 /**
+ * What one process remembers of its appends (AuditLog.appended): the newest row it committed, kept
+ * through errors (unlike the head the one-statement append extends), and the first contradiction met
+ * when the head was read under the lock — read there anyway, so the check costs no statement.
+ */
+const noop = () => {};
+
+function appendMemory() {
+  let committed: ChainHead | undefined;
+  let contradiction: HeadContradiction | undefined;
+  return {
+    didCommit<H extends ChainHead | undefined>(row: H): H {
+      if (row && (!committed || committed.seq < row.seq)) committed = { seq: row.seq, hash: row.hash };
+      return row;
+    },
+    sawHead(found: ChainHead | undefined) {
+      if (committed) contradiction ??= contradicts(found, committed);
+    },
+    appended: () => ({
+      ...(committed ? { committed } : {}),
+      ...(contradiction ? { contradiction } : {}),
+    }),
+  };
+}
+
+/**
  * Appends rows to `audit_events`, chaining each to the previous one.
  *
  * Rows queued while a batch is being written go out together in the next batch, under one
@@ -364,6 +423,7 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
   let head: ChainHead | undefined;
   /** The one-statement appends' connection, kept while they follow each other (keptConnection). */
   const statements = keptConnection(knex);
+  const { sawHead, didCommit, appended } = appendMemory();
 
   async function writeBatch(batch: Pending[]): Promise<AuditRow[]> {
     const inputs = batch.map((p) => p.input);
@@ -373,7 +433,7 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
       announce(batch, rows);
       if (await appended) return rows;
     }
-    return retryingTransaction(knex, (trx) => appendRows(trx, inputs));
+    return retryingTransaction(knex, (trx) => appendRows(trx, inputs, sawHead));
   }
 
   async function flush(): Promise<void> {
@@ -383,7 +443,7 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
       const next = queue[0]!;
       if ('change' in next) {
         queue = queue.slice(1);
-        head = await writeChange(statements, head, next);
+        head = didCommit(await writeChange(statements, head, next));
         continue;
       }
       const end = queue.findIndex((p, i) => i >= maxBatch || 'change' in p);
@@ -392,7 +452,7 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
       try {
         const rows = await writeBatch(batch);
         const last = rows.at(-1)!;
-        head = { seq: last.seq, hash: last.hash };
+        head = didCommit({ seq: last.seq, hash: last.hash });
         batch.forEach((p, i) => p.resolve(rows[i]!));
       } catch (err) {
         head = undefined;
@@ -424,19 +484,16 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
       });
     },
     async appendIn(trx, ...inputs) {
-      const rows = await appendRows(trx, inputs).catch((err: unknown) => {
+      const rows = await appendRows(trx, inputs, sawHead).catch((err: unknown) => {
         throw explained(err);
       });
       // Once the transaction commits, its last row is the head the next batch can extend in one
       // statement. Only a hint: appendAfter inserts only after a head row that exists, and the primary
       // key refuses a stale one.
       const last = rows.at(-1)!;
-      trx.executionPromise.then(
-        () => {
-          if (!head || head.seq < last.seq) head = { seq: last.seq, hash: last.hash };
-        },
-        () => {},
-      );
+      trx.executionPromise.then(() => {
+        if (!head || head.seq < last.seq) head = didCommit({ seq: last.seq, hash: last.hash });
+      }, noop);
       return rows;
     },
     async drain() {
@@ -444,5 +501,6 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
       await statements.release();
     },
     headSeq: () => headSeq(knex),
+    appended,
   };
 }

@@ -9,6 +9,7 @@ import { ChainHeadFromDb, type ChainHead } from './chain.ts';
 import type { Checkpoint, SigningGuard } from './checkpoints.ts';
 import type { AuditLog } from './log.ts';
 import { ChainVerifier } from './verify.ts';
+import { recordedValue } from '../db/settings.ts';
 
 /**
  * The last head this process signed, kept outside the database: `<data dir>/audit-signed-head.json`, and
@@ -29,7 +30,8 @@ const SignedHead = z.object({
 type SignedHead = z.infer<typeof SignedHead>;
 
 /** Why a chain contradicts a signed head. */
-export type TamperReason = 'rows_deleted' | 'head_mismatch' | 'chain_broken' | 'signed_head_invalid';
+export type TamperReason =
+  'rows_deleted' | 'head_mismatch' | 'chain_broken' | 'signed_head_invalid' | 'origin_mismatch';
 
 export interface TamperState {
   reason: TamperReason;
@@ -102,12 +104,66 @@ async function linkFrom(
   }
 }
 
-export function createSignedHeadGuard(opts: {
+/** Refuses unless the chain up to `head` still holds each of the heads signed before, at its seq. */
+async function holdsSignedHeads(
+  trx: Knex.Transaction,
+  head: ChainHead,
+  known: readonly SignedHead[],
+  refuse: (reason: TamperReason, seq: number, detail: string) => never,
+): Promise<void> {
+  for (const signed of known) {
+    if (signed.seq > head.seq)
+      refuse(
+        'rows_deleted',
+        signed.seq,
+        `the log ends at seq ${head.seq}, before the head signed at seq ${signed.seq}`,
+      );
+    const row = ChainHeadFromDb.optional().parse(
+      await trx('audit_events').where('seq', signed.seq).select('seq', 'hash').first(),
+    );
+    if (row?.hash !== signed.head_hash)
+      refuse('head_mismatch', signed.seq, `row ${signed.seq} is not the head signed at that seq`);
+  }
+}
+
+/**
+ * Refuses unless the chain up to `head` still holds the newest row this process appended (and answered
+ * an agent with): a contradiction its appends already met, or that row gone or replaced.
+ */
+async function holdsAppended(
+  trx: Knex.Transaction,
+  head: ChainHead,
+  mine: ReturnType<AuditLog['appended']> | undefined,
+  refuse: (reason: TamperReason, seq: number, detail: string) => never,
+): Promise<void> {
+  const found = mine?.contradiction;
+  if (found) refuse(found.reason, found.seq, found.detail);
+  const own = mine?.committed;
+  if (!own) return;
+  const asSigned = { origin: '', seq: own.seq, head_hash: own.hash, ts: '' };
+  await holdsSignedHeads(trx, head, [asSigned], refuse);
+}
+
+/** Why a database naming the log `named` is not the log the host pins; undefined when it is. */
+const otherOrigin = (named: string | undefined, pinned: string) =>
+  named === undefined || named === pinned
+    ? undefined
+    : `the database names the log ${named}, the host roots pin ${pinned}: the stored origin was changed`;
+
+/** What a signed head guard checks against, besides the chain. */
+export interface GuardOptions {
   dataDir: string;
+  /** The origin pinned on the host (host roots): the only one this log is. */
   origin: string;
+  /** The origin the database named at start, when it is not the pinned one. */
+  databaseOrigin?: string;
+  /** What this process appended and any contradiction its appends found (AuditLog.appended). */
+  appended?: AuditLog['appended'];
   witnessDir?: string;
   log?: Logger;
-}): SignedHeadGuard {
+}
+
+export function createSignedHeadGuard(opts: GuardOptions): SignedHeadGuard {
   const file = path.join(opts.dataDir, SIGNED_HEAD_FILE);
   let state: TamperState | undefined;
   /** A refusal whose audit row is not yet written. */
@@ -122,7 +178,7 @@ export function createSignedHeadGuard(opts: {
     return witnessed;
   };
 
-  function refuse(reason: TamperReason, seq: number, detail: string): never {
+  function note(reason: TamperReason, seq: number, detail: string): void {
     const found: TamperState = { reason, seq, detail, since: new Date().toISOString() };
     const key = `${reason}:${seq}`;
     if (!recorded.has(key)) {
@@ -131,13 +187,34 @@ export function createSignedHeadGuard(opts: {
       opts.log?.error({ reason, seq, detail }, 'audit chain contradicts the last signed head: not signing');
     }
     state ??= found;
+  }
+
+  function refuse(reason: TamperReason, seq: number, detail: string): never {
+    note(reason, seq, detail);
     throw new AppError('TAMPERED', `not signing: ${detail}`, reason, { details: { seq } });
   }
 
+  /** A contradiction this process's appends met (rows it answered with gone), noted as soon as known. */
+  const noteAppended = () => {
+    const found = state ? undefined : opts.appended?.().contradiction;
+    if (found) note(found.reason, found.seq, found.detail);
+  };
+
+  // A database that names another origin than the host's was changed behind the server's back: its
+  // chain is never signed, and no anchor is set aside as "another log's" because of it. Known from the
+  // start (health reports it); the refusal itself comes with the first signature.
+  const otherLog = otherOrigin(opts.databaseOrigin, opts.origin);
+  if (otherLog) note('origin_mismatch', 0, otherLog);
+
   return {
-    tampered: () => state,
+    tampered: () => {
+      noteAppended();
+      return state;
+    },
 
     async check(trx, head) {
+      const renamed = otherOrigin(await recordedValue(trx, 'audit_origin'), opts.origin);
+      if (renamed) refuse('origin_mismatch', 0, renamed);
       const own = readSignedHead(file);
       // A file that is not a head is not ignored: editing it must not disarm the check.
       if (own === null)
@@ -145,21 +222,10 @@ export function createSignedHeadGuard(opts: {
       const known = [own, witnessHead()]
         .filter((h): h is SignedHead => h !== undefined && h.origin === opts.origin)
         .sort((a, b) => a.seq - b.seq);
-      for (const signed of known) {
-        if (signed.seq > head.seq)
-          refuse(
-            'rows_deleted',
-            signed.seq,
-            `the log ends at seq ${head.seq}, before the head signed at seq ${signed.seq}`,
-          );
-        const row = ChainHeadFromDb.optional().parse(
-          await trx('audit_events').where('seq', signed.seq).select('seq', 'hash').first(),
-        );
-        if (row?.hash !== signed.head_hash)
-          refuse('head_mismatch', signed.seq, `row ${signed.seq} is not the head signed at that seq`);
-      }
+      await holdsSignedHeads(trx, head, known, refuse);
       // A process that has signed before (or a witness that has) only checks the rows since.
       if (known[0]) await linkFrom(trx, known[0], head, refuse);
+      await holdsAppended(trx, head, opts.appended?.(), refuse);
     },
 
     signed(cp: Checkpoint) {

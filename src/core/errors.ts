@@ -16,6 +16,11 @@ export const ErrorCode = z.enum([
   'IDEMPOTENCY_CONFLICT',
   /** A write started (write.started is recorded) and whether it happened is not known: check, never repeat. */
   'OUTCOME_UNKNOWN',
+  /**
+   * What the database holds contradicts what this server made (an approval it did not decide, or one
+   * already used): nothing is executed, signed or trusted on it (docs/audit.md, "Host roots").
+   */
+  'TAMPERED',
   'INTERNAL_ERROR',
 ]);
 export type ErrorCode = z.infer<typeof ErrorCode>;
@@ -33,8 +38,6 @@ export const OperatorCode = z.enum([
   'CONFIG_INVALID',
   /** Something this process needs is held by another (the data directory, the port). */
   'LOCKED',
-  /** The audit chain or a signature does not verify. */
-  'TAMPERED',
   /** The user stopped it (Ctrl-C at a prompt). */
   'INTERRUPTED',
 ]);

@@ -27,6 +27,9 @@ export interface TestServer extends RunningServer {
 export function testEnv(db: TestDatabase, extra: Record<string, string> = {}): Record<string, string> {
   return {
     COUNTERSIGN_DATA_DIR: db.dataDir,
+    // Named, not left to the data directory's default: every replica a suite starts on this database
+    // shares the one host roots file, as an operator's replicas do (README, "Operations").
+    COUNTERSIGN_HOST_ROOTS: path.join(db.dataDir, 'host-roots.json'),
     COUNTERSIGN_PORT: '0',
     LOG_LEVEL: 'silent',
     // Suites make many calls per agent; the rate-limit test sets its own limit.

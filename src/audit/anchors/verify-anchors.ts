@@ -15,6 +15,8 @@ export interface AnchorOptions {
   witnessDir?: string;
   /** How far a token's genTime may lie from its checkpoint's time (audit.anchors.tsa_max_skew_s). */
   tsaMaxSkewS?: number;
+  /** The origin the host roots pin; without it, the one the database records. */
+  origin?: string;
 }
 
 function witnessOf(dir: string | undefined) {
@@ -77,7 +79,7 @@ export async function verifyExportAnchors(
 
 /** Checks the live table against the stored time-stamp tokens and a witness directory. */
 export async function verifyDatabaseAnchors(knex: Knex, opts: AnchorOptions): Promise<AnchorReport> {
-  const origin = await recordedValue(knex, 'audit_origin');
+  const origin = opts.origin ?? (await recordedValue(knex, 'audit_origin'));
   const end = (await knex('audit_events').max({ m: 'seq' }).first()) as { m: unknown } | undefined;
   const endSeq = Number(end?.m ?? 0);
   const anchors: Anchor[] = [];

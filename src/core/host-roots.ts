@@ -1,0 +1,151 @@
+import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { z } from 'zod';
+import { AppError } from './errors.ts';
+
+/**
+ * The host roots: what grants authority or names the log, kept on the host, never in the database
+ * alone (docs/audit.md, "Host roots"). One JSON file (mode 0600) every replica shares: a random master
+ * key, from which each purpose's key is derived (HKDF-SHA256, the purpose as its info), and the audit
+ * log's pinned origin. A database administrator without a shell on the host can read and change every
+ * table, but cannot make a MAC under these keys nor rename the log.
+ */
+const HostRootsFile = z.strictObject({
+  version: z.literal(1),
+  master_key: z.string().regex(/^[A-Za-z0-9_-]{43}$/, 'must be 32 bytes, base64url'),
+  audit_origin: z.string().min(1),
+  created_at: z.string(),
+  /**
+   * What the first start after the upgrade took over from the database, once: the origin (so that the
+   * existing log keeps its identity), the agent token tag key (tokens already issued keep their tag)
+   * and the SHA-256 of every agent token then stored (accepted once each, then stored as a MAC).
+   */
+  adopted: z
+    .strictObject({
+      at: z.string(),
+      origin: z.boolean(),
+      agent_token_tag_key: z.string().optional(),
+      agent_token_hashes: z.array(z.string()).default([]),
+    })
+    .optional(),
+});
+export type HostRootsFile = z.infer<typeof HostRootsFile>;
+
+/** What keys are derived for; each purpose's key is independent of the others. */
+export type KeyPurpose =
+  'decision' | 'session' | 'agent-token' | 'link' | 'cursor' | 'sign-in-attempt' | 'token-tag';
+
+export interface HostRoots {
+  file: string;
+  origin: string;
+  /** The key for one purpose, derived from the master key. */
+  key(purpose: KeyPurpose): Buffer;
+  /** HMAC-SHA256 of `text` under the purpose's key, hex. */
+  mac(purpose: KeyPurpose, text: string): string;
+  /** Whether `mac` is `text`'s MAC under the purpose's key (in constant time). */
+  verify(purpose: KeyPurpose, text: string, mac: string | null | undefined): boolean;
+  /** The token tag key taken over from the database at the upgrade, if one was. */
+  adoptedTokenTagKey?: Buffer;
+  /** SHA-256 hashes of agent tokens stored before bearer secrets were MACs (pinned at the upgrade). */
+  legacyTokenHashes: ReadonlySet<string>;
+}
+
+const refuseFile = (file: string, why: string) =>
+  new AppError(
+    'CONFIG_INVALID',
+    `secrets.host_roots_path: ${file} ${why} (env COUNTERSIGN_HOST_ROOTS)`,
+    'host_roots_invalid',
+  );
+
+/** The file's roots; undefined when there is no file yet. A file that is not host roots stops start-up. */
+export function readHostRoots(file: string): HostRoots | undefined {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw refuseFile(file, `cannot be read (${(err as Error).message})`);
+  }
+  let parsed: HostRootsFile;
+  try {
+    parsed = HostRootsFile.parse(JSON.parse(text));
+  } catch (err) {
+    throw refuseFile(file, `is not a host roots file (${(err as Error).message.slice(0, 200)})`);
+  }
+  return rootsOf(file, parsed);
+}
+
+function rootsOf(file: string, parsed: HostRootsFile): HostRoots {
+  const master = Buffer.from(parsed.master_key, 'base64url');
+  const keys = new Map<KeyPurpose, Buffer>();
+  const key = (purpose: KeyPurpose) => {
+    let k = keys.get(purpose);
+    if (!k) {
+      k = Buffer.from(hkdfSync('sha256', master, Buffer.alloc(0), `countersign/${purpose}`, 32));
+      keys.set(purpose, k);
+    }
+    return k;
+  };
+  const mac = (purpose: KeyPurpose, text: string) =>
+    createHmac('sha256', key(purpose)).update(text).digest('hex');
+  const tagKey = parsed.adopted?.agent_token_tag_key;
+  return {
+    file,
+    origin: parsed.audit_origin,
+    key,
+    mac,
+    verify(purpose, text, given) {
+      if (typeof given !== 'string' || !/^[0-9a-f]{64}$/.test(given)) return false;
+      return timingSafeEqual(Buffer.from(mac(purpose, text), 'hex'), Buffer.from(given, 'hex'));
+    },
+    ...(tagKey ? { adoptedTokenTagKey: Buffer.from(tagKey, 'base64url') } : {}),
+    legacyTokenHashes: new Set(parsed.adopted?.agent_token_hashes ?? []),
+  };
+}
+
+/** What a first start takes over from a database that an earlier version already used. */
+export interface Adoption {
+  origin?: string;
+  agent_token_tag_key?: string;
+  agent_token_hashes: string[];
+}
+
+/**
+ * Creates the host roots file, unless another process (a replica starting at the same moment) made it
+ * first: the file is written aside and linked into place, so it appears whole or not at all, and the
+ * loser reads the winner's. Returns the roots in the file and whether this call made them.
+ */
+export function createHostRoots(
+  file: string,
+  newOrigin: () => string,
+  adoption: Adoption,
+): { roots: HostRoots; created: boolean } {
+  const content: HostRootsFile = {
+    version: 1,
+    master_key: randomBytes(32).toString('base64url'),
+    audit_origin: adoption.origin ?? newOrigin(),
+    created_at: new Date().toISOString(),
+  };
+  const adopted = adoption.origin !== undefined || adoption.agent_token_tag_key !== undefined;
+  if (adopted || adoption.agent_token_hashes.length > 0) {
+    content.adopted = {
+      at: content.created_at,
+      origin: adoption.origin !== undefined,
+      ...(adoption.agent_token_tag_key ? { agent_token_tag_key: adoption.agent_token_tag_key } : {}),
+      agent_token_hashes: adoption.agent_token_hashes,
+    };
+  }
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  const aside = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  fs.writeFileSync(aside, `${JSON.stringify(content, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
+  try {
+    fs.linkSync(aside, file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    return { roots: readHostRoots(file)!, created: false };
+  } finally {
+    fs.rmSync(aside, { force: true });
+  }
+  return { roots: rootsOf(file, content), created: true };
+}
