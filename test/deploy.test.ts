@@ -12,7 +12,7 @@ import { ENV_KEYS } from '../src/config.ts';
  * /healthz. The stack itself runs in scripts/container-smoke.sh.
  */
 
-// The host roots' file, shared by every replica (read by the server once it keeps its roots there).
+// The host roots file, shared by every replica.
 /** Whether countersign reads this variable: a config key or its _FILE form. */
 const known = (name: string) => name in ENV_KEYS || name.replace(/_FILE$/, '') in ENV_KEYS;
 

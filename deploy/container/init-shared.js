@@ -70,9 +70,9 @@ for (;;) {
   }
   await sleep(2000);
 }
-say(
-  fs.existsSync(env.COUNTERSIGN_HOST_ROOTS)
-    ? `host roots in ${env.COUNTERSIGN_HOST_ROOTS}`
-    : `no host roots file at ${env.COUNTERSIGN_HOST_ROOTS} (this version keeps its roots in the database)`,
-);
+if (!fs.existsSync(env.COUNTERSIGN_HOST_ROOTS)) {
+  say(`countersign migrate made no host roots file at ${env.COUNTERSIGN_HOST_ROOTS}`);
+  process.exit(1);
+}
+say(`host roots in ${env.COUNTERSIGN_HOST_ROOTS}`);
 say('migrations applied; the replicas can start');

@@ -23,7 +23,13 @@ export function adminDeps(
   const roots = db.roots ?? lazyHostRoots(knex, config.secrets.host_roots_path);
   return {
     config,
-    migrate: () => migrateLatest(knex),
+    // The host roots are made (or read) here too, as by a first start: a cluster's init step that only
+    // migrates leaves the file for replicas that mount it read-only.
+    migrate: async () => {
+      const applied = await migrateLatest(knex);
+      await roots();
+      return applied;
+    },
     accounts: createAccountAdmin(knex, audit),
     signIn: createSignIn({
       knex,
