@@ -16,6 +16,13 @@ import { freePort } from '../lib/supergateway.ts';
 import { percentile, round, sleep } from '../lib/stats.ts';
 import type { InvariantReport } from './invariants.ts';
 
+/** An approval rule whose pattern a backtracking engine cannot finish on a long text of word characters. */
+const CATASTROPHIC_RULE = {
+  name: 'Plain words pass',
+  when: 'content.text.matches("^(\\\\w+\\\\s?)*$")',
+  then: { allow_without_review: { reason: 'plain words' } },
+};
+
 /**
  * The abuse drill (`npm run drill -- abuse`): the hostile callers and upstreams of docs/reliability.md,
  * one attack after another against one server, while a well-behaved agent searches the directory every
@@ -547,7 +554,14 @@ export async function abuseDrill(
   reniceAll(hostile.pid, 19);
   if ('server' in pinning) pinTo(hostile.pid, pinning.attackers);
   const configFile = path.join(o.dataDir, 'abuse-config.json');
-  fs.writeFileSync(configFile, JSON.stringify({ upstreams: [{ name: 'hostile', url: hostile.url }] }));
+  fs.writeFileSync(
+    configFile,
+    JSON.stringify({
+      upstreams: [{ name: 'hostile', url: hostile.url }],
+      // A rule with a pattern that backtracks catastrophically on JavaScript's engine: rules run on RE2.
+      approval: { rules: { rules: [CATASTROPHIC_RULE] } },
+    }),
+  );
 
   // The attackers' agents, and the people whose sign-ins are attacked.
   const seed = await openDatabase({ url: o.dbUrl, pgliteDir: '', command: 'drill seed' });
@@ -845,6 +859,31 @@ export async function abuseDrill(
       ok: metrics.length < 1_000_000,
       detail: `${metrics.length} bytes`,
     });
+
+    await attack(
+      'catastrophic rule pattern',
+      "a rule matches ^(\\w+\\s?)*$ against 60,000 characters: each draft answered (pending, a chair reviews); the bystander's p99 holds",
+      (until) =>
+        burst(
+          20,
+          4,
+          (i) =>
+            callTool(
+              upstreamClient,
+              'isphere_send_message',
+              { target_type: 'contact', target_id: 'ct_alice', content_text: `${'a'.repeat(60_000)} ${i}!` },
+              30_000,
+            ).then(
+              (r) =>
+                r.envelope.ok
+                  ? String((r.envelope.approval as { status?: string } | undefined)?.status ?? 'ok')
+                  : String((r.envelope.error as { code?: string } | undefined)?.code ?? 'no code'),
+              (err: { data?: { code?: string } }) => err.data?.code ?? 'no code',
+            ),
+          until,
+        ),
+      (a) => Object.keys(a).every((k) => k === 'pending'),
+    );
 
     await attack(
       'catastrophic upstream pattern',
