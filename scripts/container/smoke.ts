@@ -99,7 +99,18 @@ await agent.close();
 
 const file = `/tmp/smoke-export-${Date.now()}.jsonl`;
 podman(['exec', third, 'countersign', 'audit', 'export', '--format', 'jsonl', '-o', file]);
-const verified = podman(['exec', third, 'countersign', 'audit', 'verify', file]);
+// Verified as compliance would: against the fingerprint of the stack's signing key, pinned.
+const fingerprint = podman(['exec', third, 'countersign', 'audit', 'key', '--fingerprint']).trim();
+const verified = podman([
+  'exec',
+  third,
+  'countersign',
+  'audit',
+  'verify',
+  file,
+  '--fingerprint',
+  fingerprint,
+]);
 const exported = podman(['exec', third, 'cat', file]);
 if (!exported.includes(String(approval.approval_id)) || !/"write\.succeeded"/.test(exported)) {
   throw new Error('the export lacks the write');
