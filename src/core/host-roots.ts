@@ -123,7 +123,8 @@ function rootsOf(file: string, parsed: HostRootsFile): HostRoots {
 export interface Adoption {
   origin?: string;
   agent_token_tag_key?: string;
-  agent_token_hashes: string[];
+  /** Absent: this process cannot list them, and leaves the record to the next start that can. */
+  agent_token_hashes?: string[];
 }
 
 /**
@@ -141,7 +142,9 @@ export function createHostRoots(
     master_key: randomBytes(32).toString('base64url'),
     audit_origin: adoption.origin ?? newOrigin(),
     created_at: new Date().toISOString(),
-    agent_tokens: { at: new Date().toISOString(), sha256: adoption.agent_token_hashes },
+    ...(adoption.agent_token_hashes
+      ? { agent_tokens: { at: new Date().toISOString(), sha256: adoption.agent_token_hashes } }
+      : {}),
   };
   if (adoption.origin !== undefined || adoption.agent_token_tag_key !== undefined) {
     content.adopted = {

@@ -30,17 +30,17 @@ export async function openHostRoots(
   if (!roots) {
     const origin = await recordedValue(knex, 'audit_origin');
     const tagKey = await recordedValue(knex, 'agent_token_tag_key');
-    const hashes = (await tokenHashes?.()) ?? [];
+    const hashes = tokenHashes ? await tokenHashes() : undefined;
     const made = createHostRoots(file, () => `countersign:${randomUUID()}`, {
       ...(origin !== undefined ? { origin } : {}),
       ...(tagKey !== undefined ? { agent_token_tag_key: tagKey } : {}),
-      agent_token_hashes: hashes,
+      ...(hashes ? { agent_token_hashes: hashes } : {}),
     });
     roots = made.roots;
     if (made.created) {
       const adopted = origin !== undefined;
       log?.warn(
-        { file, origin: roots.origin, adopted_origin: adopted, adopted_tokens: hashes.length },
+        { file, origin: roots.origin, adopted_origin: adopted, adopted_tokens: hashes?.length },
         adopted
           ? 'host roots created: the audit origin the database held is now pinned on the host'
           : 'host roots created',
@@ -91,7 +91,10 @@ async function withLegacyTokens(
 }
 
 const registered = new WeakMap<object, () => Promise<HostRoots>>();
-const register = (knex: Knex, roots: HostRoots) => registered.set(knex, () => Promise.resolve(roots));
+/** The first roots opened for a database stay its roots (a process opens one file). */
+const register = (knex: Knex, roots: HostRoots) => {
+  if (!registered.has(knex)) registered.set(knex, () => Promise.resolve(roots));
+};
 
 /**
  * The host roots opened for `knex` (by openHostRoots, or lazily by lazyHostRoots): how the stores that
