@@ -71,15 +71,15 @@ export interface AccountAdmin {
 /** Roots a change may need: the host's keys that agent tokens are made and stored under. */
 type Roots = () => Promise<HostRoots>;
 
-function changesIn(trx: Knex.Transaction, audit: AuditLog, roots: Roots): AccountChanges {
+function changesIn(trx: Knex.Transaction, audit: AuditLog, roots: HostRoots): AccountChanges {
   return {
-    createAgent: async (opts) => createAgent(trx, opts, await roots()),
+    createAgent: (opts) => createAgent(trx, opts, roots),
     agentNamedForUpdate: (name) => agentNamedForUpdate(trx, name),
     activeAgentNamed: (name) => activeAgentNamed(trx, name),
     ownerNamed: (name) => ownerNamed(trx, name),
     updateAgent: (name, change) => updateAgent(trx, name, change),
     revokeAgent: (name) => revokeAgent(trx, name),
-    rotateAgentToken: async (name) => rotateAgentToken(trx, name, await roots()),
+    rotateAgentToken: (name) => rotateAgentToken(trx, name, roots),
     countUsers: () => countUsers(trx),
     createUser: (opts) => createUser(trx, opts),
     changeUser: (name, change) => changeUser(trx, name, change),
@@ -98,7 +98,12 @@ export function createAccountAdmin(
   roots: Roots = () => hostRootsOf(knex),
 ): AccountAdmin {
   return {
-    change: (work) => knex.transaction((trx) => work(changesIn(trx, audit, roots))),
+    // The roots are opened before the transaction: opening them the first time reads the database,
+    // which on PGlite (one connection) would wait for the transaction that waits for it.
+    change: async (work) => {
+      const opened = await roots();
+      return knex.transaction((trx) => work(changesIn(trx, audit, opened)));
+    },
     listAgents: () => listAgents(knex),
     listUsers: () => listUsers(knex),
     countAgents: () => countAgents(knex),
