@@ -71,7 +71,7 @@ describeOnPostgres('an agent change made on this replica holds here at once', ()
       {
         knex: db.knex,
         blobs: createBlobStore(path.join(testDb.dataDir, 'blobs')),
-        config: loadConfig({}, testDb.dataDir),
+        config: loadConfig({ COUNTERSIGN_DATA_DIR: testDb.dataDir }, testDb.dataDir),
       },
       { agentChanged: (id) => bus.agentChangedHere(id) },
     );

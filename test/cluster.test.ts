@@ -1,3 +1,4 @@
+import { lazyHostRoots } from '../src/db/host-roots.ts';
 import assert from 'node:assert/strict';
 import { generateKeyPairSync } from 'node:crypto';
 import fs from 'node:fs';
@@ -217,7 +218,9 @@ describeOnPostgres(
       let queries = 0;
       own.knex.on('query', () => queries++);
       try {
-        const auth = createAgentAuth(own.knex, bus);
+        // The replicas' shared host roots file, as a fourth process on this host would read it.
+        const roots = lazyHostRoots(own.knex, env.COUNTERSIGN_HOST_ROOTS!);
+        const auth = createAgentAuth(own.knex, bus, roots);
         const token = tokenOf(await cli(['agent', 'add', 'cached']));
         const profileNow = async () => {
           const res = await auth(token);

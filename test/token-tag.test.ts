@@ -2,9 +2,10 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { createAgentAuth, type Authenticate } from '../src/accounts/agent-cache.ts';
-import { createAgent, hashToken, rotateAgentToken } from '../src/accounts/agents.ts';
+import { createAgent, rotateAgentToken, storedToken } from '../src/accounts/agents.ts';
 import { newTaggedToken, tokenShape, tokenTagKey } from '../src/accounts/token-tag.ts';
 import { createLocalBus, type ClusterBus } from '../src/cluster/bus.ts';
+import { hostRootsOf } from '../src/db/host-roots.ts';
 import type { Database } from '../src/db/knex.ts';
 import { createLogger } from '../src/log.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
@@ -67,7 +68,7 @@ for (const kind of databaseKinds()) {
 
     it('issues tagged tokens, and refuses 200 random ones, tagged-shaped or from before tags, with none', async () => {
       const { agent, token } = await createAgent(db.knex, { name: 'tagged-agent' });
-      assert.equal(tokenShape(await tokenTagKey(db.knex), token), 'tagged');
+      assert.equal(tokenShape(tokenTagKey(await hostRootsOf(db.knex)), token), 'tagged');
       const first = await auth(token);
       assert.ok('agent' in first && !('failure' in first) && first.agent.id === agent.id);
       const queries = await counted(async () => {
@@ -83,13 +84,14 @@ for (const kind of databaseKinds()) {
     });
 
     it('looks a token from before tags up while an active agent holds one, and not once it has rotated', async () => {
-      // An agent as one made before tags was: its token untagged, token_tagged false.
+      // An agent as one made before tags was: its token untagged, token_tagged false (stored as its
+      // MAC, as the first use after the upgrade to MACs leaves it).
       const old = untagged();
       await db.knex('agents').insert({
         id: '00000000-0000-4000-8000-0000000000aa',
         name: 'old-agent',
         profile: 'all',
-        token_hash: hashToken(old),
+        token_hash: storedToken(await hostRootsOf(db.knex), old),
       });
       bus.agentChangedHere('00000000-0000-4000-8000-0000000000aa');
       const found = await auth(old);

@@ -10,6 +10,7 @@ import { createAgent } from '../../src/accounts/agents.ts';
 import { createUser } from '../../src/accounts/users.ts';
 import { fetchUnwarned } from '../../src/core/fetch.ts';
 import { openDatabase } from '../../src/db/knex.ts';
+import { seedHostRoots } from '../lib/database.ts';
 import { statusMb } from '../lib/proc.ts';
 import { callTool, connect, ROOT, spawnCountersign, spawnNode, type Child } from '../lib/server.ts';
 import { freePort } from '../lib/supergateway.ts';
@@ -565,6 +566,7 @@ export async function abuseDrill(
 
   // The attackers' agents, and the people whose sign-ins are attacked.
   const seed = await openDatabase({ url: o.dbUrl, pgliteDir: '', command: 'drill seed' });
+  seedHostRoots(seed.knex, o.dataDir);
   const limited = await createAgent(seed.knex, { name: 'flooder', rate_limit_per_min: 60 });
   const caller = await createAgent(seed.knex, { name: 'upstream-caller' });
   const streamer = await createAgent(seed.knex, { name: 'streamer' });

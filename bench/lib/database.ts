@@ -5,7 +5,10 @@ import { demoData } from '../../src/connectors/local/demo.ts';
 import { importData } from '../../src/connectors/local/import.ts';
 import { openDatabase } from '../../src/db/knex.ts';
 import { migrateLatest } from '../../src/db/migrations.ts';
-import { createAgent } from '../../src/accounts/agents.ts';
+import { createAgent, storedTokenHashes } from '../../src/accounts/agents.ts';
+import { HOST_ROOTS_FILE } from '../../src/config.ts';
+import { lazyHostRoots } from '../../src/db/host-roots.ts';
+import type { Knex } from 'knex';
 import { createUser } from '../../src/accounts/users.ts';
 
 export const DEFAULT_ADMIN_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -65,6 +68,14 @@ export interface Seeded {
 }
 
 /**
+ * The host roots the servers on `dataDir` will read (its default file), opened for `knex`: agents
+ * created through it get tokens those servers accept.
+ */
+export function seedHostRoots(knex: Knex, dataDir: string): void {
+  lazyHostRoots(knex, `${dataDir}/${HOST_ROOTS_FILE}`, undefined, () => storedTokenHashes(knex));
+}
+
+/**
  * Migrates `url`, loads the demo directory plus `contacts` more, and creates one agent (rate limit off)
  * and one chair. Everything a benchmark or a drill needs before servers start.
  */
@@ -72,6 +83,7 @@ export async function seedDatabase(url: string, dataDir: string, contacts = 2000
   const db = await openDatabase({ url, pgliteDir: '', command: 'bench seed' });
   try {
     await migrateLatest(db.knex);
+    seedHostRoots(db.knex, dataDir);
     const blobs = createBlobStore(`${dataDir}/blobs`);
     const demo = demoData();
     await importData(db.knex, blobs, {

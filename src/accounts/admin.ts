@@ -1,5 +1,7 @@
 import type { Knex } from 'knex';
 import type { AuditInput, AuditLog } from '../audit/index.ts';
+import type { HostRoots } from '../core/host-roots.ts';
+import { hostRootsOf } from '../db/host-roots.ts';
 import { writeSetting } from '../db/settings.ts';
 import {
   activeAgentNamed,
@@ -66,15 +68,18 @@ export interface AccountAdmin {
   activeAgentNamed: (name: string) => ReturnType<typeof activeAgentNamed>;
 }
 
-function changesIn(trx: Knex.Transaction, audit: AuditLog): AccountChanges {
+/** Roots a change may need: the host's keys that agent tokens are made and stored under. */
+type Roots = () => Promise<HostRoots>;
+
+function changesIn(trx: Knex.Transaction, audit: AuditLog, roots: HostRoots): AccountChanges {
   return {
-    createAgent: (opts) => createAgent(trx, opts),
+    createAgent: (opts) => createAgent(trx, opts, roots),
     agentNamedForUpdate: (name) => agentNamedForUpdate(trx, name),
     activeAgentNamed: (name) => activeAgentNamed(trx, name),
     ownerNamed: (name) => ownerNamed(trx, name),
     updateAgent: (name, change) => updateAgent(trx, name, change),
     revokeAgent: (name) => revokeAgent(trx, name),
-    rotateAgentToken: (name) => rotateAgentToken(trx, name),
+    rotateAgentToken: (name) => rotateAgentToken(trx, name, roots),
     countUsers: () => countUsers(trx),
     createUser: (opts) => createUser(trx, opts),
     changeUser: (name, change) => changeUser(trx, name, change),
@@ -87,9 +92,18 @@ function changesIn(trx: Knex.Transaction, audit: AuditLog): AccountChanges {
   };
 }
 
-export function createAccountAdmin(knex: Knex, audit: AuditLog): AccountAdmin {
+export function createAccountAdmin(
+  knex: Knex,
+  audit: AuditLog,
+  roots: Roots = () => hostRootsOf(knex),
+): AccountAdmin {
   return {
-    change: (work) => knex.transaction((trx) => work(changesIn(trx, audit))),
+    // The roots are opened before the transaction: opening them the first time reads the database,
+    // which on PGlite (one connection) would wait for the transaction that waits for it.
+    change: async (work) => {
+      const opened = await roots();
+      return knex.transaction((trx) => work(changesIn(trx, audit, opened)));
+    },
     listAgents: () => listAgents(knex),
     listUsers: () => listUsers(knex),
     countAgents: () => countAgents(knex),

@@ -1,7 +1,9 @@
 import type { Knex } from 'knex';
 import type { ClusterBus } from '../cluster/bus.ts';
 import { anyUntaggedToken, authenticate, hashToken } from './agents.ts';
-import { tokenShape, tokenTagKey } from './token-tag.ts';
+import { tokenShape, tokenTagKeys } from './token-tag.ts';
+import type { HostRoots } from '../core/host-roots.ts';
+import { hostRootsOf } from '../db/host-roots.ts';
 import { findAgentByName, type OAuthFailure, type OAuthVerifier } from './oauth.ts';
 import { type Agent } from '../core/identity.ts';
 
@@ -65,8 +67,8 @@ const UNTAGGED_RECHECK_MS = 60_000;
  * from the database once, and again after an agent changes or a minute: it can only go from yes to no
  * (every token issued now is tagged), so a stale answer costs a query, never a refusal.
  */
-function tokenScreen(knex: Knex, bus: ClusterBus) {
-  let key: Promise<Buffer> | undefined;
+function tokenScreen(knex: Knex, bus: ClusterBus, roots: () => Promise<HostRoots>) {
+  let keys: Promise<Buffer[]> | undefined;
   let untagged: { any: Promise<boolean>; at: number } | undefined;
   bus.onAgentChanged(() => (untagged = undefined));
   const retried = <T>(p: Promise<T>, forget: () => void) =>
@@ -75,8 +77,8 @@ function tokenScreen(knex: Knex, bus: ClusterBus) {
       throw err;
     });
   return async (token: string): Promise<boolean> => {
-    key ??= retried(tokenTagKey(knex), () => (key = undefined));
-    const shape = tokenShape(await key, token);
+    keys ??= retried(roots().then(tokenTagKeys), () => (keys = undefined));
+    const shape = tokenShape(await keys, token);
     if (shape !== 'untagged') return shape === 'tagged';
     if (!untagged || performance.now() - untagged.at > UNTAGGED_RECHECK_MS)
       untagged = {
@@ -87,15 +89,24 @@ function tokenScreen(knex: Knex, bus: ClusterBus) {
   };
 }
 
-/** Static agent tokens, cached by their hash; one that cannot be an agent's is refused with no query. */
-export function createAgentAuth(knex: Knex, bus: ClusterBus): Authenticate {
+/**
+ * Static agent tokens, cached by their SHA-256 (in memory only); one that cannot be an agent's is
+ * refused with no query. `roots` are the host's keys (by default those opened for `knex`).
+ */
+export function createAgentAuth(
+  knex: Knex,
+  bus: ClusterBus,
+  roots: () => Promise<HostRoots> = () => hostRootsOf(knex),
+): Authenticate {
   const cached = agentCache(bus);
-  const mayBeAgents = tokenScreen(knex, bus);
+  const mayBeAgents = tokenScreen(knex, bus, roots);
   return async (token) => {
     if (!token) return authenticate(knex, token);
-    // Screened on a miss only: a cached agent's calls pay no HMAC.
+    // Screened and MAC'd on a miss only: a cached agent's calls pay no HMAC.
     return cached(hashToken(token), async () =>
-      (await mayBeAgents(token)) ? authenticate(knex, token) : { failure: 'unknown_token' as const },
+      (await mayBeAgents(token))
+        ? authenticate(knex, token, await roots())
+        : { failure: 'unknown_token' as const },
     );
   };
 }

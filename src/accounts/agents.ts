@@ -3,16 +3,29 @@ import type { Knex } from 'knex';
 import { toCount } from '../db/knex.ts';
 import { AppError } from '../core/errors.ts';
 import { AgentName, type Agent } from '../core/identity.ts';
+import type { HostRoots } from '../core/host-roots.ts';
+import { hostRootsOf } from '../db/host-roots.ts';
 import { newTaggedToken, tokenTagKey } from './token-tag.ts';
 
 /** An agent token: 256 random bits, recognisable by its prefix, with its tag (token-tag.ts). */
-const newToken = async (knex: Knex | Knex.Transaction) => newTaggedToken(await tokenTagKey(knex));
+const newToken = (roots: HostRoots) => newTaggedToken(tokenTagKey(roots));
 
 /**
- * Tokens carry 256 random bits; only their SHA-256 is stored, so a plain hash is enough. One call, no
- * Hash object: every request on HTTP hashes its token to find its agent.
+ * A token's SHA-256: how tokens were stored before they were MACs (and the key of the per-replica
+ * cache). One call, no Hash object.
  */
 export const hashToken = (token: string) => hash('sha256', token, 'hex');
+
+/**
+ * What agents.token_hash holds: the token's HMAC-SHA256 under the host roots' agent-token key. A row
+ * inserted, or a token_hash set, by whoever administers the database matches no token they can present:
+ * they cannot make the MAC without the host's key (docs/identity.md, "Agent tokens").
+ */
+export const storedToken = (roots: HostRoots, token: string) => roots.mac('agent-token', token);
+
+/** The roots given, else those opened for `knex` (the host's keys: db/host-roots.ts). */
+const rootsFor = async (knex: Knex | Knex.Transaction, roots: HostRoots | undefined) =>
+  roots ?? (await hostRootsOf(knex));
 
 export type AuthFailure = 'missing_token' | 'unknown_token' | 'revoked_token';
 
@@ -33,10 +46,12 @@ export async function ownerNamed(knex: Knex, name: string): Promise<{ id: string
 export async function createAgent(
   knex: Knex,
   opts: { name: string; profile?: string; owner?: string | null; rate_limit_per_min?: number | null },
+  hostRoots?: HostRoots,
 ): Promise<{ agent: Agent; token: string; owner: string | null }> {
   const name = AgentName.parse(opts.name);
+  const roots = await rootsFor(knex, hostRoots);
   const owner = opts.owner ? await ownerNamed(knex, opts.owner) : undefined;
-  const token = await newToken(knex);
+  const token = newToken(roots);
   const agent: Agent = {
     id: randomUUID(),
     name,
@@ -45,7 +60,7 @@ export async function createAgent(
     rate_limit_per_min: opts.rate_limit_per_min ?? null,
   };
   const inserted = await knex('agents')
-    .insert({ ...agent, token_hash: hashToken(token), token_tagged: true })
+    .insert({ ...agent, token_hash: storedToken(roots, token), token_tagged: true })
     .onConflict('name')
     .ignore()
     .returning('id');
@@ -96,19 +111,21 @@ export async function revokeAgent(knex: Knex, name: string): Promise<boolean> {
 }
 
 /**
- * A new token for an active agent, stored as its hash in place of the old one: the old token is refused
+ * A new token for an active agent, stored as its MAC in place of the old one: the old token is refused
  * from the moment this commits (on every replica: the agents trigger announces the change). Undefined
  * when no active agent has the name.
  */
 export async function rotateAgentToken(
   knex: Knex | Knex.Transaction,
   name: string,
+  hostRoots?: HostRoots,
 ): Promise<{ agent_id: string; token: string } | undefined> {
-  const token = await newToken(knex);
+  const roots = await rootsFor(knex, hostRoots);
+  const token = newToken(roots);
   const [row] = (await knex('agents')
     .where({ name })
     .whereNull('revoked_at')
-    .update({ token_hash: hashToken(token), token_tagged: true })
+    .update({ token_hash: storedToken(roots, token), token_tagged: true })
     .returning('id')) as { id: string }[];
   return row && { agent_id: row.id, token };
 }
@@ -140,12 +157,39 @@ export async function anyUntaggedToken(knex: Knex): Promise<boolean> {
   return row !== undefined;
 }
 
+/** The token hashes of the active agents: what the host roots record at the upgrade to MACs. */
+export async function storedTokenHashes(knex: Knex): Promise<string[]> {
+  const rows = (await knex('agents').whereNull('revoked_at').select('token_hash')) as {
+    token_hash: string;
+  }[];
+  return rows.map((r) => r.token_hash);
+}
+
+/**
+ * A token stored as its SHA-256 before tokens were MACs: found only if the host roots recorded that
+ * hash at the upgrade (a SHA-256 written in later by SQL is not), and stored as its MAC on this first
+ * use, so that it is looked up as every other token from then on.
+ */
+async function legacyRow(knex: Knex, roots: HostRoots, token: string) {
+  const sha256 = hashToken(token);
+  if (!roots.legacyTokenHashes.has(sha256)) return undefined;
+  const row = await agentRow(knex, 'token_hash', sha256);
+  if (row && !row.revoked)
+    await knex('agents')
+      .where({ id: row.agent.id, token_hash: sha256 })
+      .update({ token_hash: storedToken(roots, token) });
+  return row;
+}
+
 export async function authenticate(
   knex: Knex,
   token: string | undefined,
+  hostRoots?: HostRoots,
 ): Promise<{ agent: Agent } | { failure: AuthFailure; agent?: Agent }> {
   if (!token) return { failure: 'missing_token' };
-  const row = await agentRow(knex, 'token_hash', hashToken(token));
+  const roots = await rootsFor(knex, hostRoots);
+  const row =
+    (await agentRow(knex, 'token_hash', storedToken(roots, token))) ?? (await legacyRow(knex, roots, token));
   if (!row) return { failure: 'unknown_token' };
   return row.revoked ? { failure: 'revoked_token', agent: row.agent } : { agent: row.agent };
 }

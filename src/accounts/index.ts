@@ -10,6 +10,7 @@ export {
   ownerNamed,
   revokeAgent,
   rotateAgentToken,
+  storedTokenHashes,
   updateAgent,
   type AuthFailure,
 } from './agents.ts';

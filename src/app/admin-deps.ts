@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { AdminDeps } from '../admin/commands.ts';
-import { createAccountAdmin, createSignIn } from '../accounts/index.ts';
+import { createAccountAdmin, createSignIn, storedTokenHashes } from '../accounts/index.ts';
 import { createApprovals } from '../approval/index.ts';
 import { createAuditChecks, createAuditLog, type AuditLog } from '../audit/index.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
@@ -20,7 +20,8 @@ export function adminDeps(
 ): AdminDeps {
   const { knex, config } = db;
   const audit = db.audit ?? createAuditLog(knex);
-  const roots = db.roots ?? lazyHostRoots(knex, config.secrets.host_roots_path);
+  const roots =
+    db.roots ?? lazyHostRoots(knex, config.secrets.host_roots_path, undefined, () => storedTokenHashes(knex));
   return {
     config,
     // The host roots are made (or read) here too, as by a first start: a cluster's init step that only
@@ -30,7 +31,7 @@ export function adminDeps(
       await roots();
       return applied;
     },
-    accounts: createAccountAdmin(knex, audit),
+    accounts: createAccountAdmin(knex, audit, roots),
     signIn: createSignIn({
       knex,
       audit,

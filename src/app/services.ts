@@ -49,6 +49,7 @@ import { createLeadership, soleLeader, type Leadership } from '../cluster/leader
 import { assertClusterSigningKey } from '../cluster/signing-key.ts';
 import {
   createAgentAuth,
+  storedTokenHashes,
   createAgentMemory,
   createSessionStore,
   type SessionStore,
@@ -258,7 +259,8 @@ async function startAdmin(deps: AdminDeps, log: Logger) {
 async function openStorage(config: Config, log: Logger, command: string) {
   const db = await openMigrated(config, log, command);
   try {
-    return { db, opened: await openHostRoots(db.knex, config.secrets.host_roots_path, log) };
+    const tokenHashes = () => storedTokenHashes(db.knex);
+    return { db, opened: await openHostRoots(db.knex, config.secrets.host_roots_path, log, tokenHashes) };
   } catch (err) {
     await db.close();
     throw err;

@@ -29,6 +29,13 @@ const HostRootsFile = z.strictObject({
       agent_token_hashes: z.array(z.string()).default([]),
     })
     .optional(),
+  /**
+   * The SHA-256 of every active agent's token when agent tokens became MACs (written once, by the
+   * first start that found it missing): a stored SHA-256 is accepted only if it is one of these.
+   */
+  agent_tokens: z
+    .strictObject({ at: z.string(), sha256: z.array(z.string()), tag_key: z.string().optional() })
+    .optional(),
 });
 export type HostRootsFile = z.infer<typeof HostRootsFile>;
 
@@ -45,10 +52,12 @@ export interface HostRoots {
   mac(purpose: KeyPurpose, text: string): string;
   /** Whether `mac` is `text`'s MAC under the purpose's key (in constant time). */
   verify(purpose: KeyPurpose, text: string, mac: string | null | undefined): boolean;
-  /** The token tag key taken over from the database at the upgrade, if one was. */
-  adoptedTokenTagKey?: Buffer;
+  /** Token tag keys taken over from the database (tokens issued under them keep their tag). */
+  legacyTokenTagKeys: readonly Buffer[];
   /** SHA-256 hashes of agent tokens stored before bearer secrets were MACs (pinned at the upgrade). */
   legacyTokenHashes: ReadonlySet<string>;
+  /** Whether the file records which agent tokens were stored as a plain SHA-256 (`agent_tokens`). */
+  tokensRecorded: boolean;
 }
 
 const refuseFile = (file: string, why: string) =>
@@ -89,7 +98,9 @@ function rootsOf(file: string, parsed: HostRootsFile): HostRoots {
   };
   const mac = (purpose: KeyPurpose, text: string) =>
     createHmac('sha256', key(purpose)).update(text).digest('hex');
-  const tagKey = parsed.adopted?.agent_token_tag_key;
+  const tagKeys = [parsed.adopted?.agent_token_tag_key, parsed.agent_tokens?.tag_key].filter(
+    (k): k is string => k !== undefined,
+  );
   return {
     file,
     origin: parsed.audit_origin,
@@ -99,8 +110,12 @@ function rootsOf(file: string, parsed: HostRootsFile): HostRoots {
       if (typeof given !== 'string' || !/^[0-9a-f]{64}$/.test(given)) return false;
       return timingSafeEqual(Buffer.from(mac(purpose, text), 'hex'), Buffer.from(given, 'hex'));
     },
-    ...(tagKey ? { adoptedTokenTagKey: Buffer.from(tagKey, 'base64url') } : {}),
-    legacyTokenHashes: new Set(parsed.adopted?.agent_token_hashes ?? []),
+    legacyTokenTagKeys: [...new Set(tagKeys)].map((k) => Buffer.from(k, 'base64url')),
+    legacyTokenHashes: new Set([
+      ...(parsed.adopted?.agent_token_hashes ?? []),
+      ...(parsed.agent_tokens?.sha256 ?? []),
+    ]),
+    tokensRecorded: parsed.agent_tokens !== undefined,
   };
 }
 
@@ -108,7 +123,8 @@ function rootsOf(file: string, parsed: HostRootsFile): HostRoots {
 export interface Adoption {
   origin?: string;
   agent_token_tag_key?: string;
-  agent_token_hashes: string[];
+  /** Absent: this process cannot list them, and leaves the record to the next start that can. */
+  agent_token_hashes?: string[];
 }
 
 /**
@@ -126,14 +142,16 @@ export function createHostRoots(
     master_key: randomBytes(32).toString('base64url'),
     audit_origin: adoption.origin ?? newOrigin(),
     created_at: new Date().toISOString(),
+    ...(adoption.agent_token_hashes
+      ? { agent_tokens: { at: new Date().toISOString(), sha256: adoption.agent_token_hashes } }
+      : {}),
   };
-  const adopted = adoption.origin !== undefined || adoption.agent_token_tag_key !== undefined;
-  if (adopted || adoption.agent_token_hashes.length > 0) {
+  if (adoption.origin !== undefined || adoption.agent_token_tag_key !== undefined) {
     content.adopted = {
       at: content.created_at,
       origin: adoption.origin !== undefined,
       ...(adoption.agent_token_tag_key ? { agent_token_tag_key: adoption.agent_token_tag_key } : {}),
-      agent_token_hashes: adoption.agent_token_hashes,
+      agent_token_hashes: [],
     };
   }
   fs.mkdirSync(path.dirname(file), { recursive: true });
@@ -148,4 +166,27 @@ export function createHostRoots(
     fs.rmSync(aside, { force: true });
   }
   return { roots: rootsOf(file, content), created: true };
+}
+
+/**
+ * Adds `agent_tokens` to a roots file made before agent tokens were MACs, once: the file is rewritten
+ * aside and renamed into place (a replica doing the same at the same moment writes the same set).
+ */
+export function recordLegacyTokens(roots: HostRoots, hashes: string[], tagKey?: string): HostRoots {
+  const text = fs.readFileSync(roots.file, 'utf8');
+  const parsed = HostRootsFile.parse(JSON.parse(text));
+  if (parsed.agent_tokens) return rootsOf(roots.file, parsed);
+  parsed.agent_tokens = {
+    at: new Date().toISOString(),
+    sha256: hashes,
+    ...(tagKey ? { tag_key: tagKey } : {}),
+  };
+  const aside = `${roots.file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  fs.writeFileSync(aside, `${JSON.stringify(parsed, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
+  try {
+    fs.renameSync(aside, roots.file);
+  } finally {
+    fs.rmSync(aside, { force: true });
+  }
+  return rootsOf(roots.file, parsed);
 }

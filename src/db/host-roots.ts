@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
-import { createHostRoots, readHostRoots, type HostRoots } from '../core/host-roots.ts';
+import { AppError } from '../core/errors.ts';
+import { createHostRoots, readHostRoots, recordLegacyTokens, type HostRoots } from '../core/host-roots.ts';
 import type { Logger } from '../log.ts';
 import { recordedValue, sharedValue } from './settings.ts';
 
@@ -25,27 +26,29 @@ export async function openHostRoots(
   /** The stored hashes of the agent tokens in use (accounts'), pinned when the file is made. */
   tokenHashes?: () => Promise<string[]>,
 ): Promise<OpenedRoots> {
-  let roots = readHostRoots(file);
+  let roots: HostRoots | undefined = readHostRoots(file);
   if (!roots) {
     const origin = await recordedValue(knex, 'audit_origin');
     const tagKey = await recordedValue(knex, 'agent_token_tag_key');
-    const hashes = (await tokenHashes?.()) ?? [];
+    const hashes = tokenHashes ? await tokenHashes() : undefined;
     const made = createHostRoots(file, () => `countersign:${randomUUID()}`, {
       ...(origin !== undefined ? { origin } : {}),
       ...(tagKey !== undefined ? { agent_token_tag_key: tagKey } : {}),
-      agent_token_hashes: hashes,
+      ...(hashes ? { agent_token_hashes: hashes } : {}),
     });
     roots = made.roots;
     if (made.created) {
       const adopted = origin !== undefined;
       log?.warn(
-        { file, origin: roots.origin, adopted_origin: adopted, adopted_tokens: hashes.length },
+        { file, origin: roots.origin, adopted_origin: adopted, adopted_tokens: hashes?.length },
         adopted
           ? 'host roots created: the audit origin the database held is now pinned on the host'
           : 'host roots created',
       );
     }
   }
+  roots = await withLegacyTokens(knex, roots, tokenHashes, log);
+  register(knex, roots);
   const databaseOrigin = await sharedValue(knex, 'audit_origin', () => roots.origin);
   if (databaseOrigin !== roots.origin) {
     log?.error(
@@ -56,11 +59,67 @@ export async function openHostRoots(
   return { roots, databaseOrigin };
 }
 
+/**
+ * A roots file made before agent tokens were MACs records, at this start, the SHA-256 of the tokens
+ * then stored (docs/identity.md, "Agent tokens"): those, and only those, are accepted as stored. A
+ * file that cannot be rewritten (a read-only mounted secret) is left as it is: the tokens stored as a
+ * SHA-256 are then refused (unknown_token) until rotated, which the error logged says.
+ */
+async function withLegacyTokens(
+  knex: Knex,
+  roots: HostRoots,
+  tokenHashes: (() => Promise<string[]>) | undefined,
+  log?: Logger,
+): Promise<HostRoots> {
+  if (roots.tokensRecorded || !tokenHashes) return roots;
+  const hashes = await tokenHashes();
+  const tagKey = await recordedValue(knex, 'agent_token_tag_key');
+  try {
+    const recorded = recordLegacyTokens(roots, hashes, tagKey);
+    log?.warn(
+      { file: roots.file, tokens: hashes.length },
+      'host roots: agent tokens stored before MACs recorded',
+    );
+    return recorded;
+  } catch (err) {
+    log?.error(
+      { file: roots.file, tokens: hashes.length, err: (err as Error).message },
+      'host roots file cannot be rewritten: agent tokens stored before MACs are refused until rotated',
+    );
+    return roots;
+  }
+}
+
+const registered = new WeakMap<object, () => Promise<HostRoots>>();
+/** The first roots opened for a database stay its roots (a process opens one file). */
+const register = (knex: Knex, roots: HostRoots) => {
+  if (!registered.has(knex)) registered.set(knex, () => Promise.resolve(roots));
+};
+
+/**
+ * The host roots opened for `knex` (by openHostRoots, or lazily by lazyHostRoots): how the stores that
+ * are handed only a database (an agent created with `createAgent(knex, …)`) reach the host's keys.
+ * A database whose process opened no roots is refused (CONFIG_INVALID, host_roots_unopened).
+ */
+export function hostRootsOf(knex: Knex | Knex.Transaction): Promise<HostRoots> {
+  const roots = registered.get(knex);
+  if (!roots)
+    return Promise.reject(
+      new AppError('CONFIG_INVALID', 'the host roots are not open for this database', 'host_roots_unopened'),
+    );
+  return roots();
+}
+
 /** openHostRoots once, when first asked (a command's process may never need the keys). */
-export function lazyHostRoots(knex: Knex, file: string, log?: Logger): () => Promise<HostRoots> {
+export function lazyHostRoots(
+  knex: Knex,
+  file: string,
+  log?: Logger,
+  tokenHashes?: () => Promise<string[]>,
+): () => Promise<HostRoots> {
   let opened: Promise<HostRoots> | undefined;
-  return () => {
-    opened ??= openHostRoots(knex, file, log).then(
+  const lazy = () => {
+    opened ??= openHostRoots(knex, file, log, tokenHashes).then(
       (o) => o.roots,
       (err: unknown) => {
         opened = undefined;
@@ -69,4 +128,6 @@ export function lazyHostRoots(knex: Knex, file: string, log?: Logger): () => Pro
     );
     return opened;
   };
+  if (!registered.has(knex)) registered.set(knex, lazy);
+  return lazy;
 }

@@ -1,3 +1,5 @@
+import { storedTokenHashes } from '../../src/accounts/agents.ts';
+import { lazyHostRoots } from '../../src/db/host-roots.ts';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
@@ -19,6 +21,9 @@ export async function openMigratedDatabase(kind: DbKind): Promise<{ testDb: Test
     command: 'test',
   });
   await migrateLatest(db.knex);
+  // The host roots the test's server shares (testEnv), opened when a store first needs its keys.
+  const roots = path.join(testDb.dataDir, 'host-roots.json');
+  lazyHostRoots(db.knex, roots, undefined, () => storedTokenHashes(db.knex));
   return { testDb, db };
 }
 
