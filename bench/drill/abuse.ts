@@ -864,7 +864,7 @@ export async function abuseDrill(
 
     await attack(
       'catastrophic rule pattern',
-      "a rule matches ^(\\w+\\s?)*$ against 60,000 characters: each draft answered (pending, a chair reviews); the bystander's p99 holds",
+      "a rule matches ^(\\w+\\s?)*$ against 10,000 characters: each draft answered (pending, a chair reviews); the bystander's p99 holds",
       (until) =>
         burst(
           20,
@@ -873,7 +873,7 @@ export async function abuseDrill(
             callTool(
               upstreamClient,
               'isphere_send_message',
-              { target_type: 'contact', target_id: 'ct_alice', content_text: `${'a'.repeat(60_000)} ${i}!` },
+              { target_type: 'contact', target_id: 'ct_alice', content_text: `${'a'.repeat(10_000)} ${i}!` },
               30_000,
             ).then(
               (r) =>
