@@ -687,6 +687,14 @@ async function verifyAudit(file: string | undefined, opts: VerifyOptions): Promi
     });
     out(result.summary);
     if (!result.ok || (opts.requireAnchored && result.tail)) process.exitCode = 1;
+    // Anchored means signed by a key the database cannot swap: one given, or the host's own key file.
+    if (opts.requireAnchored && result.key_source !== 'given' && result.key_source !== 'host') {
+      err(
+        'audit verify --db --require-anchored: no pinned key (give --pubkey, or run on the host with its ' +
+          'data directory); the key the database records proves nothing about who anchored it',
+      );
+      process.exitCode = 1;
+    }
     return;
   }
   if (!file) throw usageError('audit verify: give an export file, or --db');

@@ -432,15 +432,16 @@ const HANDLERS = {
   'agent.rotate': rotateCommand,
   'audit.export': exportCommand,
   'audit.verify_db': async (deps, cmd) => {
-    const { ok, summary, tail } = await deps.auditChecks.verify(cmd.pubkeys);
+    const { ok, summary, tail, key_source } = await deps.auditChecks.verify(cmd.pubkeys);
     if (cmd.tsa_cert === undefined && cmd.witness_dir === undefined)
-      return { ok, summary, tail: tail ?? null };
+      return { ok, summary, tail: tail ?? null, key_source };
     const anchors = await deps.auditChecks.verifyAnchors({
       tsaCertPem: cmd.tsa_cert,
       witnessDir: cmd.witness_dir,
       tsaMaxSkewS: deps.config.audit.anchors.tsa_max_skew_s,
     });
-    return { ok: ok && anchors.ok, summary: `${summary}\n${describeAnchors(anchors)}`, tail: tail ?? null };
+    const both = `${summary}\n${describeAnchors(anchors)}`;
+    return { ok: ok && anchors.ok, summary: both, tail: tail ?? null, key_source };
   },
   'user.add': async (deps, cmd) => {
     const { command: _c, actor, ...opts } = cmd;

@@ -19,8 +19,8 @@ export function adminDeps(
   hooks: Pick<AdminDeps, 'agentChanged' | 'upstreamsChanged'> = {},
 ): AdminDeps {
   const { knex, config } = db;
-  const audit = db.audit ?? createAuditLog(knex);
   const roots = db.roots ?? lazyHostRoots(knex, config.secrets.host_roots_path);
+  const audit = db.audit ?? createAuditLog(knex, { roots });
   return {
     config,
     migrate: () => migrateLatest(knex),

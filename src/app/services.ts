@@ -19,6 +19,7 @@ import {
   type AuditReader,
   createExportRecords,
   type ExportRecords,
+  headSeq,
 } from '../audit/index.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { createConnectorSet, directoryLookalikes } from '../connectors/index.ts';
@@ -161,7 +162,7 @@ export async function openServices(
   try {
     const tracer = await openTracing(config, closers);
     const blobs = createBlobStore(path.join(config.data_dir, 'blobs'));
-    const audit = createAuditLog(db.knex);
+    const audit = createAuditLog(db.knex, { roots });
     closers.push(() => audit.drain());
     const cluster = await joinCluster({ db, audit, config, log, opened }, closers);
     // Notices go out from the outbox on the leader's own loop; a change only queues them (docs/notifications.md).
@@ -258,7 +259,8 @@ async function startAdmin(deps: AdminDeps, log: Logger) {
 async function openStorage(config: Config, log: Logger, command: string) {
   const db = await openMigrated(config, log, command);
   try {
-    return { db, opened: await openHostRoots(db.knex, config.secrets.host_roots_path, log) };
+    const head = () => headSeq(db.knex);
+    return { db, opened: await openHostRoots(db.knex, config.secrets.host_roots_path, log, undefined, head) };
   } catch (err) {
     await db.close();
     throw err;

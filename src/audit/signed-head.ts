@@ -8,7 +8,7 @@ import { latestWitnessed, writeWitness } from './anchors/witness.ts';
 import { ChainHeadFromDb, type ChainHead } from './chain.ts';
 import type { Checkpoint, SigningGuard } from './checkpoints.ts';
 import type { AuditLog } from './log.ts';
-import { ChainVerifier } from './verify.ts';
+import { ChainVerifier, rowMacFault, type RowMacCheck, type RowMacFault } from './verify.ts';
 import { recordedValue } from '../db/settings.ts';
 
 /**
@@ -31,7 +31,7 @@ type SignedHead = z.infer<typeof SignedHead>;
 
 /** Why a chain contradicts a signed head. */
 export type TamperReason =
-  'rows_deleted' | 'head_mismatch' | 'chain_broken' | 'signed_head_invalid' | 'origin_mismatch';
+  'rows_deleted' | 'head_mismatch' | 'chain_broken' | 'signed_head_invalid' | 'origin_mismatch' | RowMacFault;
 
 export interface TamperState {
   reason: TamperReason;
@@ -82,8 +82,9 @@ async function linkFrom(
   from: SignedHead,
   head: ChainHead,
   refuse: (reason: TamperReason, seq: number, detail: string) => never,
+  rowMacs?: RowMacCheck,
 ): Promise<void> {
-  const verifier = new ChainVerifier({ seq: from.seq, hash: from.head_hash });
+  const verifier = new ChainVerifier({ seq: from.seq, hash: from.head_hash }, undefined, rowMacs);
   for (let after = from.seq; after < head.seq;) {
     const page: unknown[] = await trx('audit_events')
       .where('seq', '>', after)
@@ -93,6 +94,8 @@ async function linkFrom(
     for (const raw of page)
       if (!verifier.pushStored(raw)) {
         const bad = verifier.report.first_bad!;
+        if (bad.fault === 'row_unsigned' || bad.fault === 'row_mac_mismatch')
+          refuse(bad.fault, bad.seq, bad.detail);
         refuse(
           'chain_broken',
           bad.seq,
@@ -101,6 +104,33 @@ async function linkFrom(
       }
     if (page.length === 0) break;
     after = verifier.report.head_seq;
+  }
+}
+
+/**
+ * Before the first signature this process or a witness knows of: the row MACs of every row from the
+ * pinned seq up to `head` (the rows since a signed head are checked as linkFrom walks them).
+ */
+async function macsUpTo(
+  trx: Knex.Transaction,
+  check: RowMacCheck,
+  head: ChainHead,
+  refuse: (reason: TamperReason, seq: number, detail: string) => never,
+): Promise<void> {
+  for (let after = check.from - 1; after < head.seq;) {
+    const page: { seq: unknown; hash: string; row_mac: unknown }[] = await trx('audit_events')
+      .where('seq', '>', after)
+      .andWhere('seq', '<=', head.seq)
+      .orderBy('seq')
+      .limit(5000)
+      .select('seq', 'hash', 'row_mac');
+    for (const raw of page) {
+      const row = { seq: Number(raw.seq), hash: raw.hash };
+      const bad = rowMacFault(check, row, raw.row_mac);
+      if (bad) refuse(bad.fault, row.seq, bad.detail);
+      after = row.seq;
+    }
+    if (page.length === 0) break;
   }
 }
 
@@ -159,6 +189,8 @@ export interface GuardOptions {
   databaseOrigin?: string;
   /** What this process appended and any contradiction its appends found (AuditLog.appended). */
   appended?: AuditLog['appended'];
+  /** The host's row MACs: rows the server did not append are never signed over. */
+  rowMacs?: RowMacCheck;
   witnessDir?: string;
   log?: Logger;
 }
@@ -224,7 +256,8 @@ export function createSignedHeadGuard(opts: GuardOptions): SignedHeadGuard {
         .sort((a, b) => a.seq - b.seq);
       await holdsSignedHeads(trx, head, known, refuse);
       // A process that has signed before (or a witness that has) only checks the rows since.
-      if (known[0]) await linkFrom(trx, known[0], head, refuse);
+      if (known[0]) await linkFrom(trx, known[0], head, refuse, opts.rowMacs);
+      else if (opts.rowMacs) await macsUpTo(trx, opts.rowMacs, head, refuse);
       await holdsAppended(trx, head, opts.appended?.(), refuse);
     },
 

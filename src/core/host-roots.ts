@@ -29,12 +29,18 @@ const HostRootsFile = z.strictObject({
       agent_token_hashes: z.array(z.string()).default([]),
     })
     .optional(),
+  /**
+   * The seq from which every audit row must carry its row MAC (docs/audit.md, "Row MACs"): the head
+   * after the last row appended before MACs, pinned once by the first start that appends them, so that
+   * stripping the MACs of newer rows is not taken for an older log. Files without it are read as before.
+   */
+  row_macs_from: z.strictObject({ seq: z.number().int().positive(), at: z.string() }).optional(),
 });
 export type HostRootsFile = z.infer<typeof HostRootsFile>;
 
 /** What keys are derived for; each purpose's key is independent of the others. */
 export type KeyPurpose =
-  'decision' | 'session' | 'agent-token' | 'link' | 'cursor' | 'sign-in-attempt' | 'token-tag';
+  'decision' | 'session' | 'agent-token' | 'link' | 'cursor' | 'sign-in-attempt' | 'token-tag' | 'row';
 
 export interface HostRoots {
   file: string;
@@ -49,6 +55,8 @@ export interface HostRoots {
   adoptedTokenTagKey?: Buffer;
   /** SHA-256 hashes of agent tokens stored before bearer secrets were MACs (pinned at the upgrade). */
   legacyTokenHashes: ReadonlySet<string>;
+  /** The seq from which every audit row carries its row MAC; undefined until pinned (pinRowMacs). */
+  rowMacsFrom?: number;
 }
 
 const refuseFile = (file: string, why: string) =>
@@ -101,7 +109,28 @@ function rootsOf(file: string, parsed: HostRootsFile): HostRoots {
     },
     ...(tagKey ? { adoptedTokenTagKey: Buffer.from(tagKey, 'base64url') } : {}),
     legacyTokenHashes: new Set(parsed.adopted?.agent_token_hashes ?? []),
+    ...(parsed.row_macs_from ? { rowMacsFrom: parsed.row_macs_from.seq } : {}),
   };
+}
+
+/**
+ * Pins `seq` as the first row that must carry a row MAC, unless the file already pins one (that pin
+ * stays: it is written once). The file is rewritten aside and renamed into place, its other fields as
+ * they were. Returns the roots as the file now has them.
+ */
+export function pinRowMacs(file: string, seq: number): HostRoots {
+  const text = fs.readFileSync(file, 'utf8');
+  const parsed = HostRootsFile.parse(JSON.parse(text));
+  if (parsed.row_macs_from) return rootsOf(file, parsed);
+  const content: HostRootsFile = { ...parsed, row_macs_from: { seq, at: new Date().toISOString() } };
+  const aside = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  fs.writeFileSync(aside, `${JSON.stringify(content, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
+  try {
+    fs.renameSync(aside, file);
+  } finally {
+    fs.rmSync(aside, { force: true });
+  }
+  return readHostRoots(file)!;
 }
 
 /** What a first start takes over from a database that an earlier version already used. */

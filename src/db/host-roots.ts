@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
-import { createHostRoots, readHostRoots, type HostRoots } from '../core/host-roots.ts';
+import { createHostRoots, pinRowMacs, readHostRoots, type HostRoots } from '../core/host-roots.ts';
 import type { Logger } from '../log.ts';
 import { recordedValue, sharedValue } from './settings.ts';
 
@@ -24,6 +24,8 @@ export async function openHostRoots(
   log?: Logger,
   /** The stored hashes of the agent tokens in use (accounts'), pinned when the file is made. */
   tokenHashes?: () => Promise<string[]>,
+  /** The audit log's head seq (audit's), to pin the first row that must carry a row MAC. */
+  headSeq?: () => Promise<number>,
 ): Promise<OpenedRoots> {
   let roots = readHostRoots(file);
   if (!roots) {
@@ -46,6 +48,7 @@ export async function openHostRoots(
       );
     }
   }
+  if (roots.rowMacsFrom === undefined && headSeq) roots = pinFirstMacRow(roots, await headSeq(), log);
   const databaseOrigin = await sharedValue(knex, 'audit_origin', () => roots.origin);
   if (databaseOrigin !== roots.origin) {
     log?.error(
@@ -54,6 +57,20 @@ export async function openHostRoots(
     );
   }
   return { roots, databaseOrigin };
+}
+
+/**
+ * Pins, once, the first row that must carry a row MAC: the one after the head as it is now (before this
+ * version appends anything). Rows before it were appended without MACs and are checked by their chain
+ * and checkpoints only.
+ */
+function pinFirstMacRow(roots: HostRoots, head: number, log?: Logger): HostRoots {
+  const pinned = pinRowMacs(roots.file, head + 1);
+  log?.warn(
+    { file: roots.file, seq: pinned.rowMacsFrom },
+    'host roots: audit rows carry a row MAC from this seq',
+  );
+  return pinned;
 }
 
 /** openHostRoots once, when first asked (a command's process may never need the keys). */
