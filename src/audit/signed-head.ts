@@ -26,6 +26,11 @@ const SignedHead = z.object({
   seq: z.number().int().positive(),
   head_hash: z.string(),
   ts: z.string(),
+  /**
+   * Heads an operator gave up when accepting a restored database (acceptRestore): a witness entry that
+   * names one of them is no longer held against the chain. Kept through every later signature.
+   */
+  given_up: z.array(z.object({ seq: z.number(), head_hash: z.string() })).optional(),
 });
 type SignedHead = z.infer<typeof SignedHead>;
 
@@ -251,8 +256,10 @@ export function createSignedHeadGuard(opts: GuardOptions): SignedHeadGuard {
       // A file that is not a head is not ignored: editing it must not disarm the check.
       if (own === null)
         refuse('signed_head_invalid', 0, `${file} holds no signed head: move it aside to sign again`);
+      const givenUp = (h: SignedHead) =>
+        own?.given_up?.some((g) => g.seq === h.seq && g.head_hash === h.head_hash) ?? false;
       const known = [own, witnessHead()]
-        .filter((h): h is SignedHead => h !== undefined && h.origin === opts.origin)
+        .filter((h): h is SignedHead => h !== undefined && h.origin === opts.origin && !givenUp(h))
         .sort((a, b) => a.seq - b.seq);
       await holdsSignedHeads(trx, head, known, refuse);
       // A process that has signed before (or a witness that has) only checks the rows since.
@@ -262,8 +269,9 @@ export function createSignedHeadGuard(opts: GuardOptions): SignedHeadGuard {
     },
 
     signed(cp: Checkpoint) {
+      const givenUp = readSignedHead(file)?.given_up;
       const head: SignedHead = { origin: cp.origin, seq: cp.seq, head_hash: cp.head_hash, ts: cp.ts };
-      writeAtomically(file, `${JSON.stringify(head, null, 2)}\n`);
+      writeAtomically(file, `${JSON.stringify(givenUp ? { ...head, given_up: givenUp } : head, null, 2)}\n`);
       if (opts.witnessDir) {
         writeWitness(opts.witnessDir, { checkpoint: cp });
         witnessed = head;
@@ -286,4 +294,65 @@ export function createSignedHeadGuard(opts: GuardOptions): SignedHeadGuard {
       }
     },
   };
+}
+
+/** What acceptRestore gave up and where the chain now starts being checked from. */
+export interface RestoreAccepted {
+  given_up: { source: 'signed_head' | 'witness'; seq: number; head_hash: string }[];
+  restored_head: ChainHead | null;
+  seq: number;
+}
+
+/**
+ * An operator's acceptance of a database restored from a backup (docs/operations.md, "Restoring the
+ * database"): the heads signed after the backup (the signed head file's, the witness directory's) that
+ * the restored chain no longer holds are given up, in an audited row saying which, and the signed head
+ * file is re-pinned at that row, so the next signature checks the chain from there. Refused when the
+ * chain holds every head signed (nothing to accept).
+ */
+export async function acceptRestore(
+  deps: { knex: Knex; audit: AuditLog; dataDir: string; origin: string; witnessDir?: string },
+  reason: string,
+  actor: string,
+): Promise<RestoreAccepted> {
+  const file = path.join(deps.dataDir, SIGNED_HEAD_FILE);
+  const own = readSignedHead(file);
+  const head = ChainHeadFromDb.optional().parse(
+    await deps.knex('audit_events').select('seq', 'hash').orderBy('seq', 'desc').first(),
+  );
+  const heads: [RestoreAccepted['given_up'][number]['source'], SignedHead | undefined | null][] = [
+    ['signed_head', own],
+    ['witness', deps.witnessDir ? latestWitnessed(deps.witnessDir, deps.origin) : undefined],
+  ];
+  const givenUp: RestoreAccepted['given_up'] = [];
+  for (const [source, h] of heads) {
+    if (!h || h.origin !== deps.origin) continue;
+    if (own?.given_up?.some((g) => g.seq === h.seq && g.head_hash === h.head_hash)) continue;
+    const row = ChainHeadFromDb.optional().parse(
+      await deps.knex('audit_events').where('seq', h.seq).select('seq', 'hash').first(),
+    );
+    if (row?.hash !== h.head_hash) givenUp.push({ source, seq: h.seq, head_hash: h.head_hash });
+  }
+  if (givenUp.length === 0)
+    throw new AppError(
+      'CONFLICT',
+      'audit accept-restore: the chain holds every head signed; there is no restore to accept',
+      'no_restore',
+    );
+  const row = await deps.audit.append({
+    kind: 'audit.restore_accepted',
+    actor,
+    result: 'ok',
+    details: { reason, given_up: givenUp, restored_head: head ?? null },
+  });
+  const kept = [...(own?.given_up ?? []), ...givenUp.map(({ seq, head_hash }) => ({ seq, head_hash }))];
+  const pinned: SignedHead = {
+    origin: deps.origin,
+    seq: row.seq,
+    head_hash: row.hash,
+    ts: row.ts,
+    given_up: kept,
+  };
+  writeAtomically(file, `${JSON.stringify(pinned, null, 2)}\n`);
+  return { given_up: givenUp, restored_head: head ?? null, seq: row.seq };
 }
