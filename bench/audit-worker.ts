@@ -15,6 +15,7 @@ import pg from 'pg';
 import { checkpointDeps } from '../src/audit/context.ts';
 import { exportAudit, type Manifest } from '../src/audit/export.ts';
 import { createAuditLog } from '../src/audit/log.ts';
+import { lazyHostRoots } from '../src/db/host-roots.ts';
 import { verifyExport } from '../src/audit/verify-export.ts';
 import { loadConfig } from '../src/config.ts';
 import { openDatabase } from '../src/db/knex.ts';
@@ -31,7 +32,11 @@ async function run(): Promise<Record<string, unknown>> {
       const [url, dataDir, file] = args as [string, string, string];
       const config = loadConfig({ DATABASE_URL: url, COUNTERSIGN_DATA_DIR: dataDir }, dataDir);
       const db = await openDatabase({ url, pgliteDir: '', command: 'bench export' });
-      const deps = await checkpointDeps(db.knex, createAuditLog(db.knex), config);
+      const deps = await checkpointDeps(
+        db.knex,
+        createAuditLog(db.knex, { roots: lazyHostRoots(db.knex, config.secrets.host_roots_path) }),
+        config,
+      );
       const t0 = performance.now();
       const out = fs.createWriteStream(file);
       const manifest = await exportAudit(deps, {

@@ -60,6 +60,7 @@ const NEEDS_EXISTING = new Set<AdminCommand['command']>([
   'agent.revoke',
   'audit.export',
   'audit.verify_db',
+  'audit.accept_restore',
   'approvals.list',
   'approvals.show',
   'approvals.decide',
@@ -615,6 +616,14 @@ function addAuditCommands(audit: Command): void {
     )
     .action(verifyAudit);
   audit
+    .command('accept-restore')
+    .requiredOption('--reason <text>', 'why the log goes back to the restored head (kept in the audit row)')
+    .description(
+      'accept a database restored from a backup: give up the newer signed heads it no longer holds, ' +
+        'audited; restart the replicas after it',
+    )
+    .action(acceptRestoreCommand);
+  audit
     .command('key')
     .option('--fingerprint', 'print only its SHA-256 fingerprint')
     .description("print the public half of this host's audit signing key (PEM), to pin when verifying")
@@ -640,6 +649,19 @@ async function exportAudit(opts: ExportOptions): Promise<void> {
   });
   out(`exported ${result.row_count} rows to ${result.path}`);
   out(`manifest: ${result.manifest_path} (checkpoint at seq ${result.checkpoint_seq})`);
+}
+
+/** `audit accept-restore`: the heads given up and the row that says so. */
+async function acceptRestoreCommand(opts: { reason: string }): Promise<void> {
+  const result = await runData(config(), {
+    command: 'audit.accept_restore',
+    reason: opts.reason,
+    actor: cliActor(),
+  });
+  for (const h of result.given_up)
+    out(`gave up the ${h.source.replace('_', ' ')} at seq ${h.seq} (${h.head_hash})`);
+  out(`restored head: seq ${result.restored_head?.seq ?? 0}; accepted in audit row ${result.seq}`);
+  out('restart every replica: each checks the chain from that row on');
 }
 
 interface VerifyOptions {
@@ -687,6 +709,14 @@ async function verifyAudit(file: string | undefined, opts: VerifyOptions): Promi
     });
     out(result.summary);
     if (!result.ok || (opts.requireAnchored && result.tail)) process.exitCode = 1;
+    // Anchored means signed by a key the database cannot swap: one given, or the host's own key file.
+    if (opts.requireAnchored && result.key_source !== 'given' && result.key_source !== 'host') {
+      err(
+        'audit verify --db --require-anchored: no pinned key (give --pubkey, or run on the host with its ' +
+          'data directory); the key the database records proves nothing about who anchored it',
+      );
+      process.exitCode = 1;
+    }
     return;
   }
   if (!file) throw usageError('audit verify: give an export file, or --db');

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { checkpointDeps } from '../../src/audit/context.ts';
 import { createCheckpoint } from '../../src/audit/checkpoints.ts';
 import { createAuditLog } from '../../src/audit/log.ts';
+import { lazyHostRoots } from '../../src/db/host-roots.ts';
 import { loadConfig } from '../../src/config.ts';
 import { openDatabase } from '../../src/db/knex.ts';
 import { migrateLatest } from '../../src/db/migrations.ts';
@@ -134,7 +135,13 @@ export async function exportFigures(o: ExportOptions): Promise<Figure[]> {
     await db.knex.raw('vacuum (analyze) audit_events');
     const config = loadConfig({ DATABASE_URL: o.url, COUNTERSIGN_DATA_DIR: o.dir }, o.dir);
     const t1 = performance.now();
-    const checkpoint = await createCheckpoint(await checkpointDeps(db.knex, createAuditLog(db.knex), config));
+    const checkpoint = await createCheckpoint(
+      await checkpointDeps(
+        db.knex,
+        createAuditLog(db.knex, { roots: lazyHostRoots(db.knex, config.secrets.host_roots_path) }),
+        config,
+      ),
+    );
     o.log(
       `  periodic checkpoint at seq ${checkpoint?.seq} in ${((performance.now() - t1) / 1000).toFixed(1)} s`,
     );

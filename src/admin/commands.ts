@@ -115,6 +115,12 @@ export const AdminCommand = z.discriminatedUnion('command', [
     actor: z.string().min(1),
   }),
   z.strictObject({
+    command: z.literal('audit.accept_restore'),
+    /** Why the log is taken back to the restored head: kept in the audited row. */
+    reason: z.string().trim().min(1),
+    actor: z.string().min(1),
+  }),
+  z.strictObject({
     command: z.literal('audit.verify_db'),
     /** Check the stored time-stamp tokens against this certificate (PEM text). */
     tsa_cert: z.string().min(1).optional(),
@@ -431,16 +437,18 @@ const HANDLERS = {
     }),
   'agent.rotate': rotateCommand,
   'audit.export': exportCommand,
+  'audit.accept_restore': (deps, cmd) => deps.auditChecks.acceptRestore(cmd.reason, cmd.actor),
   'audit.verify_db': async (deps, cmd) => {
-    const { ok, summary, tail } = await deps.auditChecks.verify(cmd.pubkeys);
+    const { ok, summary, tail, key_source } = await deps.auditChecks.verify(cmd.pubkeys);
     if (cmd.tsa_cert === undefined && cmd.witness_dir === undefined)
-      return { ok, summary, tail: tail ?? null };
+      return { ok, summary, tail: tail ?? null, key_source };
     const anchors = await deps.auditChecks.verifyAnchors({
       tsaCertPem: cmd.tsa_cert,
       witnessDir: cmd.witness_dir,
       tsaMaxSkewS: deps.config.audit.anchors.tsa_max_skew_s,
     });
-    return { ok: ok && anchors.ok, summary: `${summary}\n${describeAnchors(anchors)}`, tail: tail ?? null };
+    const both = `${summary}\n${describeAnchors(anchors)}`;
+    return { ok: ok && anchors.ok, summary: both, tail: tail ?? null, key_source };
   },
   'user.add': async (deps, cmd) => {
     const { command: _c, actor, ...opts } = cmd;

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { AdminDeps } from '../admin/commands.ts';
 import { createAccountAdmin, createSignIn, storedTokenHashes } from '../accounts/index.ts';
 import { createApprovals } from '../approval/index.ts';
-import { createAuditChecks, createAuditLog, type AuditLog } from '../audit/index.ts';
+import { createAuditChecks, createAuditLog, headSeq, type AuditLog } from '../audit/index.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { createDirectoryImport, createPinAdmin, type BlobStore } from '../connectors/index.ts';
 import { migrateLatest } from '../db/migrations.ts';
@@ -19,9 +19,16 @@ export function adminDeps(
   hooks: Pick<AdminDeps, 'agentChanged' | 'upstreamsChanged'> = {},
 ): AdminDeps {
   const { knex, config } = db;
-  const audit = db.audit ?? createAuditLog(knex);
   const roots =
-    db.roots ?? lazyHostRoots(knex, config.secrets.host_roots_path, undefined, () => storedTokenHashes(knex));
+    db.roots ??
+    lazyHostRoots(
+      knex,
+      config.secrets.host_roots_path,
+      undefined,
+      () => storedTokenHashes(knex),
+      () => headSeq(knex),
+    );
+  const audit = db.audit ?? createAuditLog(knex, { roots });
   return {
     config,
     // The host roots are made (or read) here too, as by a first start: a cluster's init step that only

@@ -19,6 +19,7 @@ import {
   type AuditReader,
   createExportRecords,
   type ExportRecords,
+  headSeq,
 } from '../audit/index.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { createConnectorSet, directoryLookalikes } from '../connectors/index.ts';
@@ -162,7 +163,7 @@ export async function openServices(
   try {
     const tracer = await openTracing(config, closers);
     const blobs = createBlobStore(path.join(config.data_dir, 'blobs'));
-    const audit = createAuditLog(db.knex);
+    const audit = createAuditLog(db.knex, { roots });
     closers.push(() => audit.drain());
     const cluster = await joinCluster({ db, audit, config, log, opened }, closers);
     // Notices go out from the outbox on the leader's own loop; a change only queues them (docs/notifications.md).
@@ -260,7 +261,11 @@ async function openStorage(config: Config, log: Logger, command: string) {
   const db = await openMigrated(config, log, command);
   try {
     const tokenHashes = () => storedTokenHashes(db.knex);
-    return { db, opened: await openHostRoots(db.knex, config.secrets.host_roots_path, log, tokenHashes) };
+    const head = () => headSeq(db.knex);
+    return {
+      db,
+      opened: await openHostRoots(db.knex, config.secrets.host_roots_path, log, tokenHashes, head),
+    };
   } catch (err) {
     await db.close();
     throw err;

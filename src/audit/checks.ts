@@ -6,6 +6,8 @@ import { checkpointDeps, verifyDatabase, type DatabaseReport } from './context.t
 import { exportToFile, type ExportFileRequest, type ExportFileResult } from './export-file.ts';
 import type { AuditLog } from './log.ts';
 import { readHostRoots } from '../core/host-roots.ts';
+import { configError } from '../config.ts';
+import { acceptRestore, type RestoreAccepted } from './signed-head.ts';
 
 /** What an operator asks of the whole log: a signed export to a file, and the checks of the live table. */
 export interface AuditChecks {
@@ -15,6 +17,8 @@ export interface AuditChecks {
   verify(publicKeyPems?: readonly string[]): Promise<DatabaseReport>;
   /** The live table against stored time-stamp tokens and a witness directory. */
   verifyAnchors(opts: AnchorOptions): Promise<AnchorReport>;
+  /** Accepts a database restored from a backup: gives up the newer heads, audited (acceptRestore). */
+  acceptRestore(reason: string, actor: string): Promise<RestoreAccepted>;
 }
 
 export function createAuditChecks(knex: Knex, audit: AuditLog, config: Config): AuditChecks {
@@ -24,5 +28,15 @@ export function createAuditChecks(knex: Knex, audit: AuditLog, config: Config): 
     // Anchors are matched by the origin the host pins: a database that renamed its log disarms none.
     verifyAnchors: (opts) =>
       verifyDatabaseAnchors(knex, { ...opts, origin: readHostRoots(config.secrets.host_roots_path)?.origin }),
+    acceptRestore(reason, actor) {
+      const roots = readHostRoots(config.secrets.host_roots_path);
+      if (!roots)
+        throw configError(
+          `secrets.host_roots_path: ${config.secrets.host_roots_path} does not exist on this host`,
+        );
+      const witnessDir = config.audit.anchors.witness_dir;
+      const deps = { knex, audit, dataDir: config.data_dir, origin: roots.origin };
+      return acceptRestore(witnessDir ? { ...deps, witnessDir } : deps, reason, actor);
+    },
   };
 }

@@ -7,7 +7,7 @@ import { createAnchorer } from './anchors/index.ts';
 import { createSignedHeadGuard } from './signed-head.ts';
 import { recordedValue } from '../db/settings.ts';
 import { openHostRoots, type OpenedRoots } from '../db/host-roots.ts';
-import { readHostRoots } from '../core/host-roots.ts';
+import { readHostRoots, type HostRoots } from '../core/host-roots.ts';
 import {
   describeTail,
   trustOf,
@@ -24,7 +24,8 @@ import {
 } from './checkpoints.ts';
 import type { AuditLog } from './log.ts';
 import { keyIdOf, loadSigner } from './signing.ts';
-import { ChainVerifier, verifyDatabaseChain, type ChainReport } from './verify.ts';
+import { headSeq } from './query.ts';
+import { ChainVerifier, verifyDatabaseChain, type ChainReport, type RowMacCheck } from './verify.ts';
 
 /**
  * What checkpoints and exports need: the log's origin (one per database), this instance's signer, the
@@ -39,7 +40,8 @@ export async function checkpointDeps(
   opened?: OpenedRoots,
 ): Promise<CheckpointDeps> {
   const { roots, databaseOrigin } =
-    opened ?? (await openHostRoots(knex, config.secrets.host_roots_path, log));
+    opened ??
+    (await openHostRoots(knex, config.secrets.host_roots_path, log, undefined, () => headSeq(knex)));
   // The log is the one the host pins, whatever the database says (a different value is TAMPERED).
   const origin = roots.origin;
   const { witness_dir: witnessDir, tsa_cert_path: certPath } = config.audit.anchors;
@@ -62,6 +64,7 @@ export async function checkpointDeps(
     guard: createSignedHeadGuard({
       ...{ dataDir: config.data_dir, origin, databaseOrigin, witnessDir, log },
       appended: () => audit.appended(),
+      rowMacs: rowMacCheck(roots),
     }),
     anchor: createAnchorer(knex, config.audit.anchors, log),
   };
@@ -83,7 +86,23 @@ export interface DatabaseReport {
   checkpoints: number;
   /** The rows no signed checkpoint covers yet, when there are any. */
   tail?: UnanchoredTail;
+  /**
+   * Where the key the checkpoints were checked with came from: given by the caller (pinned), the host's
+   * own signing key file (pinned: only the host has it), or the database's record of it (not pinned:
+   * whoever holds the database can replace it); none when there is no key at all.
+   */
+  key_source: KeySource;
 }
+
+export type KeySource = 'given' | 'host' | 'database' | 'none';
+
+const KEY_SOURCE_LINES: Record<KeySource, string> = {
+  given: 'checkpoints checked with the keys given (pinned)',
+  host: "checkpoints checked with this host's signing key (pinned)",
+  database:
+    'checkpoints checked with the key the database records: NOT pinned (give --pubkey, or run on the host with its data directory)',
+  none: 'no key to check checkpoints with',
+};
 
 /**
  * Verifies the live table: the chain; every checkpoint row in it against the chain before it (its
@@ -99,16 +118,20 @@ export async function verifyDatabase(
 ): Promise<DatabaseReport> {
   // The host's own key and origin first: the database's record of either is only a fallback, since
   // whoever holds the database can replace it.
+  const hostKey = publicKeyPems.length > 0 ? undefined : config && configuredPublicKey(config);
   const key =
     publicKeyPems.length > 0
       ? publicKeyPems
-      : ((config && configuredPublicKey(config)) ?? (await recordedValue(knex, 'audit_signing_public_key')));
+      : (hostKey ?? (await recordedValue(knex, 'audit_signing_public_key')));
+  const keySource: KeySource =
+    publicKeyPems.length > 0 ? 'given' : hostKey ? 'host' : key ? 'database' : 'none';
   const recordedOrigin = await recordedValue(knex, 'audit_origin');
-  const pinned = config && readHostRoots(config.secrets.host_roots_path)?.origin;
+  const roots = config && readHostRoots(config.secrets.host_roots_path);
+  const pinned = roots?.origin;
   const origin = pinned ?? recordedOrigin;
   const trust = key ? trustOf(key, origin) : undefined;
   const stored = await listCheckpoints(knex);
-  const verifier = new ChainVerifier(undefined, trust);
+  const verifier = new ChainVerifier(undefined, trust, roots ? rowMacCheck(roots) : undefined);
   // The stored checkpoints in seq order, met as the walk reaches the row each names and the row after.
   const bySeq = new Map<number, Checkpoint[]>();
   for (const cp of stored) bySeq.set(cp.seq, [...(bySeq.get(cp.seq) ?? []), cp]);
@@ -153,11 +176,24 @@ export async function verifyDatabase(
       `${badCheckpoint ? 'NOT valid' : 'valid'}; ${inChain} recorded in the chain`,
   ];
   if (chain.first_bad)
-    lines.push(`first bad (seq ${chain.first_bad.seq}): ${chain.first_bad.fault}: ${chain.first_bad.detail}`);
+    lines.push(
+      `${isRowMacFault(chain.first_bad.fault) ? 'TAMPERED: ' : ''}first bad (seq ${chain.first_bad.seq}): ` +
+        `${chain.first_bad.fault}: ${chain.first_bad.detail}`,
+    );
   if (badCheckpoint) lines.push(badCheckpoint);
   if (tail) lines.push(describeTail(tail));
-  return { ok, summary: lines.join('\n'), chain, checkpoints: stored.length, ...(tail ? { tail } : {}) };
+  lines.push(KEY_SOURCE_LINES[keySource]);
+  const report = { ok, summary: lines.join('\n'), chain, checkpoints: stored.length, key_source: keySource };
+  return tail ? { ...report, tail } : report;
 }
+
+const isRowMacFault = (fault: string) => fault === 'row_unsigned' || fault === 'row_mac_mismatch';
+
+/** The host's row MAC check, from the seq its roots pin (none pinned yet: every row is older). */
+export const rowMacCheck = (roots: HostRoots): RowMacCheck => ({
+  from: roots.rowMacsFrom ?? Number.MAX_SAFE_INTEGER,
+  verify: (hash, mac) => roots.verify('row', hash, mac),
+});
 
 /** What is wrong with a stored checkpoint, given the hash of the row it names; undefined when nothing. */
 function storedProblem(

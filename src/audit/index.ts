@@ -14,7 +14,7 @@ export { exportFileOf, openExportFile } from './export-download.ts';
 export { createExportRecords, type ExportRecord, type ExportRecords } from './export-records.ts';
 export { ExportFilter, isNothingToExport, type Manifest } from './export.ts';
 export { createAuditLog, type AuditLog, type GuardedChange } from './log.ts';
-export { AuditQuery } from './query.ts';
+export { AuditQuery, headSeq } from './query.ts';
 export { createAuditReader, type AuditReader } from './reader.ts';
 export { createRefusals, type Refusals } from './refusals.ts';
 export { createPace, type Pace } from './pace.ts';

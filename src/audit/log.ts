@@ -1,4 +1,4 @@
-import { hash, randomUUID } from 'node:crypto';
+import { createHmac, hash, randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { dialectOf, isConnectionError, keptConnection } from '../db/knex.ts';
 import { isRetryable, retryingTransaction } from '../db/retry.ts';
@@ -14,6 +14,7 @@ import {
 import { EXPORT_COLUMNS } from './format.ts';
 import { headSeq } from './query.ts';
 import { auditUnavailable } from '../db/outage.ts';
+import type { HostRoots } from '../core/host-roots.ts';
 
 /** The advisory lock key that serialises appends across every process on one database. */
 export const AUDIT_LOCK_KEY = 0x636f756e; // "coun"
@@ -153,8 +154,19 @@ function chainRows(head: ChainHead | undefined, inputs: AuditInput[]): AuditRow[
   });
 }
 
-/** Columns in table order; the rows travel as one JSON array, turned into records by the database. */
-const COLUMNS = EXPORT_COLUMNS.join(', ');
+/**
+ * Columns in table order, then the row MAC (not hashed: docs/audit.md, "Row MACs"); the rows travel as
+ * one JSON array, turned into records by the database.
+ */
+const COLUMNS = [...EXPORT_COLUMNS, 'row_mac'].join(', ');
+
+/** A row's MAC under the host's row key, over its hash (which covers the row and its link). */
+type RowSigner = (hash: string) => string | null;
+const unsigned: RowSigner = () => null;
+
+/** The rows as they are inserted: each with its row MAC. */
+const storedJson = (rows: AuditRow[], sign: RowSigner) =>
+  JSON.stringify(rows.map((row) => ({ ...row, row_mac: sign(row.hash) })));
 const INSERT_ROWS = `insert into audit_events (${COLUMNS})
   select ${COLUMNS} from json_populate_recordset(null::audit_events, ?::json)`;
 
@@ -184,7 +196,7 @@ const COLUMN_TYPES: Partial<Record<keyof AuditRow, string>> = {
  */
 const APPEND_ONE_AFTER = `with lock as materialized (select pg_advisory_xact_lock(?))
   insert into audit_events (${COLUMNS})
-  select ${EXPORT_COLUMNS.map((c) => `?::${COLUMN_TYPES[c] ?? 'text'}`).join(', ')} from lock
+  select ${EXPORT_COLUMNS.map((c) => `?::${COLUMN_TYPES[c] ?? 'text'}`).join(', ')}, ?::text from lock
   ${AFTER_HEAD}`;
 
 /** A row's fields in table order as bound values: jsonb columns as their JSON text. */
@@ -207,6 +219,7 @@ async function appendAfter(
   statements: ReturnType<typeof keptConnection>,
   head: ChainHead,
   rows: AuditRow[],
+  sign: RowSigner,
 ): Promise<boolean> {
   const guard = [head.seq, head.hash, head.seq + 1];
   try {
@@ -217,11 +230,12 @@ async function appendAfter(
         ? await statements.run('countersign_audit_append_one_after', APPEND_ONE_AFTER, [
             AUDIT_LOCK_KEY,
             ...boundFields(rows[0]!),
+            sign(rows[0]!.hash),
             ...guard,
           ])
         : await statements.run('countersign_audit_append_after', APPEND_AFTER, [
             AUDIT_LOCK_KEY,
-            JSON.stringify(rows),
+            storedJson(rows, sign),
             ...guard,
           ]);
     return rowCount === rows.length;
@@ -248,6 +262,7 @@ async function changeAfter(
   head: ChainHead,
   rows: AuditRow[],
   change: GuardedChange,
+  sign: RowSigner,
 ): Promise<{ headHeld: boolean; changed: Record<string, unknown>[] }> {
   const sql = guardedText(change);
   try {
@@ -260,7 +275,7 @@ async function changeAfter(
       head.hash,
       head.seq + 1,
       ...change.bindings,
-      JSON.stringify(rows),
+      storedJson(rows, sign),
     ])) as { rows: { guarded: number; appended: number; changed: unknown }[] };
     const out = result.rows[0]!;
     const changed = (typeof out.changed === 'string' ? JSON.parse(out.changed) : out.changed) as Record<
@@ -312,6 +327,7 @@ async function writeChange(
   statements: ReturnType<typeof keptConnection>,
   head: ChainHead | undefined,
   job: PendingChange,
+  signer: () => Promise<RowSigner>,
 ): Promise<ChainHead | undefined> {
   if (!head) {
     job.resolve(undefined);
@@ -319,7 +335,7 @@ async function writeChange(
   }
   const rows = chainRows(head, job.inputs);
   try {
-    const { headHeld, changed } = await changeAfter(statements, head, rows, job.change);
+    const { headHeld, changed } = await changeAfter(statements, head, rows, job.change, await signer());
     if (changed.length === 0) {
       job.resolve(undefined);
       // Guard passed and nothing changed: the head is still the last row.
@@ -356,11 +372,12 @@ async function appendRows(
   trx: Knex.Transaction,
   inputs: AuditInput[],
   sawHead: (head: ChainHead | undefined) => void,
+  sign: RowSigner,
 ): Promise<AuditRow[]> {
   const head = await lockedHead(trx);
   sawHead(head);
   const rows = chainRows(head, inputs);
-  await trx.raw(INSERT_ROWS, [JSON.stringify(rows)]);
+  await trx.raw(INSERT_ROWS, [storedJson(rows, sign)]);
   return rows;
 }
 
@@ -408,6 +425,28 @@ function appendMemory() {
 }
 
 /**
+ * The row MAC of each appended row, under the host roots' row key (read once, when first needed); none
+ * without roots. A failure to read the roots fails the append: a row is never written unsigned by a
+ * server that has them.
+ */
+function rowSigner(roots: (() => Promise<HostRoots>) | undefined): () => Promise<RowSigner> {
+  if (!roots) return () => Promise.resolve(unsigned);
+  let ready: RowSigner | undefined;
+  return async () => {
+    if (ready) return ready;
+    const key = (await roots()).key('row');
+    ready = (hash) => createHmac('sha256', key).update(hash).digest('hex');
+    return ready;
+  };
+}
+
+export interface AuditLogOptions {
+  maxBatch?: number;
+  /** The host roots whose row key MACs each row; without them rows carry none (tests of the chain). */
+  roots?: () => Promise<HostRoots>;
+}
+
+/**
  * Appends rows to `audit_events`, chaining each to the previous one.
  *
  * Rows queued while a batch is being written go out together in the next batch, under one
@@ -415,8 +454,8 @@ function appendMemory() {
  * calls in one process share a lock acquisition and a round trip. While this process is the only
  * writer, a batch is one statement (see appendAfter); otherwise a transaction that reads the head.
  */
-export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): AuditLog {
-  const maxBatch = opts.maxBatch ?? 256;
+export function createAuditLog(knex: Knex, opts: AuditLogOptions = {}): AuditLog {
+  const [maxBatch, signer] = [opts.maxBatch ?? 256, rowSigner(opts.roots)];
   let queue: (Pending | PendingChange)[] = [];
   let flushing: Promise<void> | null = null;
   /** The last row this process committed through `append`: not known after an error. */
@@ -427,13 +466,14 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
 
   async function writeBatch(batch: Pending[]): Promise<AuditRow[]> {
     const inputs = batch.map((p) => p.input);
+    const sign = await signer();
     if (head) {
       const rows = chainRows(head, inputs);
-      const appended = appendAfter(statements, head, rows);
+      const appended = appendAfter(statements, head, rows, sign);
       announce(batch, rows);
       if (await appended) return rows;
     }
-    return retryingTransaction(knex, (trx) => appendRows(trx, inputs, sawHead));
+    return retryingTransaction(knex, (trx) => appendRows(trx, inputs, sawHead, sign));
   }
 
   async function flush(): Promise<void> {
@@ -443,7 +483,7 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
       const next = queue[0]!;
       if ('change' in next) {
         queue = queue.slice(1);
-        head = didCommit(await writeChange(statements, head, next));
+        head = didCommit(await writeChange(statements, head, next, signer));
         continue;
       }
       const end = queue.findIndex((p, i) => i >= maxBatch || 'change' in p);
@@ -484,7 +524,7 @@ export function createAuditLog(knex: Knex, opts: { maxBatch?: number } = {}): Au
       });
     },
     async appendIn(trx, ...inputs) {
-      const rows = await appendRows(trx, inputs, sawHead).catch((err: unknown) => {
+      const rows = await appendRows(trx, inputs, sawHead, await signer()).catch((err: unknown) => {
         throw explained(err);
       });
       // Once the transaction commits, its last row is the head the next batch can extend in one

@@ -8,7 +8,7 @@ import { latestWitnessed, writeWitness } from './anchors/witness.ts';
 import { ChainHeadFromDb, type ChainHead } from './chain.ts';
 import type { Checkpoint, SigningGuard } from './checkpoints.ts';
 import type { AuditLog } from './log.ts';
-import { ChainVerifier } from './verify.ts';
+import { ChainVerifier, rowMacFault, type RowMacCheck, type RowMacFault } from './verify.ts';
 import { recordedValue } from '../db/settings.ts';
 
 /**
@@ -26,12 +26,17 @@ const SignedHead = z.object({
   seq: z.number().int().positive(),
   head_hash: z.string(),
   ts: z.string(),
+  /**
+   * Heads an operator gave up when accepting a restored database (acceptRestore): a witness entry that
+   * names one of them is no longer held against the chain. Kept through every later signature.
+   */
+  given_up: z.array(z.object({ seq: z.number(), head_hash: z.string() })).optional(),
 });
 type SignedHead = z.infer<typeof SignedHead>;
 
 /** Why a chain contradicts a signed head. */
 export type TamperReason =
-  'rows_deleted' | 'head_mismatch' | 'chain_broken' | 'signed_head_invalid' | 'origin_mismatch';
+  'rows_deleted' | 'head_mismatch' | 'chain_broken' | 'signed_head_invalid' | 'origin_mismatch' | RowMacFault;
 
 export interface TamperState {
   reason: TamperReason;
@@ -82,8 +87,9 @@ async function linkFrom(
   from: SignedHead,
   head: ChainHead,
   refuse: (reason: TamperReason, seq: number, detail: string) => never,
+  rowMacs?: RowMacCheck,
 ): Promise<void> {
-  const verifier = new ChainVerifier({ seq: from.seq, hash: from.head_hash });
+  const verifier = new ChainVerifier({ seq: from.seq, hash: from.head_hash }, undefined, rowMacs);
   for (let after = from.seq; after < head.seq;) {
     const page: unknown[] = await trx('audit_events')
       .where('seq', '>', after)
@@ -93,6 +99,8 @@ async function linkFrom(
     for (const raw of page)
       if (!verifier.pushStored(raw)) {
         const bad = verifier.report.first_bad!;
+        if (bad.fault === 'row_unsigned' || bad.fault === 'row_mac_mismatch')
+          refuse(bad.fault, bad.seq, bad.detail);
         refuse(
           'chain_broken',
           bad.seq,
@@ -101,6 +109,33 @@ async function linkFrom(
       }
     if (page.length === 0) break;
     after = verifier.report.head_seq;
+  }
+}
+
+/**
+ * Before the first signature this process or a witness knows of: the row MACs of every row from the
+ * pinned seq up to `head` (the rows since a signed head are checked as linkFrom walks them).
+ */
+async function macsUpTo(
+  trx: Knex.Transaction,
+  check: RowMacCheck,
+  head: ChainHead,
+  refuse: (reason: TamperReason, seq: number, detail: string) => never,
+): Promise<void> {
+  for (let after = check.from - 1; after < head.seq;) {
+    const page: { seq: unknown; hash: string; row_mac: unknown }[] = await trx('audit_events')
+      .where('seq', '>', after)
+      .andWhere('seq', '<=', head.seq)
+      .orderBy('seq')
+      .limit(5000)
+      .select('seq', 'hash', 'row_mac');
+    for (const raw of page) {
+      const row = { seq: Number(raw.seq), hash: raw.hash };
+      const bad = rowMacFault(check, row, raw.row_mac);
+      if (bad) refuse(bad.fault, row.seq, bad.detail);
+      after = row.seq;
+    }
+    if (page.length === 0) break;
   }
 }
 
@@ -159,6 +194,8 @@ export interface GuardOptions {
   databaseOrigin?: string;
   /** What this process appended and any contradiction its appends found (AuditLog.appended). */
   appended?: AuditLog['appended'];
+  /** The host's row MACs: rows the server did not append are never signed over. */
+  rowMacs?: RowMacCheck;
   witnessDir?: string;
   log?: Logger;
 }
@@ -219,18 +256,22 @@ export function createSignedHeadGuard(opts: GuardOptions): SignedHeadGuard {
       // A file that is not a head is not ignored: editing it must not disarm the check.
       if (own === null)
         refuse('signed_head_invalid', 0, `${file} holds no signed head: move it aside to sign again`);
+      const givenUp = (h: SignedHead) =>
+        own?.given_up?.some((g) => g.seq === h.seq && g.head_hash === h.head_hash) ?? false;
       const known = [own, witnessHead()]
-        .filter((h): h is SignedHead => h !== undefined && h.origin === opts.origin)
+        .filter((h): h is SignedHead => h !== undefined && h.origin === opts.origin && !givenUp(h))
         .sort((a, b) => a.seq - b.seq);
       await holdsSignedHeads(trx, head, known, refuse);
       // A process that has signed before (or a witness that has) only checks the rows since.
-      if (known[0]) await linkFrom(trx, known[0], head, refuse);
+      if (known[0]) await linkFrom(trx, known[0], head, refuse, opts.rowMacs);
+      else if (opts.rowMacs) await macsUpTo(trx, opts.rowMacs, head, refuse);
       await holdsAppended(trx, head, opts.appended?.(), refuse);
     },
 
     signed(cp: Checkpoint) {
+      const givenUp = readSignedHead(file)?.given_up;
       const head: SignedHead = { origin: cp.origin, seq: cp.seq, head_hash: cp.head_hash, ts: cp.ts };
-      writeAtomically(file, `${JSON.stringify(head, null, 2)}\n`);
+      writeAtomically(file, `${JSON.stringify(givenUp ? { ...head, given_up: givenUp } : head, null, 2)}\n`);
       if (opts.witnessDir) {
         writeWitness(opts.witnessDir, { checkpoint: cp });
         witnessed = head;
@@ -253,4 +294,65 @@ export function createSignedHeadGuard(opts: GuardOptions): SignedHeadGuard {
       }
     },
   };
+}
+
+/** What acceptRestore gave up and where the chain now starts being checked from. */
+export interface RestoreAccepted {
+  given_up: { source: 'signed_head' | 'witness'; seq: number; head_hash: string }[];
+  restored_head: ChainHead | null;
+  seq: number;
+}
+
+/**
+ * An operator's acceptance of a database restored from a backup (docs/operations.md, "Restoring the
+ * database"): the heads signed after the backup (the signed head file's, the witness directory's) that
+ * the restored chain no longer holds are given up, in an audited row saying which, and the signed head
+ * file is re-pinned at that row, so the next signature checks the chain from there. Refused when the
+ * chain holds every head signed (nothing to accept).
+ */
+export async function acceptRestore(
+  deps: { knex: Knex; audit: AuditLog; dataDir: string; origin: string; witnessDir?: string },
+  reason: string,
+  actor: string,
+): Promise<RestoreAccepted> {
+  const file = path.join(deps.dataDir, SIGNED_HEAD_FILE);
+  const own = readSignedHead(file);
+  const head = ChainHeadFromDb.optional().parse(
+    await deps.knex('audit_events').select('seq', 'hash').orderBy('seq', 'desc').first(),
+  );
+  const heads: [RestoreAccepted['given_up'][number]['source'], SignedHead | undefined | null][] = [
+    ['signed_head', own],
+    ['witness', deps.witnessDir ? latestWitnessed(deps.witnessDir, deps.origin) : undefined],
+  ];
+  const givenUp: RestoreAccepted['given_up'] = [];
+  for (const [source, h] of heads) {
+    if (!h || h.origin !== deps.origin) continue;
+    if (own?.given_up?.some((g) => g.seq === h.seq && g.head_hash === h.head_hash)) continue;
+    const row = ChainHeadFromDb.optional().parse(
+      await deps.knex('audit_events').where('seq', h.seq).select('seq', 'hash').first(),
+    );
+    if (row?.hash !== h.head_hash) givenUp.push({ source, seq: h.seq, head_hash: h.head_hash });
+  }
+  if (givenUp.length === 0)
+    throw new AppError(
+      'CONFLICT',
+      'audit accept-restore: the chain holds every head signed; there is no restore to accept',
+      'no_restore',
+    );
+  const row = await deps.audit.append({
+    kind: 'audit.restore_accepted',
+    actor,
+    result: 'ok',
+    details: { reason, given_up: givenUp, restored_head: head ?? null },
+  });
+  const kept = [...(own?.given_up ?? []), ...givenUp.map(({ seq, head_hash }) => ({ seq, head_hash }))];
+  const pinned: SignedHead = {
+    origin: deps.origin,
+    seq: row.seq,
+    head_hash: row.hash,
+    ts: row.ts,
+    given_up: kept,
+  };
+  writeAtomically(file, `${JSON.stringify(pinned, null, 2)}\n`);
+  return { given_up: givenUp, restored_head: head ?? null, seq: row.seq };
 }

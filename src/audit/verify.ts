@@ -7,7 +7,39 @@ import { CheckpointRows, type CheckpointTrust } from './chain-checkpoints.ts';
  * `checkpoint` row that contradicts the chain before it or the log's key (see chain-checkpoints.ts).
  */
 export type ChainFault =
-  'hash_mismatch' | 'prev_hash_mismatch' | 'gap' | 'reordered' | 'malformed' | 'checkpoint';
+  'hash_mismatch' | 'prev_hash_mismatch' | 'gap' | 'reordered' | 'malformed' | 'checkpoint' | RowMacFault;
+
+/**
+ * A stored row from the pinned seq on without its row MAC (row_unsigned), or with one the host's row key
+ * did not make (row_mac_mismatch): a row the server did not append, whatever its hash.
+ */
+export type RowMacFault = 'row_unsigned' | 'row_mac_mismatch';
+
+/** The host's check of stored rows' MACs (host roots): required from seq `from` on. */
+export interface RowMacCheck {
+  from: number;
+  verify(hash: string, mac: string): boolean;
+}
+
+/** Why a stored row's MAC is not the host's; undefined when it is, or when none is required yet. */
+export function rowMacFault(
+  check: RowMacCheck,
+  row: { seq: number; hash: string },
+  mac: unknown,
+): { fault: RowMacFault; detail: string } | undefined {
+  if (row.seq < check.from) return undefined;
+  if (typeof mac !== 'string' || mac === '')
+    return {
+      fault: 'row_unsigned',
+      detail: `row ${row.seq} carries no row MAC: the server did not append it`,
+    };
+  if (!check.verify(row.hash, mac))
+    return {
+      fault: 'row_mac_mismatch',
+      detail: `row ${row.seq}'s MAC is not the host's: the server did not append it`,
+    };
+  return undefined;
+}
 
 export interface ChainReport {
   rows: number;
@@ -30,7 +62,12 @@ export class ChainVerifier {
   readonly report: ChainReport = { rows: 0, valid: 0, head_seq: 0, head_hash: GENESIS_HASH };
   readonly checkpoints: CheckpointRows | undefined;
 
-  constructor(start?: { seq: number; hash: string }, trust?: CheckpointTrust) {
+  constructor(
+    start?: { seq: number; hash: string },
+    trust?: CheckpointTrust,
+    /** Stored rows only: the host's row MACs, checked from their pinned seq on. */
+    private readonly rowMacs?: RowMacCheck,
+  ) {
     if (start) {
       this.prevSeq = start.seq;
       this.prevHash = start.hash;
@@ -39,10 +76,10 @@ export class ChainVerifier {
   }
 
   /** Returns false once a fault has been found. */
-  push(row: AuditRow): boolean {
+  push(row: AuditRow, mac?: unknown): boolean {
     this.report.rows++;
     if (this.report.first_bad) return false;
-    const fault = this.check(row);
+    const fault = this.check(row) ?? (this.rowMacs && rowMacFault(this.rowMacs, row, mac));
     if (fault) {
       this.report.first_bad = { seq: row.seq, ...fault };
       return false;
@@ -61,7 +98,7 @@ export class ChainVerifier {
    */
   pushStored(raw: unknown): boolean {
     const parsed = AuditRowFromDb.safeParse(raw);
-    if (parsed.success) return this.push(parsed.data);
+    if (parsed.success) return this.push(parsed.data, (raw as { row_mac?: unknown }).row_mac);
     this.report.rows++;
     const issue = parsed.error.issues[0]!;
     this.report.first_bad ??= {

@@ -30,6 +30,7 @@ export const AuditKind = z.enum([
   'export.created',
   'checkpoint',
   'audit.tampered',
+  'audit.restore_accepted',
   'server.started',
   'server.stopped',
   'notification.delivered',

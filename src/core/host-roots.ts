@@ -36,12 +36,18 @@ const HostRootsFile = z.strictObject({
   agent_tokens: z
     .strictObject({ at: z.string(), sha256: z.array(z.string()), tag_key: z.string().optional() })
     .optional(),
+  /**
+   * The seq from which every audit row must carry its row MAC (docs/audit.md, "Row MACs"): the head
+   * after the last row appended before MACs, pinned once by the first start that appends them, so that
+   * stripping the MACs of newer rows is not taken for an older log. Files without it are read as before.
+   */
+  row_macs_from: z.strictObject({ seq: z.number().int().positive(), at: z.string() }).optional(),
 });
 export type HostRootsFile = z.infer<typeof HostRootsFile>;
 
 /** What keys are derived for; each purpose's key is independent of the others. */
 export type KeyPurpose =
-  'decision' | 'session' | 'agent-token' | 'link' | 'cursor' | 'sign-in-attempt' | 'token-tag';
+  'decision' | 'session' | 'agent-token' | 'link' | 'cursor' | 'sign-in-attempt' | 'token-tag' | 'row';
 
 export interface HostRoots {
   file: string;
@@ -58,6 +64,8 @@ export interface HostRoots {
   legacyTokenHashes: ReadonlySet<string>;
   /** Whether the file records which agent tokens were stored as a plain SHA-256 (`agent_tokens`). */
   tokensRecorded: boolean;
+  /** The seq from which every audit row carries its row MAC; undefined until pinned (pinRowMacs). */
+  rowMacsFrom?: number;
 }
 
 const refuseFile = (file: string, why: string) =>
@@ -116,7 +124,28 @@ function rootsOf(file: string, parsed: HostRootsFile): HostRoots {
       ...(parsed.agent_tokens?.sha256 ?? []),
     ]),
     tokensRecorded: parsed.agent_tokens !== undefined,
+    ...(parsed.row_macs_from ? { rowMacsFrom: parsed.row_macs_from.seq } : {}),
   };
+}
+
+/**
+ * Pins `seq` as the first row that must carry a row MAC, unless the file already pins one (that pin
+ * stays: it is written once). The file is rewritten aside and renamed into place, its other fields as
+ * they were. Returns the roots as the file now has them.
+ */
+export function pinRowMacs(file: string, seq: number): HostRoots {
+  const text = fs.readFileSync(file, 'utf8');
+  const parsed = HostRootsFile.parse(JSON.parse(text));
+  if (parsed.row_macs_from) return rootsOf(file, parsed);
+  const content: HostRootsFile = { ...parsed, row_macs_from: { seq, at: new Date().toISOString() } };
+  const aside = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  fs.writeFileSync(aside, `${JSON.stringify(content, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
+  try {
+    fs.renameSync(aside, file);
+  } finally {
+    fs.rmSync(aside, { force: true });
+  }
+  return readHostRoots(file)!;
 }
 
 /** What a first start takes over from a database that an earlier version already used. */

@@ -1,7 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { AppError } from '../core/errors.ts';
-import { createHostRoots, readHostRoots, recordLegacyTokens, type HostRoots } from '../core/host-roots.ts';
+import {
+  createHostRoots,
+  pinRowMacs,
+  readHostRoots,
+  recordLegacyTokens,
+  type HostRoots,
+} from '../core/host-roots.ts';
 import type { Logger } from '../log.ts';
 import { recordedValue, sharedValue } from './settings.ts';
 
@@ -25,6 +31,8 @@ export async function openHostRoots(
   log?: Logger,
   /** The stored hashes of the agent tokens in use (accounts'), pinned when the file is made. */
   tokenHashes?: () => Promise<string[]>,
+  /** The audit log's head seq (audit's), to pin the first row that must carry a row MAC. */
+  headSeq?: () => Promise<number>,
 ): Promise<OpenedRoots> {
   let roots: HostRoots | undefined = readHostRoots(file);
   if (!roots) {
@@ -48,6 +56,7 @@ export async function openHostRoots(
     }
   }
   roots = await withLegacyTokens(knex, roots, tokenHashes, log);
+  if (roots.rowMacsFrom === undefined && headSeq) roots = pinFirstMacRow(roots, await headSeq(), log);
   register(knex, roots);
   const databaseOrigin = await sharedValue(knex, 'audit_origin', () => roots.origin);
   if (databaseOrigin !== roots.origin) {
@@ -110,16 +119,45 @@ export function hostRootsOf(knex: Knex | Knex.Transaction): Promise<HostRoots> {
   return roots();
 }
 
+/**
+ * Pins, once, the first row that must carry a row MAC: the one after the head as it is now (before this
+ * version appends anything). Rows before it were appended without MACs and are checked by their chain
+ * and checkpoints only.
+ */
+function pinFirstMacRow(roots: HostRoots, head: number, log?: Logger): HostRoots {
+  let pinned: HostRoots;
+  try {
+    pinned = pinRowMacs(roots.file, head + 1);
+  } catch (err) {
+    // A read-only mounted secret: `countersign migrate` where the file can be written pins it once.
+    throw new AppError(
+      'CONFIG_INVALID',
+      `secrets.host_roots_path: ${roots.file} does not yet say from which row audit rows carry a MAC, ` +
+        `and cannot be rewritten to say so (${(err as Error).message}): run \`countersign migrate\` ` +
+        'once where the file is writable, then share it again (env COUNTERSIGN_HOST_ROOTS)',
+      'host_roots_unpinned',
+      { cause: err },
+    );
+  }
+  log?.warn(
+    { file: roots.file, seq: pinned.rowMacsFrom },
+    'host roots: audit rows carry a row MAC from this seq',
+  );
+  return pinned;
+}
+
 /** openHostRoots once, when first asked (a command's process may never need the keys). */
 export function lazyHostRoots(
   knex: Knex,
   file: string,
   log?: Logger,
   tokenHashes?: () => Promise<string[]>,
+  /** The audit head, to pin the first row that must carry a row MAC (as openHostRoots). */
+  headSeq?: () => Promise<number>,
 ): () => Promise<HostRoots> {
   let opened: Promise<HostRoots> | undefined;
   const lazy = () => {
-    opened ??= openHostRoots(knex, file, log, tokenHashes).then(
+    opened ??= openHostRoots(knex, file, log, tokenHashes, headSeq).then(
       (o) => o.roots,
       (err: unknown) => {
         opened = undefined;
