@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Client } from '@modelcontextprotocol/client';
-import { createScratchDatabase, DEFAULT_ADMIN_URL, seedDatabase } from './lib/database.ts';
+import { createScratchDatabase, DEFAULT_ADMIN_URL } from './lib/database.ts';
 import { fsUpstream } from './lib/fs-upstream.ts';
 import { callTool, connect, untilAnswered } from './lib/server.ts';
 import { median } from './lib/stats.ts';
@@ -32,6 +32,7 @@ const before = path.resolve(flags.before);
 const adminUrl = process.env.BENCH_DATABASE_URL || DEFAULT_ADMIN_URL;
 
 type SpawnCountersign = typeof import('./lib/server.ts').spawnCountersign;
+type SeedDatabase = typeof import('./lib/database.ts').seedDatabase;
 interface Side {
   label: string;
   call(): Promise<void>;
@@ -43,6 +44,10 @@ const cleanups: (() => unknown)[] = [];
 async function side(label: string, root: string): Promise<Side> {
   const { spawnCountersign } = (await import(path.join(root, 'bench/lib/server.ts'))) as {
     spawnCountersign: SpawnCountersign;
+  };
+  // Each side seeds its database as its own code does: how an agent's token is stored is the code's.
+  const { seedDatabase } = (await import(path.join(root, 'bench/lib/database.ts'))) as {
+    seedDatabase: SeedDatabase;
   };
   const db = await createScratchDatabase(adminUrl, `ab_${label}`);
   cleanups.push(() => db.drop());
