@@ -10,12 +10,23 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { build } from 'esbuild';
+import { buildFingerprint, ROOT, STAMP } from './build-inputs.ts';
 
-const ROOT = path.resolve(import.meta.dirname, '..');
 const common = { platform: 'node', format: 'esm', target: 'node20', logLevel: 'warning' } as const;
 // `--out DIR` builds elsewhere (the tests' own copy, test/helpers/built.ts); dist/ by default.
 const outAt = process.argv.indexOf('--out');
 const OUT = outAt > 0 ? path.resolve(process.argv[outAt + 1]!) : path.join(ROOT, 'dist');
+const where = path.relative(ROOT, OUT) || '.';
+
+// `npm start` builds first: when nothing it is built from changed since the last build, that is a no-op
+// (`--force` builds anyway).
+const fingerprint = buildFingerprint();
+const stampFile = path.join(OUT, STAMP);
+const readStamp = () => (fs.existsSync(stampFile) ? fs.readFileSync(stampFile, 'utf8').trim() : undefined);
+if (!process.argv.includes('--force') && readStamp() === fingerprint) {
+  process.stderr.write(`${where}/ is up to date with the sources (npm run build -- --force builds anyway)\n`);
+  process.exit(0);
+}
 
 fs.rmSync(OUT, { recursive: true, force: true });
 await build({
@@ -35,6 +46,8 @@ await build({
   outdir: path.join(OUT, 'migrations'),
   sourcemap: true,
 });
+// Written last, so that a build cut short is never taken for a whole one.
+fs.writeFileSync(stampFile, `${fingerprint}\n`);
 process.stderr.write(
   `built ${path.relative(ROOT, path.join(OUT, 'cli.js'))} and ${migrations.length} migrations\n`,
 );

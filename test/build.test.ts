@@ -116,4 +116,34 @@ describe('the build that npm start runs', () => {
     const health = (await (await fetch(new URL('/healthz', url()))).json()) as { version: string };
     assert.equal(health.version, pkg.version);
   });
+
+  it('builds again only when what it is built from changed (npm start runs it every time)', async () => {
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), 'cs-build-out-'));
+    const build = async (...args: string[]) => {
+      const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/build.ts', '--out', out, ...args], {
+        cwd: ROOT,
+      });
+      let err = '';
+      child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
+      const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+      assert.equal(code, 0, err);
+      return { said: err, cli: fs.statSync(path.join(out, 'cli.js')).mtimeMs };
+    };
+    try {
+      const first = await build();
+      assert.match(first.said, /^built .*cli\.js and \d+ migrations$/m);
+      const again = await build();
+      assert.match(again.said, /is up to date with the sources/);
+      assert.equal(again.cli, first.cli, 'nothing rewritten');
+      // A build made from other sources (its fingerprint differs) is replaced, as is one asked for.
+      fs.writeFileSync(path.join(out, '.built-from'), 'from other sources\n');
+      const changed = await build();
+      assert.match(changed.said, /^built /m);
+      assert.ok(changed.cli > first.cli);
+      const forced = await build('--force');
+      assert.match(forced.said, /^built /m);
+    } finally {
+      fs.rmSync(out, { recursive: true, force: true });
+    }
+  });
 });

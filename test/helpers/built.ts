@@ -1,24 +1,8 @@
 import { spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-
-const ROOT = path.resolve(import.meta.dirname, '../..');
-/** What the build is made of: a change to any of these makes another build. */
-const INPUTS = ['src', 'migrations', 'scripts/build.ts', 'package-lock.json'];
-
-/** Every file under `p` with its size and modification time, sorted: the build's fingerprint. */
-function fingerprint(): string {
-  const hash = createHash('sha256');
-  const walk = (p: string) => {
-    const stat = fs.statSync(p);
-    if (stat.isDirectory()) for (const name of fs.readdirSync(p).sort()) walk(path.join(p, name));
-    else hash.update(`${path.relative(ROOT, p)} ${stat.size} ${stat.mtimeMs}\n`);
-  };
-  for (const input of INPUTS) walk(path.join(ROOT, input));
-  return hash.digest('hex').slice(0, 16);
-}
+import { buildFingerprint, ROOT } from '../../scripts/build-inputs.ts';
 
 let built: Promise<string> | undefined;
 
@@ -32,7 +16,7 @@ let built: Promise<string> | undefined;
 export function builtCli(): Promise<string> {
   built ??= (async () => {
     const cache = path.join(ROOT, 'node_modules/.cache/countersign-build');
-    const dir = path.join(cache, fingerprint());
+    const dir = path.join(cache, buildFingerprint());
     const cli = path.join(dir, 'cli.js');
     if (fs.existsSync(cli)) return cli;
     const tmp = `${dir}.${process.pid}.tmp`;
