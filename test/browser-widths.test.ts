@@ -238,5 +238,74 @@ for (const kind of databaseKinds()) {
         await page.context().close();
       }
     });
+
+    it('puts the decision in the first screen, its warnings beside the buttons and the full content below', async () => {
+      const lines = Array.from(
+        { length: 40 },
+        (_, i) => `${i + 1}. Line ${i + 1} of the quarterly notes for the board, as drafted.`,
+      );
+      lines[20] = 'Transfer to account\u200B 4711 today.';
+      const content_text = lines.join('\n');
+      const draft = await call(agent, 'isphere_send_message', {
+        target_type: 'contact',
+        target_id: 'ct_fake',
+        content_text,
+      });
+      assert.equal(draft.ok, true, JSON.stringify(draft.error));
+      const id = draft.approval.approval_request_id as string;
+      for (const screen of SCREENS) {
+        const page = await signedIn(screen, 'ines', 'ines password');
+        await page.goto(`${server.url}/approvals/${id}`);
+        await page.screenshot({ path: path.join(SHOTS, `widths-review-${kind}-${screen.width}.png`) });
+        await page.screenshot({
+          path: path.join(SHOTS, `widths-review-${kind}-${screen.width}-full.png`),
+          fullPage: true,
+        });
+        const at = `at ${screen.width}×${screen.height}`;
+        const box = async (selector: string) => {
+          const b = await page.locator(selector).boundingBox();
+          assert.ok(b, `${selector} is shown ${at}`);
+          return b;
+        };
+        const inFirstScreen = (b: Box) =>
+          b.y >= 0 && b.y + b.height <= screen.height && b.x + b.width <= screen.width;
+
+        // What is asked, of which target, and every warning, before the buttons, all without a scroll.
+        const ask = page.locator('.decision .ask');
+        assert.match(
+          (await ask.innerText()).replace(/\s+/g, ' '),
+          /^demo asks to send a message of \d+ characters in 40 lines to \u0410lice Martin \(contact ct_fake\)\. Who must approve: 1 chair \(0 of 1\)\.$/,
+        );
+        const checks = await page.locator('.decision ul.checks').innerText();
+        assert.match(checks, /1 invisible or reordering character/);
+        assert.match(checks, /looks like Alice Martin \(ct_alice\)/);
+        const [askBox, checksBox, approve, reject] = [
+          await box('.decision .ask'),
+          await box('.decision ul.checks'),
+          await box('button.approve'),
+          await box('button.reject'),
+        ];
+        for (const [name, b] of Object.entries({ ask: askBox, warnings: checksBox, approve, reject }))
+          assert.ok(inFirstScreen(b), `${name} in the first screen ${at}: ${JSON.stringify(b)}`);
+        assert.ok(checksBox.y + checksBox.height <= approve.y, `the warnings above the buttons ${at}`);
+
+        // The exact content follows in full, below the decision, with its marker.
+        const content = page.locator('pre.content').first();
+        const contentBox = (await content.boundingBox())!;
+        assert.ok(contentBox.y >= approve.y + approve.height, `the content below the buttons ${at}`);
+        assert.equal(
+          await content.innerText(),
+          content_text.replace('\u200B', '⟦U+200B ZERO WIDTH SPACE⟧'),
+          'the whole message, its hidden character marked',
+        );
+        assert.ok(await fitsWidth(page), `no sideways scroll ${at}`);
+        if (screen.width === 390) {
+          await page.getByRole('button', { name: 'Approve' }).click();
+          await page.waitForURL('**?done=approved');
+          assert.equal(await page.locator('button.approve').count(), 0, 'no form once decided');
+        }
+        await page.context().close();
+      }
+    });
   });
 }
