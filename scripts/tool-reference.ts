@@ -8,6 +8,7 @@ import path from 'node:path';
 import prettier from 'prettier';
 import { z } from 'zod';
 import { builtinTools } from '../src/tools/index.ts';
+import { oneRequired } from '../src/tools/params.ts';
 import type { AnyToolDef } from '../src/tools/types.ts';
 
 export const REFERENCE_FILE = path.resolve(import.meta.dirname, '../docs/tools.md');
@@ -47,10 +48,11 @@ function typeOf(s: JsonSchema): string {
   const bounds: string[] = [];
   if (s.minLength !== undefined && s.minLength > 0) bounds.push(`≥ ${s.minLength} chars`);
   if (s.maxLength !== undefined) bounds.push(`≤ ${s.maxLength} chars`);
-  // The largest safe integer is zod's way of saying "no maximum".
+  // The safe integers' bounds are zod's way of saying "no minimum" and "no maximum" for an integer.
+  const min = s.minimum === Number.MIN_SAFE_INTEGER ? undefined : s.minimum;
   const max = s.maximum === Number.MAX_SAFE_INTEGER ? undefined : s.maximum;
-  if (s.minimum !== undefined && max !== undefined) bounds.push(`${s.minimum}–${max}`);
-  else if (s.minimum !== undefined) bounds.push(`≥ ${s.minimum}`);
+  if (min !== undefined && max !== undefined) bounds.push(`${min}–${max}`);
+  else if (min !== undefined) bounds.push(`≥ ${min}`);
   else if (max !== undefined) bounds.push(`≤ ${max}`);
   if (s.format) bounds.push(s.format);
   return bounds.length ? `${type} (${bounds.join(', ')})` : type;
@@ -59,14 +61,19 @@ function typeOf(s: JsonSchema): string {
 /** Table cells hold no line breaks and no unescaped pipes. */
 const cell = (text: string) => text.replace(/\s*\n\s*/g, ' ').replace(/(?<!\\)\|/g, '\\|');
 
-function argumentRows(schema: JsonSchema): string[] {
+/** `a` or `b`, as the required column says it. */
+const either = (fields: readonly string[]) => fields.map((f) => `\`${f}\``).join(' or ');
+
+function argumentRows(schema: JsonSchema, oneOf: readonly string[]): string[] {
   const required = new Set(schema.required ?? []);
   return Object.entries(schema.properties ?? {}).map(([name, p]) => {
     const given = required.has(name)
       ? 'yes'
-      : p.default !== undefined
-        ? `no (${JSON.stringify(p.default)})`
-        : 'no';
+      : oneOf.includes(name)
+        ? `one of ${either(oneOf)}`
+        : p.default !== undefined
+          ? `no (${JSON.stringify(p.default)})`
+          : 'no';
     return `| \`${name}\` | ${cell(typeOf(p))} | ${cell(given)} | ${cell(p.description ?? '')} |`;
   });
 }
@@ -88,7 +95,7 @@ function outputRows(schema: JsonSchema, prefix = ''): string[] {
 function section(tool: AnyToolDef): string {
   const input = schemaOf(tool.input, 'input');
   const output = schemaOf(tool.output, 'output');
-  const args = argumentRows(input);
+  const args = argumentRows(input, oneRequired.get(tool.input)?.fields ?? []);
   return [
     `## \`${PREFIX}${tool.name}\` — ${tool.title}`,
     '',
@@ -126,7 +133,8 @@ function markdown(): string {
     'Every built-in tool, as `tools/list` advertises it with the default prefix `isphere_`',
     '(config `tools.prefix`). Every answer is an envelope — `ok`, `status`, `source`, `trace_id`,',
     '`audit`, `error` on failure, `approval` on writes (README, "The response envelope") — with the fields',
-    'below beside it. Arguments not listed are refused (`INVALID_ARGUMENT`, naming the argument).',
+    'below beside it. Arguments not listed are refused (`INVALID_ARGUMENT`, naming the argument); where',
+    'the required column says "one of `a` or `b`", a call gives at least one of them.',
     "Upstream tools (`<upstream>__<tool>`) carry their own server's schemas (docs/upstreams.md).",
     '',
     ...builtinTools.map(section),

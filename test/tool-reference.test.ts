@@ -17,3 +17,18 @@ it("docs/tools.md is the reference the tools' schemas make now (npm run docs:too
   assert.match(now, /\| `content_text` +\|/);
   assert.match(now, /\| `approval_id` +\|/);
 });
+
+it('gives every built-in argument a meaning, marks alternatives, and shows no bounds zod adds of its own', async () => {
+  const now = await toolReference();
+  assert.doesNotMatch(now, /9007199254740991/, "the safe-integer bounds are not the tool's");
+  // An argument row: name, type, required, meaning. None has an empty meaning.
+  const blank = now
+    .split('\n')
+    .filter((line) => /^\| `[a-z_]+` /.test(line) && / \| +\|$/.test(line) && line.split(' | ').length === 4);
+  assert.deepEqual(blank, [], 'arguments without a meaning');
+  for (const id of ['approval_request_id', 'approval_id'])
+    assert.match(
+      now,
+      new RegExp(`\\| \`${id}\` +\\| [^|]+ \\| one of \`approval_request_id\` or \`approval_id\` \\|`),
+    );
+});

@@ -165,6 +165,24 @@ for (const kind of databaseKinds()) {
       assert.equal(res.error?.reason, 'invisible_characters');
     });
 
+    it("puts a file's name and size and its caption's hidden character beside the buttons, before the content", async () => {
+      fs.writeFileSync(path.join(outbound, 'minutes.txt'), 'the minutes');
+      const html = await reviewPage(
+        await call(agent, 'isphere_send_file', {
+          target_type: 'contact',
+          target_id: 'ct_david',
+          file_path: 'minutes.txt',
+          caption: 'see\u200Bhere',
+        }),
+      );
+      const start = html.indexOf('class="card decision"');
+      const decision = textOf(html.slice(start, html.indexOf('</section>', start))).replace(/\s+/g, ' ');
+      assert.match(decision, /demo asks to send the file minutes\.txt \(11 bytes, with a caption\) to /);
+      assert.match(decision, /1 invisible or reordering character, each shown below/);
+      assert.ok(start > 0 && html.indexOf('name="decision"') > start, 'the buttons in the decision');
+      assert.ok(html.indexOf('name="decision"') < html.indexOf('<pre class="content"'), 'the content after');
+    });
+
     it('flags a target whose name looks like another contact, and the real one likewise', async () => {
       const fake = textOf(
         await reviewPage(await send({ target_id: 'ct_fake', content_text: 'the Q3 figures' })),

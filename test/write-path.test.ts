@@ -94,6 +94,20 @@ for (const kind of databaseKinds()) {
       await server?.stop();
     });
 
+    it('tells an agent whose file is missing which outbound directory it looked in, and that it is empty', async () => {
+      const args = { target_type: 'contact', target_id: 'ct_alice', file_path: 'minutes.pdf' };
+      const first = await call(agentA, 'isphere_send_file', args);
+      assert.deepEqual(refusal(first), ['TARGET_NOT_FOUND', 'file_not_found']);
+      assert.deepEqual(first.error.details, { outbound_dir: outbound, empty: true });
+      fs.writeFileSync(path.join(outbound, 'agenda.txt'), 'agenda');
+      try {
+        const second = await call(agentA, 'isphere_send_file', args);
+        assert.deepEqual(second.error.details, { outbound_dir: outbound, empty: false });
+      } finally {
+        fs.rmSync(path.join(outbound, 'agenda.txt'));
+      }
+    });
+
     it('drafts a message in dry run by default: planned, hashed, pending, nothing sent', async () => {
       const before = await countMessages();
       const res = await call(agentA, 'isphere_send_message', MESSAGE);

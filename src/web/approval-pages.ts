@@ -129,6 +129,7 @@ function showRequest(kit: PageKit, deps: ApprovalPageDeps) {
       preview = (await deps.blobs.read(sha))?.toString('utf8') ?? null;
     }
     const { target_flags: flags, ...shown } = review;
+    const text = typeof review.content_text === 'string' ? review.content_text : undefined;
     const open = session.user.roles.includes('chair') && request.status === 'pending';
     kit.render(res, status, 'detail.njk', {
       request: withAgentToolName(request, deps.config.tools.prefix),
@@ -139,6 +140,8 @@ function showRequest(kit: PageKit, deps: ApprovalPageDeps) {
       },
       preview,
       flags,
+      // How long the message is, said beside the buttons (its text follows them in full).
+      ask: text === undefined ? null : { chars: Array.from(text).length, lines: text.split('\n').length },
       // Every agent-supplied string the page shows, counted before any of it (the markers are below).
       hidden: countHiddenIn([request.target.target_id, request.target.display_name, shown, preview]),
       canDecide: open && request.viewer?.may !== false,

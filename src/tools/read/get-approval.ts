@@ -1,18 +1,37 @@
 import { z } from 'zod';
 import { ApprovalView } from '../../approval/index.ts';
 import { AppError } from '../../core/errors.ts';
+import { oneRequired } from '../params.ts';
 import type { ReadToolDef } from '../types.ts';
 import { withAgentToolName } from '../../core/tool-names.ts';
 
 const input = z
   .strictObject({
-    approval_request_id: z.string().min(1).max(64).optional(),
-    approval_id: z.string().min(1).max(64).optional(),
+    approval_request_id: z
+      .string()
+      .min(1)
+      .max(64)
+      .optional()
+      .describe(
+        "The request's id, as a write's dry run returned it (approval.approval_request_id). One of " +
+          'approval_request_id and approval_id is required.',
+      ),
+    approval_id: z
+      .string()
+      .min(1)
+      .max(64)
+      .optional()
+      .describe(
+        "The id a chair's approval issued, which a real write passes as its approval_id. One of " +
+          'approval_request_id and approval_id is required.',
+      ),
   })
   .refine((a) => a.approval_request_id !== undefined || a.approval_id !== undefined, {
     message: 'give approval_request_id or approval_id',
     path: ['approval_request_id'],
   });
+
+oneRequired.add(input, { fields: ['approval_request_id', 'approval_id'] });
 
 const output = z.object({ approval: ApprovalView });
 

@@ -14,7 +14,13 @@ const input = z
     conversation_id: idParam('Only files of this conversation.').optional(),
     message_id: idParam('Only files attached to this message.').optional(),
     file_id: idParam('One file.').optional(),
-    mode: z.enum(['list', 'download']).default('list'),
+    mode: z
+      .enum(['list', 'download'])
+      .default('list')
+      .describe(
+        "list (default): the files' metadata, nothing saved. download: save them into output_dir, " +
+          'a dry run (the planned paths) unless dry_run is false.',
+      ),
     output_dir: z
       .string()
       .min(1)
@@ -54,7 +60,10 @@ const File = z.object({
   source: sourceField,
 });
 
-const output = z.object({ mode: z.enum(['list', 'download']), files: z.array(File) });
+const output = z.object({
+  mode: z.enum(['list', 'download']).describe('The mode asked for.'),
+  files: z.array(File),
+});
 
 /** Picks `dir/name`, or `dir/name (n).ext` when taken, without ever overwriting. */
 function freePath(dir: string, name: string, taken: Set<string>): string {

@@ -1,11 +1,20 @@
 import { z } from 'zod';
 import { AppError } from '../../core/errors.ts';
-import { cursorParam, idParam, limitParam, sourceField, sourcePreferenceParam } from '../params.ts';
+import {
+  cursorParam,
+  idParam,
+  limitParam,
+  oneRequired,
+  sourceField,
+  sourcePreferenceParam,
+} from '../params.ts';
 import type { ReadToolDef } from '../types.ts';
 
 const input = z
   .strictObject({
-    conversation_id: idParam('Conversation to read. Optional when query is given.').optional(),
+    conversation_id: idParam(
+      'Conversation to read. One of conversation_id and query is required.',
+    ).optional(),
     conversation_type: z
       .enum(['direct', 'group', 'system', 'unknown'])
       .optional()
@@ -16,7 +25,8 @@ const input = z
       .optional()
       .describe(
         'A conversation name (exact, any case) to read that conversation; otherwise a keyword matched ' +
-          'against message text. With conversation_id it filters that conversation by keyword.',
+          'against message text. With conversation_id it filters that conversation by keyword. One of ' +
+          'conversation_id and query is required.',
       ),
     since: z.iso
       .datetime({ offset: true })
@@ -24,7 +34,13 @@ const input = z
       .describe('Only messages created at or after this time.'),
     limit: limitParam(50, 200),
     cursor: cursorParam,
-    include_attachment_metadata: z.boolean().default(true),
+    include_attachment_metadata: z
+      .boolean()
+      .default(true)
+      .describe(
+        "Default true: each message lists its attachments' metadata (file_id, file_name, size_bytes, " +
+          'download_ref), which receive_files takes; never the bytes. false leaves attachments empty.',
+      ),
     source_preference: sourcePreferenceParam,
     dry_run: z.boolean().default(false).describe('Return the read plan only, without message bodies.'),
   })
@@ -32,6 +48,8 @@ const input = z
     message: 'give conversation_id or a non-blank query',
     path: ['conversation_id'],
   });
+
+oneRequired.add(input, { fields: ['conversation_id', 'query'] });
 
 const Conversation = z.object({
   conversation_id: z.string(),

@@ -10,7 +10,9 @@ import type { WriteResult } from '../types.ts';
 
 /** The inputs every write tool shares: the target, the gate's controls and the source. */
 export const writeTargetParams = {
-  target_type: MessageTargetType,
+  target_type: MessageTargetType.describe(
+    'What target_id names: a contact (one person), a group, or a conversation (an existing chat, direct or group).',
+  ),
   target_id: z
     .string()
     .min(1)
@@ -37,7 +39,14 @@ export const writeControlParams = {
     .max(200)
     .optional()
     .describe('Recommended for real writes: the same key with the same content returns the first result.'),
-  source_preference: SourcePreference.exclude(['local_readonly']).default('auto'),
+  // The messenger contract lists no local_readonly for writes: a read-only source cannot send.
+  source_preference: SourcePreference.exclude(['local_readonly'])
+    .default('auto')
+    .describe(
+      'Which connector sends: auto (default: the one this server is configured with), local (the built-in ' +
+        'store), bridge, uia or network. local_readonly is refused (INVALID_ARGUMENT): a read-only source ' +
+        'cannot send. A source this server has not configured answers SOURCE_UNAVAILABLE.',
+    ),
 };
 
 /** Output fields every write tool shares. */

@@ -21,8 +21,20 @@ const input = z.strictObject({
     .string()
     .min(1)
     .max(1024)
-    .describe('A file inside the configured outbound directory (relative to it, or absolute).'),
-  caption: z.string().max(4096).optional(),
+    .describe(
+      'The file to send. It must already be in the outbound directory (files.outbound_dir, by default ' +
+        'data/outbound/ in the data directory): put it there first, then give its path relative to that ' +
+        'directory ("report.pdf") or absolute. A path that leads outside it, by .. or a symlink, is ' +
+        'PERMISSION_DENIED.',
+    ),
+  caption: z
+    .string()
+    .max(4096)
+    .optional()
+    .describe(
+      'Text sent with the file, shown to the recipients beside it. The chair reviews it with the file, ' +
+        'and it is part of what the approval is bound to.',
+    ),
   ...writeControlParams,
 });
 
@@ -47,6 +59,21 @@ const MIME: Record<string, string> = {
   '.xlsx': 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet',
 };
 
+/** Nothing in the directory but dot files (a .gitkeep). */
+const isEmpty = (dir: string) => fs.readdirSync(dir).every((name) => name.startsWith('.'));
+
+/**
+ * Where the file should have been: the outbound directory by its path, and, when nothing is in it at all
+ * (a first try, before any file was put there), what to do.
+ */
+function notFoundMessage(root: string, requested: string, empty: boolean): string {
+  const said = `no file ${requested} in the outbound directory ${root}`;
+  return empty
+    ? `${said}: it is empty. Put the file there first (files.outbound_dir, env COUNTERSIGN_OUTBOUND_DIR), ` +
+        'then give its path relative to it'
+    : `${said}; file_path is relative to it, or absolute inside it`;
+}
+
 /** Reads the file (after checking it stays inside the outbound directory) and keeps its bytes by sha256. */
 async function readOutbound(root: string, requested: string, maxBytes: number) {
   const real = resolveInside(root, requested, 'file_path');
@@ -54,11 +81,10 @@ async function readOutbound(root: string, requested: string, maxBytes: number) {
   try {
     stat = await fs.promises.stat(real);
   } catch {
-    throw new AppError(
-      'TARGET_NOT_FOUND',
-      `no file ${requested} in the outbound directory`,
-      'file_not_found',
-    );
+    const empty = isEmpty(root);
+    throw new AppError('TARGET_NOT_FOUND', notFoundMessage(root, requested, empty), 'file_not_found', {
+      details: { outbound_dir: root, empty },
+    });
   }
   if (!stat.isFile())
     throw new AppError('INVALID_ARGUMENT', `${requested} is not a regular file`, 'not_a_file');
@@ -79,7 +105,8 @@ export const sendFile = {
   name: 'send_file',
   title: 'Send file',
   description:
-    'Send a file from the outbound directory to a contact, group or conversation. Defaults to dry_run, ' +
+    'Send a file from the outbound directory (files.outbound_dir, by default data/outbound/: put the file ' +
+    'there first) to a contact, group or conversation. Defaults to dry_run, ' +
     'which requests approval for exactly these bytes (file_sha256); execute with dry_run=false and the ' +
     'approval_id once approved. A file changed since approval is refused.',
   facet: 'send',

@@ -32,7 +32,15 @@
       var el = times[i];
       var at = Date.parse(el.getAttribute('datetime'));
       if (Number.isNaN(at)) continue;
-      el.textContent = local.format(at) + ' (' + distance((at - Date.now()) / 1000) + ')';
+      // Two runs, the moment and its distance: a narrow column (the audit log's) breaks between them,
+      // never inside either. Made as text nodes, never markup.
+      var moment = document.createElement('span');
+      moment.className = 'moment';
+      moment.textContent = local.format(at);
+      var away = document.createElement('span');
+      away.className = 'away';
+      away.textContent = '(' + distance((at - Date.now()) / 1000) + ')';
+      el.replaceChildren(moment, document.createTextNode(' '), away);
       el.setAttribute('data-local', '');
     }
   }
