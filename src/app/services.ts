@@ -5,7 +5,12 @@ import { assertWritableDataDir } from './data-dir.ts';
 import { firstRun as seedFirstRun, type FirstRun, type FirstRunDeps } from '../admin/first-run.ts';
 import type { AdminDeps } from '../admin/commands.ts';
 import { adminDeps } from './admin-deps.ts';
-import { createApprovals, TASK_POLL_INTERVAL_MS, type Approvals } from '../approval/index.ts';
+import {
+  createApprovals,
+  createPatternPool,
+  TASK_POLL_INTERVAL_MS,
+  type Approvals,
+} from '../approval/index.ts';
 import {
   createAuditLog,
   type AuditLog,
@@ -174,8 +179,11 @@ export async function openServices(
     const rateLimitedPace = paceUntilStop(config.policy.rate_limited_per_second, closers);
     const { local, bridge, connectors } = await openConnectors(db, blobs, config, log, tracer);
     const cursors = createCursorCodec(opened.roots.key('cursor').toString('base64url'));
+    // The rules' long matches run on worker threads, stopped with the server (approval/rules/pattern-pool.ts).
+    const patterns = createPatternPool();
+    closers.push(() => patterns.close());
     const approvals = openApprovals(tracer, {
-      ...{ knex: db.knex, audit, config, roots },
+      ...{ knex: db.knex, audit, config, roots, patterns },
       ...{ reviewUrl: lifecycle.reviewUrl, onQueued: notifications?.kick },
     });
     const memory = createAgentMemory(db.knex) satisfies MemoryStore;

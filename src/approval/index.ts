@@ -20,6 +20,7 @@ export { createApprovals, type Approvals } from './approvals.ts';
 export { describeRequirement, type RuleSummary } from './eligible.ts';
 export {
   compilePolicy,
+  createPatternPool,
   PolicyDoc,
   requirementOf,
   type CompiledPolicy,
