@@ -25,6 +25,7 @@ export {
   requirementOf,
   type CompiledPolicy,
   type Decision,
+  type PatternRunner,
 } from './rules/index.ts';
 export {
   TASK_FAILED,

@@ -16,10 +16,19 @@ import { matchOne, type PatternJob, type PatternRunner, type PatternValue } from
 /** How many matches may wait for a worker; past it a match fails its rule safe at once. */
 const QUEUE_MAX = 64;
 
+/** How much nicer than the server a worker runs (Linux), so that it never takes the CPU from a call. */
+const WORKER_NICE = 10;
+
 /** A worker's heap: a match holds the text and RE2's small state, never more. */
 const WORKER_HEAP_MB = 64;
 
 const workerSource = (match: string) => `
+// Below the server's main thread, where the system allows (Linux: this thread's own id): on a shared
+// core the main thread's calls go first, and a long match waits (and, past its budget, fails safe).
+try {
+  const tid = Number(require('node:fs').readlinkSync('/proc/thread-self').split('/').pop());
+  if (tid > 0) require('node:os').setPriority(tid, Math.min(19, require('node:os').getPriority(tid) + ${WORKER_NICE}));
+} catch {}
 const { parentPort, workerData } = require('node:worker_threads');
 const { RE2JS } = require(workerData.re2js);
 const matchOne = ${match};
