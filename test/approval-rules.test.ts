@@ -165,6 +165,35 @@ describe('approval rules', () => {
     assert.equal((await p.decide(facts({ text }))).rule, 'many reads');
   });
 
+  it('flags an upstream write by the short strings of its arguments, keys and values, at any depth', async () => {
+    const p = policy([
+      {
+        name: 'Disguised',
+        when: 'content.flags.exists(f, f in ["mixed_script", "confusable", "invisible"])',
+        then: { require: { approvers: 2 } },
+      },
+    ]);
+    const upstream = (args: Record<string, unknown>) =>
+      facts({
+        tool: 'gh__create_issue',
+        facet: 'upstream_write',
+        target: { target_type: 'mcp_tool', target_id: 'gh__create_issue', display_name: 'gh / create_issue' },
+        text: '',
+        upstream: { name: 'gh', tool: 'create_issue', arguments: args },
+      });
+    const lookalike = 'acme/p\u0430yroll'; // a Cyrillic а
+    for (const args of [
+      { repo: lookalike, title: 'bump' },
+      { where: { repos: ['acme/site', lookalike] } },
+      { [lookalike]: true },
+      { repo: 'acme/payroll\u200B' },
+    ])
+      assert.equal((await p.decide(upstream(args))).rule, 'Disguised', JSON.stringify(args));
+    assert.equal((await p.decide(upstream({ repo: 'acme/payroll', title: 'Привет' }))).rule, null);
+    // A long argument is a body, not what the write acts on: not read for flags (ARGUMENT_FLAGS).
+    assert.equal((await p.decide(upstream({ body: `${lookalike} ${'x'.repeat(300)}` }))).rule, null);
+  });
+
   it('reads the time of day in the policy time zone', async () => {
     const p = policy([{ name: 'night', when: 'time.hour < 7', then: { require: { approvers: 2 } } }], {
       timezone: 'Europe/Berlin',
