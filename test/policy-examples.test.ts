@@ -251,6 +251,11 @@ for (const kind of databaseKinds()) {
         'pay ٥٠٠ EUR',
       ])
         assert.equal(await ruleOf(await send(text)), null, text);
+      // An upstream write: what it acts on is named in its arguments, read with the text's flags.
+      const note = (args: Record<string, unknown>) => call(agent, 'crm__set_note', args);
+      assert.equal(await ruleOf(await note({ text: 'see the p\u0430yroll file' })), 'Disguised text');
+      assert.equal(await ruleOf(await note({ text: 'see the \u202Eelif\u202C' })), 'Disguised text');
+      assert.equal(await ruleOf(await note({ text: 'see the payroll file' })), null);
     });
   });
 }

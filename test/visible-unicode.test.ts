@@ -131,7 +131,7 @@ describe('decimal digits of every script', () => {
     }
   });
 
-  it('lets a rule read an amount written in Arabic-Indic digits', () => {
+  it('lets a rule read an amount written in Arabic-Indic digits', async () => {
     const p = compilePolicy(
       {
         rules: [
@@ -144,8 +144,8 @@ describe('decimal digits of every script', () => {
       },
       {},
     );
-    assert.equal(p.decide(facts('pay \u0665\u0660\u0660\u0660\u0660 now')).rule, 'Large amounts');
-    assert.equal(p.decide(facts('pay \u0665\u0660 now')).rule, null);
+    assert.equal((await p.decide(facts('pay \u0665\u0660\u0660\u0660\u0660 now'))).rule, 'Large amounts');
+    assert.equal((await p.decide(facts('pay \u0665\u0660 now'))).rule, null);
   });
 });
 
@@ -180,7 +180,7 @@ describe('letters of other scripts that look Latin', () => {
     assert.equal(mixesScripts('\u0410lice'), true);
   });
 
-  it('gives rules the skeleton, so "pаyroll" with a Cyrillic а is "payroll"', () => {
+  it('gives rules the skeleton, so "pаyroll" with a Cyrillic а is "payroll"', async () => {
     const p = compilePolicy(
       {
         rules: [
@@ -204,10 +204,10 @@ describe('letters of other scripts that look Latin', () => {
       'the ｐａｙｒｏｌｌ file',
       'the pay\uFE0Froll file',
     ])
-      assert.equal(p.decide(facts(text)).rule, 'Payroll', text);
+      assert.equal((await p.decide(facts(text))).rule, 'Payroll', text);
     for (const text of ['\u202Edrowssap\u202C', 'p\u0430ss', 'hi\u200B', 'see \u{1D41A}'])
-      assert.equal(p.decide(facts(text)).rule, 'Disguised', text);
-    assert.equal(p.decide(facts('the figures for Q3')).rule, null);
+      assert.equal((await p.decide(facts(text))).rule, 'Disguised', text);
+    assert.equal((await p.decide(facts('the figures for Q3'))).rule, null);
     assert.deepEqual(input('p\u0430y \u0665').content.flags, [
       'mixed_script',
       'confusable',

@@ -743,9 +743,29 @@ export async function abuseDrill(
       );
     };
     /** An attack, unless --only leaves it out, --repeat times. */
-    const attack = async (...args: Parameters<typeof attackOnce>) => {
-      if (o.only && !o.only.some((part) => args[0].includes(part))) return;
-      for (let i = 0; i < (o.repeat ?? 1); i++) await attackOnce(...args);
+    /**
+     * An attack, unless --only leaves it out, --repeat times; `prime` first, once, outside every window.
+     * The first call of a tool costs the drill's client more than the next ones (its SDK client compiles
+     * the tool's output schema into a validator, in this process): on the CPU the well-behaved agent
+     * shares with the drill, that one-time cost showed as the attack's (round 1 of the rule-pattern
+     * attack: the drill's event loop held 308-1,102 ms, rounds 2 and 3 not). An attacker elsewhere
+     * pays it on its own machine; the prime pays it here before the quiet window, and says how long
+     * it held the drill.
+     */
+    const attack = async (
+      ...[name, expect, run, judge, prime]: [...Parameters<typeof attackOnce>, (() => Promise<unknown>)?]
+    ) => {
+      if (o.only && !o.only.some((part) => name.includes(part))) return;
+      if (prime) {
+        drillLoopDelay();
+        const t0 = performance.now();
+        await prime();
+        const held = drillLoopDelay();
+        o.log(
+          `  ${name}: primed the attacker's client (${round(performance.now() - t0, 1)} ms; the drill's event loop held at most ${held?.max ?? 0} ms)`,
+        );
+      }
+      for (let i = 0; i < (o.repeat ?? 1); i++) await attackOnce(name, expect, run, judge);
     };
     const n = (share: number) => Math.max(20, Math.round(o.flood * share));
 
@@ -885,6 +905,14 @@ export async function abuseDrill(
           until,
         ),
       (a) => Object.keys(a).every((k) => k === 'pending'),
+      // One short draft (plain words: the rule lets it through, a dry run sends nothing).
+      () =>
+        callTool(
+          upstreamClient,
+          'isphere_send_message',
+          { target_type: 'contact', target_id: 'ct_alice', content_text: 'a short plain draft' },
+          30_000,
+        ),
     );
 
     await attack(

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { AdminDeps } from '../admin/commands.ts';
 import { createAccountAdmin, createSignIn, storedTokenHashes } from '../accounts/index.ts';
-import { createApprovals } from '../approval/index.ts';
+import { createApprovals, type PatternRunner } from '../approval/index.ts';
 import { createAuditChecks, createAuditLog, headSeq, type AuditLog } from '../audit/index.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { createDirectoryImport, createPinAdmin, type BlobStore } from '../connectors/index.ts';
@@ -12,10 +12,18 @@ import type { HostRoots } from '../core/host-roots.ts';
 
 /**
  * The stores the operator's commands run on, over one database: the same for the command line's own
- * process and for the server that runs them behind its loopback endpoint.
+ * process and for the server that runs them behind its loopback endpoint (which passes its worker pool
+ * for the rules' long matches: `policy explain` on the server's process never holds its event loop).
  */
 export function adminDeps(
-  db: { knex: Knex; blobs: BlobStore; config: Config; audit?: AuditLog; roots?: () => Promise<HostRoots> },
+  db: {
+    knex: Knex;
+    blobs: BlobStore;
+    config: Config;
+    audit?: AuditLog;
+    roots?: () => Promise<HostRoots>;
+    patterns?: PatternRunner;
+  },
   hooks: Pick<AdminDeps, 'agentChanged' | 'upstreamsChanged'> = {},
 ): AdminDeps {
   const { knex, config } = db;
@@ -51,6 +59,7 @@ export function adminDeps(
       config,
       reviewUrl: (id) => new URL(`/approvals/${id}`, publicBaseUrl(config)).href,
       roots,
+      patterns: db.patterns,
     }),
     directory: createDirectoryImport(knex, db.blobs),
     auditChecks: createAuditChecks(knex, audit, config),

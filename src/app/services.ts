@@ -5,7 +5,12 @@ import { assertWritableDataDir } from './data-dir.ts';
 import { firstRun as seedFirstRun, type FirstRun, type FirstRunDeps } from '../admin/first-run.ts';
 import type { AdminDeps } from '../admin/commands.ts';
 import { adminDeps } from './admin-deps.ts';
-import { createApprovals, TASK_POLL_INTERVAL_MS, type Approvals } from '../approval/index.ts';
+import {
+  createApprovals,
+  createPatternPool,
+  TASK_POLL_INTERVAL_MS,
+  type Approvals,
+} from '../approval/index.ts';
 import {
   createAuditLog,
   type AuditLog,
@@ -174,8 +179,10 @@ export async function openServices(
     const rateLimitedPace = paceUntilStop(config.policy.rate_limited_per_second, closers);
     const { local, bridge, connectors } = await openConnectors(db, blobs, config, log, tracer);
     const cursors = createCursorCodec(opened.roots.key('cursor').toString('base64url'));
+    // The rules' long matches run on worker threads, stopped with the server (approval/rules/pattern-pool.ts).
+    const patterns = closing(createPatternPool(), closers);
     const approvals = openApprovals(tracer, {
-      ...{ knex: db.knex, audit, config, roots },
+      ...{ knex: db.knex, audit, config, roots, patterns },
       ...{ reviewUrl: lifecycle.reviewUrl, onQueued: notifications?.kick },
     });
     const memory = createAgentMemory(db.knex) satisfies MemoryStore;
@@ -194,7 +201,8 @@ export async function openServices(
       log,
       closers,
     );
-    const admin = operatorStores({ knex: db.knex, blobs, config, audit, roots }, cluster.bus, upstreams);
+    const stores = { knex: db.knex, blobs, config, audit, roots, patterns };
+    const admin = operatorStores(stores, cluster.bus, upstreams);
     // The first run's accounts exist before a command can reach the embedded database through this process.
     const firstRun = await firstRunOf(admin, options);
     if (db.dialect === 'pglite') closers.push(await startAdmin(admin, log));
@@ -402,6 +410,12 @@ async function openTracing(config: Config, closers: Closers): Promise<Tracer | u
   const tracing = startTracing({ url, version: VERSION });
   closers.push(() => tracing.shutdown());
   return tracing;
+}
+
+/** `thing`, closed with the rest. */
+function closing<T extends { close(): Promise<void> }>(thing: T, closers: Closers): T {
+  closers.push(() => thing.close());
+  return thing;
 }
 
 /** The approval module, its steps that change state each in a span when tracing is on. */

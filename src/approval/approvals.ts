@@ -41,7 +41,7 @@ export function createApprovals(given: Omit<ApprovalDeps, 'rules'>) {
   const approved = new Set<() => void>();
   const deps: ApprovalDeps = {
     ...given,
-    rules: createPolicySource(given.knex, given.config, given.audit),
+    rules: createPolicySource(given.knex, given.config, given.audit, given.patterns),
     onTaskApproved() {
       given.onTaskApproved?.();
       for (const listener of approved) listener();

@@ -9,7 +9,7 @@ import {
   type RequestRow,
 } from './view.ts';
 import { changeAndQueue, deliveriesFor } from './outbox.ts';
-import type { PolicySource } from './rules/index.ts';
+import type { PatternRunner, PolicySource } from './rules/index.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 
 export interface ApprovalDeps {
@@ -35,6 +35,11 @@ export interface ApprovalDeps {
   onTaskApproved?(): void;
   /** The host roots (core/host-roots.ts): the key a decision's MAC is made and checked with (seal.ts). */
   roots(): Promise<HostRoots>;
+  /**
+   * Worker threads for the rules' long matches (rules/pattern-pool.ts), so that none holds the event
+   * loop; without them (a CLI command) every match runs in the calling thread.
+   */
+  patterns?: PatternRunner;
 }
 
 /**

@@ -20,10 +20,12 @@ export { createApprovals, type Approvals } from './approvals.ts';
 export { describeRequirement, type RuleSummary } from './eligible.ts';
 export {
   compilePolicy,
+  createPatternPool,
   PolicyDoc,
   requirementOf,
   type CompiledPolicy,
   type Decision,
+  type PatternRunner,
 } from './rules/index.ts';
 export {
   TASK_FAILED,

@@ -3,7 +3,7 @@ import { serialize } from '@marcbachmann/cel-js/serialize';
 import { AppError } from '../../core/errors.ts';
 import { contentSkeleton, INPUT_DECLARATIONS, inputOf, type RuleInput, type WriteFacts } from './input.ts';
 import { PolicyDoc, versionOf, type Rule } from '../../core/approval-policy.ts';
-import { re2Error, re2Find, re2Matches, withBudget } from './patterns.ts';
+import { PatternSession, re2Error, type PatternOptions, type RuleBudget } from './patterns.ts';
 
 /** What a policy asks of one write: who must countersign, or a refusal, or no review at all. */
 export type Requirement =
@@ -21,10 +21,13 @@ export interface Decision {
 export interface CompiledPolicy {
   readonly doc: PolicyDoc;
   readonly version: string;
-  /** The first matching rule's requirement for this write at `at`, or the per-tool default. */
-  decide(facts: WriteFacts, at?: Date): Decision;
+  /**
+   * The first matching rule's requirement for this write at `at`, or the per-tool default. Asynchronous:
+   * a long match runs on the pattern pool, if the policy was compiled with one.
+   */
+  decide(facts: WriteFacts, at?: Date): Promise<Decision>;
   /** The same, for an input already built (policy explain, the bench). */
-  decideInput(input: RuleInput): Decision;
+  decideInput(input: RuleInput): Promise<Decision>;
   /** What applies when no rule matches: the tool's `approval.required_approvers`, else one. */
   defaultFor(tool: string): Decision;
 }
@@ -32,8 +35,24 @@ export interface CompiledPolicy {
 /** What every `matches()` of a rule calls instead: RE2's (onRe2, below). */
 const RE2_MATCHES = 're2_matches';
 
+/** The rule being evaluated now: its pattern functions answer through its budget (set by `holds`). */
+interface Evaluating {
+  budget?: RuleBudget;
+}
+
+/**
+ * A pattern function of a rule: the answer through the budget of the rule being evaluated (patterns.ts).
+ * Evaluation is synchronous, so the rule being evaluated is the one `holds` set; a policy has its own.
+ */
+const patternFn =
+  <T extends string | boolean>(evaluating: Evaluating, op: 'matches' | 'find') =>
+  (text: string, pattern: string): T => {
+    if (!evaluating.budget) throw new Error('a pattern evaluated outside a rule evaluation');
+    return evaluating.budget.call({ op, pattern, text }) as T;
+  };
+
 /** The CEL environment every rule is checked and evaluated in: the input's fields, typed, and nothing else. */
-function environment(): Environment {
+function environment(evaluating: Evaluating): Environment {
   const env = new Environment({
     unlistedVariablesAreDyn: false,
     limits: { maxAstNodes: 2000, maxDepth: 50 },
@@ -48,7 +67,8 @@ function environment(): Environment {
     receiverType: 'string',
     returnType: 'string',
     params: [{ name: 'pattern', type: 'string' }],
-    handler: re2Find,
+    handler: patternFn<string>(evaluating, 'find'),
+    async: false,
   });
   // CEL's own `matches()` runs on JavaScript's backtracking engine and cannot be replaced in the
   // environment: every call of it in a rule is renamed to this one at compile time (onRe2, below).
@@ -57,7 +77,8 @@ function environment(): Environment {
     receiverType: 'string',
     returnType: 'bool',
     params: [{ name: 'pattern', type: 'string' }],
-    handler: re2Matches,
+    handler: patternFn<boolean>(evaluating, 'matches'),
+    async: false,
   });
   // `skeleton("payroll")`: the skeleton of a word as content.skeleton holds the text's, to compare them.
   env.registerFunction({
@@ -158,13 +179,30 @@ export const requirementOf = (rule: Rule): Requirement => {
  * Whether a rule holds. An expression that fails on this input (a `double()` of text that is no number),
  * or whose patterns go past the evaluation's budget (patterns.ts, RULE_BUDGET), fails safe: it counts
  * as matching when its rule asks for review or refuses, and as not matching when it would let the write
- * through without review.
+ * through without review. Long matches wait for the worker (RuleBudget), then the rule is evaluated again.
  */
-function holds(fn: ParseResult, rule: Rule, input: RuleInput): boolean {
-  try {
-    return withBudget(() => fn(input)) === true;
-  } catch {
-    return !('allow_without_review' in rule.then);
+async function holds(
+  evaluating: Evaluating,
+  session: PatternSession,
+  { fn, rule }: { fn: ParseResult; rule: Rule },
+  input: RuleInput,
+): Promise<boolean> {
+  const failSafe = !('allow_without_review' in rule.then);
+  const budget = session.budget();
+  for (;;) {
+    let value: unknown;
+    let failed = false;
+    evaluating.budget = budget;
+    try {
+      value = fn(input);
+    } catch {
+      failed = true;
+    } finally {
+      evaluating.budget = undefined;
+    }
+    if (budget.exceeded) return failSafe;
+    if (budget.pending.length === 0) return failed ? failSafe : value === true;
+    await budget.settle();
   }
 }
 
@@ -175,6 +213,7 @@ function holds(fn: ParseResult, rule: Rule, input: RuleInput): boolean {
 export function compilePolicy(
   raw: unknown,
   requiredApprovers: Readonly<Record<string, number>>,
+  patterns: PatternOptions = {},
 ): CompiledPolicy {
   const parsed = PolicyDoc.safeParse(raw ?? {});
   if (!parsed.success) {
@@ -186,12 +225,16 @@ export function compilePolicy(
     );
   }
   const doc = parsed.data;
-  const env = environment();
+  const evaluating: Evaluating = {};
+  const env = environment(evaluating);
   const compiled = doc.rules.map((rule) => ({ rule, fn: compileRule(env, rule) }));
   const version = versionOf(doc, requiredApprovers);
-  const decideInput = (input: RuleInput): Decision => {
-    for (const { rule, fn } of compiled) {
-      if (holds(fn, rule, input)) return { rule: rule.name, requirement: requirementOf(rule), version };
+  const decideInput = async (input: RuleInput): Promise<Decision> => {
+    // Without a pattern pool (the CLI, a test), every match runs in the calling thread.
+    const session = new PatternSession(patterns);
+    for (const c of compiled) {
+      if (await holds(evaluating, session, c, input))
+        return { rule: c.rule.name, requirement: requirementOf(c.rule), version };
     }
     return defaultFor(input.tool);
   };

@@ -8,6 +8,13 @@ export {
   type Requirement,
 } from './compile.ts';
 export { inputOf, normalizedText, type RuleInput, type WriteFacts } from './input.ts';
-export { RULE_BUDGET } from './patterns.ts';
+export {
+  INLINE_COST,
+  RULE_BUDGET,
+  type Budget,
+  type PatternOptions,
+  type PatternRunner,
+} from './patterns.ts';
+export { createPatternPool, PatternRunFailed, type PatternPool } from './pattern-pool.ts';
 export { PolicyDoc, Rule, versionOf } from '../../core/approval-policy.ts';
 export { createPolicySource, POLICY_UNCHANGED_SQL, type HeldPolicy, type PolicySource } from './store.ts';

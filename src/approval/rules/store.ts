@@ -5,6 +5,7 @@ import { readSetting, settingUnchangedSql, writeSetting } from '../../db/setting
 import { retryingTransaction } from '../../db/retry.ts';
 import { versionOf, type PolicyDoc } from '../../core/approval-policy.ts';
 import { compilePolicy, type CompiledPolicy } from './compile.ts';
+import type { PatternRunner } from './patterns.ts';
 
 /** The `settings` row that holds the policy every replica on one database applies. */
 const SETTING = 'approval_policy';
@@ -58,9 +59,14 @@ interface Stored {
  * does not compile stops start-up; a stored one is compiled when read, and one that no longer compiles
  * (an edit made in the database by hand) refuses every write until it is fixed, never falls back.
  */
-export function createPolicySource(knex: Knex, config: Config, audit: AuditLog): PolicySource {
+export function createPolicySource(
+  knex: Knex,
+  config: Config,
+  audit: AuditLog,
+  patterns?: PatternRunner,
+): PolicySource {
   const required = config.approval.required_approvers;
-  const fromConfig = compilePolicy(config.approval.rules, required);
+  const fromConfig = compilePolicy(config.approval.rules, required, { patterns });
   const configHeld: HeldPolicy = { ...fromConfig, stored: 'null' };
   let last: { policy: HeldPolicy; read_at: number } | undefined;
 
@@ -72,7 +78,7 @@ export function createPolicySource(knex: Knex, config: Config, audit: AuditLog):
         ? configHeld
         : last && last.policy.stored === text
           ? last.policy
-          : { ...compilePolicy(stored.doc, required), stored: text };
+          : { ...compilePolicy(stored.doc, required, { patterns }), stored: text };
     last = { policy, read_at: Date.now() };
     return policy;
   };
@@ -82,7 +88,7 @@ export function createPolicySource(knex: Knex, config: Config, audit: AuditLog):
     current: async () => (last && Date.now() - last.read_at < REREAD_MS ? last.policy : fresh()),
     origin: async (q = knex) => ((await readSetting(q, SETTING)) === undefined ? 'config' : 'database'),
     set: async (doc, actor) => {
-      const next = compilePolicy(doc, required);
+      const next = compilePolicy(doc, required, { patterns });
       const versions = await retryingTransaction(knex, async (trx) => {
         // Whatever is stored now is replaced, even a policy that no longer compiles.
         const before = await versionStored(trx, fromConfig, required);
