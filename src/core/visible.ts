@@ -240,15 +240,31 @@ export function scriptsOf(text: string): string[] {
  * Script_Extensions. "Аlice" with a Cyrillic А is mixed; "東京タワー" is not.
  */
 export function mixesScripts(text: string): boolean {
-  let resolved: Set<string> | undefined;
+  let resolved: ReadonlySet<string> | undefined;
   for (const ch of text) {
-    const scx = scriptsOfChar(ch);
-    if (scx.length === 0) continue;
-    const set = new Set(scx.flatMap((s) => [s, ...(AUGMENTED[s] ?? [])]));
+    const set = augmentedOf(ch);
+    if (set === undefined || set === resolved) continue;
     resolved = resolved ? new Set([...resolved].filter((s) => set.has(s))) : set;
     if (resolved.size === 0) return true;
   }
   return false;
+}
+
+const augmentedCache = new Map<number, ReadonlySet<string> | undefined>();
+
+/**
+ * A code point's augmented Script_Extensions (its scripts and the writing systems that combine them),
+ * undefined for Common and Inherited; one set per code point, looked up once, so that a run of letters
+ * of one script is one comparison each.
+ */
+function augmentedOf(ch: string): ReadonlySet<string> | undefined {
+  const cp = ch.codePointAt(0)!;
+  if (augmentedCache.has(cp)) return augmentedCache.get(cp);
+  const scx = scriptsOfChar(ch);
+  const set = scx.length === 0 ? undefined : new Set(scx.flatMap((s) => [s, ...(AUGMENTED[s] ?? [])]));
+  if (augmentedCache.size >= 20_000) augmentedCache.clear();
+  augmentedCache.set(cp, set);
+  return set;
 }
 
 /**
@@ -277,11 +293,17 @@ export function flagsOf(text: string): TextFlag[] {
   const flags = new Set<TextFlag>();
   if (!/^[\x20-\x7e\n\t]*$/.test(text)) {
     for (const p of pieces(text)) if ('hidden' in p) flags.add(p.kind);
+    // Each distinct word is read once, and reading stops when both flags are raised: a text repeats its
+    // words, and one flagged word flags the text.
+    const seen = new Set<string>();
     for (const [word] of text.normalize('NFC').matchAll(WORD)) {
+      if (seen.has(word)) continue;
+      seen.add(word);
       const plain = withoutHidden(word);
-      if (mixesScripts(plain)) flags.add('mixed_script');
+      if (!flags.has('mixed_script') && mixesScripts(plain)) flags.add('mixed_script');
       // Digits alone are non_ascii_digits (below), folded for the rules: an Arabic-Indic ٥ is no "o".
-      if (/\p{L}/u.test(plain) && imitatesAscii(plain)) flags.add('confusable');
+      if (!flags.has('confusable') && /\p{L}/u.test(plain) && imitatesAscii(plain)) flags.add('confusable');
+      if (flags.has('mixed_script') && flags.has('confusable')) break;
     }
     if (NON_ASCII_DIGIT.test(text)) flags.add('non_ascii_digits');
   }
