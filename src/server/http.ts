@@ -15,7 +15,7 @@ import type { ClusterBus } from '../cluster/bus.ts';
 import type { AuditLog, Refusals } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import { outageOf } from '../db/outage.ts';
-import { nothingDoneProblem } from './answer.ts';
+import { nothingDoneProblem, problemOf } from './answer.ts';
 import type { Logger } from '../log.ts';
 import type { Agent } from '../core/identity.ts';
 import {
@@ -470,7 +470,7 @@ function failed(deps: McpHttpDeps, res: ServerResponse, err: unknown): void {
   }
   deps.log.error({ err }, 'MCP endpoint failed');
   if (res.headersSent) res.destroy();
-  else sendProblem(res, { code: 'INTERNAL_ERROR', reason: 'internal', title: 'Internal error' });
+  else sendProblem(res, problemOf('crash', 'Internal error'));
 }
 
 /**
