@@ -25,10 +25,14 @@ import {
 import { traced, type Tracer } from '../core/tracing.ts';
 import { outageOf } from '../db/outage.ts';
 import type { Logger } from '../log.ts';
-import type { CursorCodec } from '../tools/cursor.ts';
-import { toCallResult, type Settled } from '../tools/envelope.ts';
-import type { MemoryStore } from '../tools/memory/store.ts';
-import type { AnyToolDef, ToolOutcome } from '../tools/types.ts';
+import {
+  toCallResult,
+  type AnyToolDef,
+  type CursorCodec,
+  type MemoryStore,
+  type Settled,
+  type ToolOutcome,
+} from '../tools/index.ts';
 import { createProgress, outageAnswer, stageCode, stageOf, wireError } from './answer.ts';
 import type { AnswerHold } from './call-context.ts';
 import { createCatalogue, type Catalogue } from './catalogue.ts';
