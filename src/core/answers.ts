@@ -118,7 +118,10 @@ export const ANSWERS = Object.freeze({
  * A tool failure (an AppError): answered in the envelope under its tool code (an operator code there
  * is INTERNAL_ERROR), never as a JSON-RPC error; over HTTP as problem JSON by its own code.
  */
-export function answerOfError(err: { code: AppErrorCode; reason?: string }): Answer<ErrorCode> {
+export function answerOfError(err: {
+  code: AppErrorCode;
+  reason?: string;
+}): Answer<ErrorCode> & { envelope: NonNullable<Answer['envelope']>; rpc: null } {
   const code = toolCodeOf(err);
   return {
     envelope: { code, reason: err.reason ?? null },
