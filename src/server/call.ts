@@ -635,7 +635,7 @@ const seconds = (call: Call) => (Date.now() - call.started.getTime()) / 1000;
 
 export { DATABASE_UNAVAILABLE } from './answer.ts';
 
-/** A crash's message: the trace id, and no stack trace (the README's "Protocol errors"). */
+/** A crash's message: the trace id, and no stack trace (README, "The response envelope"). */
 const internalMessage = (trace_id: string) => `Internal error (trace_id ${trace_id})`;
 
 /** A crash's protocol error, unaudited: for when its row cannot be written either. */
