@@ -186,7 +186,8 @@ async function runCall(deps: CallDeps, catalogue: Catalogue, call: Call): Promis
   call = holdingFailures(deps, call, () => settled);
   try {
     // 2. The limiter's own failure (the database gone) is the call's answer, as a handler's would be.
-    const limited = await takeRate(deps, call).catch((err: unknown) => toolFailure(deps, call, err));
+    const limited = await takeRate(deps, call).catch(failureOf);
+    if (limited && !(limited instanceof AppError)) throw await wireFailure(deps, call, limited);
     // 3.
     const entry = catalogue.lookup(call.name);
     if (entry.kind === 'unknown') call = { ...call, unknown: true };
@@ -200,7 +201,9 @@ async function runCall(deps: CallDeps, catalogue: Catalogue, call: Call): Promis
       const args = validate(entry.tool, call);
       settled = { outcome: await handle(deps, call, entry.tool, profile, args) };
     } catch (err) {
-      settled = { failure: await toolFailure(deps, call, err) };
+      const failure = failureOf(err);
+      if (!(failure instanceof AppError)) throw await wireFailure(deps, call, failure);
+      settled = { failure };
     }
     // 7.
     return await record(deps, call, settled);
@@ -467,32 +470,30 @@ function handle(
   return withDeadline(call.signal, deps.config.limits.call_timeout_ms, run, () => deps.metrics.lateResult());
 }
 
+/** A failure the envelope cannot carry: it crosses the wire as a JSON-RPC error (core/answers.ts). */
+interface WireFailure {
+  wire: 'call_timeout' | 'crash';
+  err: unknown;
+}
+
 /**
- * What a thrown error is (core/answers.ts): a tool failure, answered in the envelope (an AppError; the
- * database gone under the handler is one, said as such and audited if it is back in time), or a
- * failure that crosses the wire — a call over its deadline, or a crash.
+ * What a thrown error is: a tool failure, answered in the envelope (an AppError; the database gone under
+ * the handler is one, said as such and audited if it is back in time), or a failure that crosses the
+ * wire — a call over its deadline, or a crash.
  */
-function failureOf(err: unknown): AppError | 'call_timeout' | 'crash' {
-  if (isOverrun(err)) return 'call_timeout';
+function failureOf(err: unknown): AppError | WireFailure {
+  if (isOverrun(err)) return { wire: 'call_timeout', err };
   const outage = outageOf(err);
   if (outage) return outage;
-  return err instanceof AppError ? err : 'crash';
+  return err instanceof AppError ? err : { wire: 'crash', err };
 }
 
 /**
- * The tool failure a thrown error is answered with in the envelope; a failure that crosses the wire is
- * audited and thrown as its protocol error instead (-32001 past the deadline; -32603 with a trace id and
- * no stack for a crash).
+ * The protocol error a failure that crosses the wire is thrown as, audited and counted: -32001 past the
+ * deadline; -32603 with a trace id and no stack for a crash, which is logged.
  */
-async function toolFailure(deps: CallDeps, call: Call, err: unknown): Promise<AppError> {
-  const failure = failureOf(err);
-  if (failure instanceof AppError) return failure;
-  throw await wireFailure(deps, call, failure, err);
-}
-
-/** The protocol error of a failure that crosses the wire, audited and counted (and a crash logged). */
-function wireFailure(deps: CallDeps, call: Call, failure: 'call_timeout' | 'crash', err: unknown) {
-  if (failure === 'call_timeout') {
+function wireFailure(deps: CallDeps, call: Call, { wire, err }: WireFailure) {
+  if (wire === 'call_timeout') {
     deps.metrics.overrun();
     // A write past write.started stays `executing` until reconciliation settles it: never "not sent".
     const message = `Call exceeded its deadline of ${deps.config.limits.call_timeout_ms} ms`;
