@@ -29,7 +29,8 @@ const upward = FLOORS.flatMap(([name, path], i) =>
 // folder offers is one file a reader can take in, and its other files can change behind it. Tests and
 // benches may reach inside (they test the parts), and so may a dynamic import (the CLI loads one part
 // of a folder for one command, where the front door would load all of it).
-const FRONT_DOORS = ['approval', 'audit', 'connectors', 'accounts'].map((folder) => ({
+const FRONT_DOOR_FOLDERS = ['approval', 'audit', 'connectors', 'accounts', 'notify', 'tools', 'server'];
+const FRONT_DOORS = FRONT_DOOR_FOLDERS.map((folder) => ({
   name: `front-door-${folder}`,
   comment: `outside src/${folder}/, import src/${folder}/index.ts, not the files behind it`,
   severity: 'error',

@@ -4,8 +4,8 @@ import { ProtocolError } from '@modelcontextprotocol/client';
 import type { Client, CallToolResult } from '@modelcontextprotocol/client';
 import fc from 'fast-check';
 import { z } from 'zod';
-import { successSchema } from '../src/tools/envelope.ts';
 import { builtinTools } from '../src/tools/index.ts';
+import { successSchema } from './helpers/checks.ts';
 import { connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
 
 /** Values that tend to break things: wrong types, huge and odd strings, nesting. */

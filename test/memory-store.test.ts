@@ -5,9 +5,10 @@ import { createAgentMemory } from '../src/accounts/agent-memory.ts';
 import type { Agent } from '../src/core/identity.ts';
 import { recall } from '../src/tools/memory/recall.ts';
 import { remember } from '../src/tools/memory/remember.ts';
-import { inMemoryNotes, type MemoryStore } from '../src/tools/memory/store.ts';
+import type { MemoryStore } from '../src/tools/memory/store.ts';
 import type { MemoryContext } from '../src/tools/types.ts';
 import { databaseKinds, openMigratedDatabase } from './helpers/db.ts';
+import { inMemoryNotes } from './helpers/twins.ts';
 
 /**
  * The notes store and its in-memory twin hold to one contract, so that a test of the memory tools can

@@ -4,7 +4,8 @@ import { after, before, describe, it } from 'node:test';
 import canonicalize from 'canonicalize';
 import { ProtocolError } from '@modelcontextprotocol/client';
 import type { Client, CallToolResult } from '@modelcontextprotocol/client';
-import { cutText, escapeText, unescapeText, unsafeText } from '../src/core/safe-text.ts';
+import { cutText, escapeText, unsafeText } from '../src/core/safe-text.ts';
+import { unescapeText } from './helpers/checks.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { connectHttp, startTestServer, type Envelope, type TestServer } from './helpers/server.ts';
 

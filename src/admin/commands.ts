@@ -219,7 +219,7 @@ async function explainCommand(deps: AdminDeps, cmd: Command<'policy.explain'>) {
   const prefix = deps.config.tools.prefix;
   const tool = cmd.tool.startsWith(prefix) ? cmd.tool.slice(prefix.length) : cmd.tool;
   const record = cmd.agent ? await deps.accounts.activeAgentNamed(cmd.agent) : undefined;
-  if (cmd.agent && !record) throw new AppError('NOT_FOUND', `no active agent named "${cmd.agent}"`);
+  if (cmd.agent && !record) throw noActiveAgent(cmd.agent);
   const agent: Agent = record ?? { id: '', name: '', profile: '', owner_id: null, rate_limit_per_min: null };
   const decision = await deps.approvals.explain(tool, cmd.args, agent);
   return { tool, ...decision, asks: describeRequirement(decision.requirement) };

@@ -8,12 +8,17 @@ import { createWebRouter } from '../web/app.ts';
 import { healthOf } from './health.ts';
 import { answerStarting } from './starting.ts';
 import { webCommands } from './web-commands.ts';
-import { createMcpEndpoint, hostGuard, isMcpPath, protectedResourceRouter } from '../server/http.ts';
+import {
+  createMcpEndpoint,
+  hostGuard,
+  isMcpPath,
+  metricsGuard,
+  protectedResourceRouter,
+} from '../server/index.ts';
 import { sendProblem } from '../core/problem.ts';
 import { openServices, type ServiceOptions, type Services } from './services.ts';
 import type { StopReason } from './lifecycle.ts';
 import { VERSION } from '../core/version.ts';
-import { metricsGuard } from '../server/metrics-access.ts';
 
 export interface RunningServer {
   url: string;

@@ -7,7 +7,7 @@ import type { AuthFailure } from '../accounts/index.ts';
 import type { FirstRun } from '../admin/first-run.ts';
 import type { Agent } from '../core/identity.ts';
 import { AppError } from '../core/errors.ts';
-import { createMcpServer } from '../server/mcp.ts';
+import { createMcpServer } from '../server/index.ts';
 import type { StopReason } from './lifecycle.ts';
 import { bind, isPortInUse, serveApp, type WebServer } from './serve-http.ts';
 import { openServices, type ServiceOptions, type Services } from './services.ts';

@@ -47,9 +47,8 @@ import { migrateLatest, upToDate } from '../db/migrations.ts';
 import type { Faults } from '../core/faults.ts';
 import { withSpans, type Tracer } from '../core/tracing.ts';
 import type { Logger } from '../log.ts';
-import { createCursorCodec } from '../tools/cursor.ts';
-import { builtinTools } from '../tools/index.ts';
-import { startNotifications } from '../notify/index.ts';
+import { builtinTools, createCursorCodec, type MemoryStore } from '../tools/index.ts';
+import { createSlackStore, startNotifications, type SlackStore } from '../notify/index.ts';
 import { createLocalBus, createPgBus, type ClusterBus } from '../cluster/bus.ts';
 import { createLeadership, soleLeader, type Leadership } from '../cluster/leadership.ts';
 import { assertClusterSigningKey } from '../cluster/signing-key.ts';
@@ -71,12 +70,14 @@ import {
   agentById,
 } from '../accounts/index.ts';
 import { loadProfiles } from '../core/profiles.ts';
-import type { MemoryStore } from '../tools/memory/store.ts';
-import { createSlackStore, type SlackStore } from '../notify/slack-store.ts';
-import { createMetrics, type Metrics } from '../server/metrics.ts';
-import { createCallPipeline, type CallPipeline } from '../server/call.ts';
-import { startTaskRunner } from '../server/task-runner.ts';
-import { tracesUrl } from '../server/tracing.ts';
+import {
+  createCallPipeline,
+  createMetrics,
+  startTaskRunner,
+  tracesUrl,
+  type CallPipeline,
+  type Metrics,
+} from '../server/index.ts';
 import { VERSION } from '../core/version.ts';
 import { startedRow, stoppedRow, type StopReason, type Transport } from './lifecycle.ts';
 

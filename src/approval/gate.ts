@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
 import type { z } from 'zod';
+import { ANSWERS } from '../core/answers.ts';
 import type { AuditFacts } from '../core/audit-kinds.ts';
 import { AppError } from '../core/errors.ts';
 import { outageOf } from '../db/outage.ts';
@@ -385,11 +386,12 @@ type ExecutingRow = Awaited<ReturnType<Approvals['beginExecution']>>['row'];
  * done, retry": the approval is spent, reconciliation settles it, and get_approval then shows the outcome.
  */
 function outcomeUnknown(row: ExecutingRow, ctx: GateContext, cause: unknown): AppError {
+  const { code, reason } = ANSWERS['outage.started'].envelope;
   return new AppError(
-    'OUTCOME_UNKNOWN',
+    code,
     'this write started, and whether it was made is not known yet (the database became unavailable); ' +
       `do not repeat it, check its outcome with ${ctx.getApprovalTool}`,
-    'database_unavailable',
+    reason,
     { cause, details: outcomeUnknownDetails(row.approval_id!, row.id, ctx.getApprovalTool) },
   );
 }

@@ -80,7 +80,7 @@ export function isAppError(err: unknown, code?: AppErrorCode, reason?: string): 
 }
 
 /** The tool-level code an error is answered with in an envelope (README, "The response envelope"). */
-export const toolCodeOf = (err: AppError): ErrorCode =>
+export const toolCodeOf = (err: Pick<AppError, 'code'>): ErrorCode =>
   ErrorCode.safeParse(err.code).success ? (err.code as ErrorCode) : 'INTERNAL_ERROR';
 
 /** HTTP status of a code, for problem+json answers (RFC 9457). */

@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http';
+import { problemType } from './answers.ts';
 import { HTTP_STATUS, type AppErrorCode } from './errors.ts';
 
 /** An HTTP refusal: a code from core/errors.ts, the machine reason, and words for people. */
@@ -24,7 +25,7 @@ export function sendProblem(
   if (res.headersSent) return;
   const status = problem.status ?? HTTP_STATUS[problem.code];
   const body = JSON.stringify({
-    type: `urn:countersign:problem:${problem.reason ?? problem.code}`,
+    type: problemType(problem.reason ?? problem.code),
     title: problem.title,
     status,
     detail: problem.detail,

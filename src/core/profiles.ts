@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
 import { Facet } from './schemas.ts';
-import { AppError, isAppError } from './errors.ts';
+import { AppError } from './errors.ts';
 import { ROOT } from './paths.ts';
 
 export const FACETS = Facet.options;
@@ -20,7 +20,6 @@ export type Profile = z.infer<typeof Profile> & { allowed: ReadonlySet<Facet> };
 
 /** A profile that cannot be used: named by file and field, refused at start-up. */
 const profileError = (message: string) => new AppError('CONFIG_INVALID', message, 'profile');
-export const isProfileError = (err: unknown) => isAppError(err, 'CONFIG_INVALID', 'profile');
 
 /** Strict: every known facet named exactly once, in allow or in deny, with a non-empty deny reason. */
 export function validateProfile(input: unknown, source: string): Profile {

@@ -37,12 +37,6 @@ export const escapeText = (s: string): string =>
         c === '\\' ? '\\\\' : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
       );
 
-/** The text `escapeText` was given, from what it returned. */
-export const unescapeText = (s: string): string =>
-  s.replace(/\\(\\|u[0-9a-f]{4})/g, (_m, e: string) =>
-    e === '\\' ? '\\' : String.fromCharCode(Number.parseInt(e.slice(1), 16)),
-  );
-
 /** `value` with every string and key escaped (objects and arrays copied; other values as they are). */
 export function escapeDeep(value: unknown): unknown {
   if (typeof value === 'string') return escapeText(value);

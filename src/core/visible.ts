@@ -112,9 +112,6 @@ export function countHidden(text: string): number {
   return pieces(text).filter((p) => 'hidden' in p).length;
 }
 
-/** Whether `text` holds any hidden code point. */
-export const hasHidden = (text: string): boolean => countHidden(text) > 0;
-
 /** `text` with every hidden code point replaced by its marker: for plain-text channels (CLI, mail, Slack). */
 export const marked = (text: string): string =>
   pieces(text)

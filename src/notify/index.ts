@@ -1,3 +1,7 @@
+/**
+ * The notices' front door: the only file of notify/ that modules outside it import
+ * (.dependency-cruiser.cjs). The deliverer, and what the Slack pages need of the Slack channel.
+ */
 import type { Knex } from 'knex';
 import type { AuditLog } from '../audit/index.ts';
 import type { Leadership } from '../cluster/leadership.ts';
@@ -103,3 +107,7 @@ export function startNotifications(
     },
   };
 }
+
+export { NOTE_BLOCK, parseDecisionValue, REJECT_VIEW, rejectModal } from './slack-blocks.ts';
+export { createSlackApi, updateWithOutcome, type SlackApi } from './slack.ts';
+export { createSlackStore, type SlackStore } from './slack-store.ts';

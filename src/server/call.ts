@@ -1,6 +1,6 @@
 import { hash, randomUUID } from 'node:crypto';
 import canonicalize from 'canonicalize';
-import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
+import { ProtocolError } from '@modelcontextprotocol/server';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import type { z } from 'zod';
 import { runWrite } from '../approval/index.ts';
@@ -9,7 +9,8 @@ import type { AuditLog, Pace } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet, BlobStore, Upstream } from '../connectors/index.ts';
 import { factColumns } from '../core/audit-kinds.ts';
-import { AppError, toolCodeOf, type AuditErrorCode } from '../core/errors.ts';
+import { ANSWERS, type Refusal } from '../core/answers.ts';
+import { AppError, toolCodeOf } from '../core/errors.ts';
 import type { Faults } from '../core/faults.ts';
 import type { Agent } from '../core/identity.ts';
 import { newTraceId } from '../core/ids.ts';
@@ -24,11 +25,15 @@ import {
 import { traced, type Tracer } from '../core/tracing.ts';
 import { outageOf } from '../db/outage.ts';
 import type { Logger } from '../log.ts';
-import type { CursorCodec } from '../tools/cursor.ts';
-import { toCallResult, type Settled } from '../tools/envelope.ts';
-import type { MemoryStore } from '../tools/memory/store.ts';
-import type { AnyToolDef, ToolOutcome } from '../tools/types.ts';
-import { createProgress, nothingDone, outageAnswer, stageCode, stageOf } from './answer.ts';
+import {
+  toCallResult,
+  type AnyToolDef,
+  type CursorCodec,
+  type MemoryStore,
+  type Settled,
+  type ToolOutcome,
+} from '../tools/index.ts';
+import { createProgress, outageAnswer, stageCode, stageOf, wireError } from './answer.ts';
 import type { AnswerHold } from './call-context.ts';
 import { createCatalogue, type Catalogue } from './catalogue.ts';
 import { isOverrun, withDeadline } from './deadline.ts';
@@ -181,7 +186,8 @@ async function runCall(deps: CallDeps, catalogue: Catalogue, call: Call): Promis
   call = holdingFailures(deps, call, () => settled);
   try {
     // 2. The limiter's own failure (the database gone) is the call's answer, as a handler's would be.
-    const limited = await takeRate(deps, call).catch((err: unknown) => asFailure(deps, call, err));
+    const limited = await takeRate(deps, call).catch(failureOf);
+    if (limited && !(limited instanceof AppError)) throw await wireFailure(deps, call, limited);
     // 3.
     const entry = catalogue.lookup(call.name);
     if (entry.kind === 'unknown') call = { ...call, unknown: true };
@@ -195,7 +201,9 @@ async function runCall(deps: CallDeps, catalogue: Catalogue, call: Call): Promis
       const args = validate(entry.tool, call);
       settled = { outcome: await handle(deps, call, entry.tool, profile, args) };
     } catch (err) {
-      settled = { failure: await asFailure(deps, call, err) };
+      const failure = failureOf(err);
+      if (!(failure instanceof AppError)) throw await wireFailure(deps, call, failure);
+      settled = { failure };
     }
     // 7.
     return await record(deps, call, settled);
@@ -339,12 +347,7 @@ const metricLabelOf = (call: Call) => (call.unknown ? UNKNOWN_TOOL_LABEL : call.
 
 /** A name that is neither a tool nor an upstream's: -32602, audited (the name cut, with its digest). */
 async function refuseUnknownTool(deps: CallDeps, call: Call): Promise<never> {
-  throw await protocolError(deps, call, {
-    audit: 'UNKNOWN_TOOL',
-    rpc: ProtocolErrorCode.InvalidParams,
-    message: `Unknown tool: ${toolNameOf(call)}`,
-    data: { code: 'UNKNOWN_TOOL' },
-  });
+  throw await protocolError(deps, call, 'unknown_tool', `Unknown tool: ${toolNameOf(call)}`);
 }
 
 // ---- 4. admit ----------------------------------------------------------------------------------
@@ -360,16 +363,15 @@ async function admit(deps: CallDeps, call: Call, tool: AnyToolDef): Promise<Prof
     kind: 'auth.denied',
     details: { facet: tool.facet, profile: call.agent.profile, reason },
     result: 'error',
-    error_code: 'TOOL_DENIED',
+    error_code: ANSWERS.tool_denied.audit,
   });
   deps.metrics.denied();
-  // docs/errors.md says -32002; SDK v2 answers any handler's -32002 as -32602 on every revision
-  // (2026-07-28 reserves -32002), so it is said as it will be sent. data.code TOOL_DENIED tells it apart.
-  throw new ProtocolError(
-    ProtocolErrorCode.InvalidParams,
-    `Tool ${call.name} is not available to this agent: ${reason}`,
-    { code: 'TOOL_DENIED', reason, trace_id: call.trace_id },
-  );
+  // The specification's -32002 is sent as -32602, as SDK v2 would send it; data.code TOOL_DENIED tells it
+  // apart (docs/adr/0001-denied-tool-error-code.md).
+  throw wireError('tool_denied', `Tool ${call.name} is not available to this agent: ${reason}`, {
+    reason,
+    trace_id: call.trace_id,
+  });
 }
 
 // ---- 5. validate -------------------------------------------------------------------------------
@@ -468,30 +470,40 @@ function handle(
   return withDeadline(call.signal, deps.config.limits.call_timeout_ms, run, () => deps.metrics.lateResult());
 }
 
+/** A failure the envelope cannot carry: it crosses the wire as a JSON-RPC error (core/answers.ts). */
+interface WireFailure {
+  wire: 'call_timeout' | 'crash';
+  err: unknown;
+}
+
 /**
- * What a thrown error becomes: a tool failure (AppError, answered in the envelope), or a protocol error
- * for a call over its deadline (-32001) or a crash (-32603, with a trace_id and no stack).
+ * What a thrown error is: a tool failure, answered in the envelope (an AppError; the database gone under
+ * the handler is one, said as such and audited if it is back in time), or a failure that crosses the
+ * wire — a call over its deadline, or a crash.
  */
-async function asFailure(deps: CallDeps, call: Call, err: unknown): Promise<AppError> {
-  if (isOverrun(err)) {
-    deps.metrics.overrun();
-    // A write past write.started stays `executing` until reconciliation settles it: never "not sent".
-    throw await protocolError(deps, call, {
-      audit: 'CALL_TIMEOUT',
-      rpc: -32001,
-      message: `Call exceeded its deadline of ${deps.config.limits.call_timeout_ms} ms`,
-      data: { code: 'CALL_TIMEOUT' },
-    });
-  }
-  // The database went away under the handler: said as such, and audited if it is back in time.
+function failureOf(err: unknown): AppError | WireFailure {
+  if (isOverrun(err)) return { wire: 'call_timeout', err };
   const outage = outageOf(err);
   if (outage) return outage;
-  if (err instanceof AppError) return err;
+  return err instanceof AppError ? err : { wire: 'crash', err };
+}
+
+/**
+ * The protocol error a failure that crosses the wire is thrown as, audited and counted: -32001 past the
+ * deadline; -32603 with a trace id and no stack for a crash, which is logged.
+ */
+function wireFailure(deps: CallDeps, call: Call, { wire, err }: WireFailure) {
+  if (wire === 'call_timeout') {
+    deps.metrics.overrun();
+    // A write past write.started stays `executing` until reconciliation settles it: never "not sent".
+    const message = `Call exceeded its deadline of ${deps.config.limits.call_timeout_ms} ms`;
+    return protocolError(deps, call, 'call_timeout', message);
+  }
   deps.log.error(
     { err, trace_id: call.trace_id, tool: call.name, agent: call.agent.name },
     'tool handler crashed',
   );
-  throw await protocolError(deps, call, { audit: 'INTERNAL_ERROR', ...internalError(call.trace_id) });
+  return protocolError(deps, call, 'crash', internalMessage(call.trace_id));
 }
 
 // ---- 7. record ---------------------------------------------------------------------------------
@@ -624,28 +636,18 @@ const seconds = (call: Call) => (Date.now() - call.started.getTime()) / 1000;
 
 export { DATABASE_UNAVAILABLE } from './answer.ts';
 
-/**
- * The database is unreachable before anything started, so the call cannot be audited and gets no tool
- * result: a protocol error whose data carries SOURCE_UNAVAILABLE and when to retry (server/answer.ts).
- */
-export const databaseUnavailable = nothingDone;
+/** A crash's message: the trace id, and no stack trace (README, "The response envelope"). */
+const internalMessage = (trace_id: string) => `Internal error (trace_id ${trace_id})`;
 
-/** A crash as docs/errors.md answers it: -32603 with the trace id, and no stack trace. */
-const internalError = (trace_id: string) => ({
-  rpc: ProtocolErrorCode.InternalError,
-  message: `Internal error (trace_id ${trace_id})`,
-  data: { code: 'INTERNAL' },
-});
+/** A crash's protocol error, unaudited: for when its row cannot be written either. */
+const internalError = (trace_id: string) => wireError('crash', internalMessage(trace_id), { trace_id });
 
-/** An error answered as a JSON-RPC error, after its audit row is written and it is counted. */
-async function protocolError(
-  deps: CallDeps,
-  call: Call,
-  e: { audit: AuditErrorCode; rpc: number; message: string; data: Record<string, unknown> },
-) {
-  await appendCallRow(deps, call, { result: 'error', error_code: e.audit });
-  deps.metrics.record(metricLabelOf(call), e.audit, seconds(call));
-  return new ProtocolError(e.rpc, e.message, { ...e.data, trace_id: call.trace_id });
+/** A named failure answered as a JSON-RPC error (core/answers.ts), after its audit row is written and it is counted. */
+async function protocolError(deps: CallDeps, call: Call, failure: Refusal, message: string) {
+  const { audit, counted } = ANSWERS[failure];
+  await appendCallRow(deps, call, { result: 'error', error_code: audit });
+  deps.metrics.record(metricLabelOf(call), counted, seconds(call));
+  return wireError(failure, message, { trace_id: call.trace_id });
 }
 
 /**
@@ -660,11 +662,10 @@ async function crashed(deps: CallDeps, call: Call, err: unknown): Promise<unknow
     'call failed',
   );
   try {
-    return await protocolError(deps, call, { audit: 'INTERNAL_ERROR', ...internalError(call.trace_id) });
+    return await protocolError(deps, call, 'crash', internalMessage(call.trace_id));
   } catch (again) {
     if (outageOf(again)) return again;
-    const { rpc, message, data } = internalError(call.trace_id);
-    return new ProtocolError(rpc, message, { ...data, trace_id: call.trace_id });
+    return internalError(call.trace_id);
   }
 }
 
@@ -694,6 +695,5 @@ async function heldFailure(
 ): Promise<ProtocolError> {
   const failure = outage(deps, call, await crashed(deps, call, err), settled);
   if (failure instanceof ProtocolError) return failure;
-  const { rpc, message, data } = internalError(call.trace_id);
-  return new ProtocolError(rpc, message, { ...data, trace_id: call.trace_id });
+  return internalError(call.trace_id);
 }

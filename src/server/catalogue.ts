@@ -3,9 +3,7 @@ import { z } from 'zod';
 import type { Config } from '../config.ts';
 import type { Upstream } from '../connectors/index.ts';
 import type { Logger } from '../log.ts';
-import { envelopeSchema } from '../tools/envelope.ts';
-import type { AnyToolDef } from '../tools/types.ts';
-import { upstreamToolDefs } from '../tools/upstream.ts';
+import { envelopeSchema, upstreamToolDefs, type AnyToolDef } from '../tools/index.ts';
 import type { Profile } from '../core/profiles.ts';
 
 /** What a tool name stands for right now. */

@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import express, { type NextFunction, type Request, type Response } from 'express';
+import express, { type Request, type Response } from 'express';
 import { toNodeHandler, toWebRequest } from '@modelcontextprotocol/node';
 import {
   createMcpHandler,
@@ -8,14 +8,12 @@ import {
   ProtocolErrorCode,
   type McpRequestContext,
   type AuthInfo,
-  validateHostHeader,
-  validateOriginHeader,
 } from '@modelcontextprotocol/server';
 import type { ClusterBus } from '../cluster/bus.ts';
 import type { AuditLog, Refusals } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import { outageOf } from '../db/outage.ts';
-import { nothingDoneProblem } from './answer.ts';
+import { nothingDoneProblem, problemOf } from './answer.ts';
 import type { Logger } from '../log.ts';
 import type { Agent } from '../core/identity.ts';
 import {
@@ -27,13 +25,14 @@ import {
 } from '../accounts/index.ts';
 import { answerPlainRequest, ServerPool } from './json-exchange.ts';
 import { readJsonBody } from './json-body.ts';
-import { sendProblem, type Problem } from '../core/problem.ts';
+import { sendProblem } from '../core/problem.ts';
 import { withJsonLegacyExchanges } from './legacy-json.ts';
 import { createMcpServer, SERVER_NAME } from './mcp.ts';
 import { TASK_POLL_INTERVAL_MS } from '../approval/index.ts';
 import { createTaskListen, watchesTasks } from './listen.ts';
 import { createInFlight, type InFlight } from './in-flight.ts';
 import { createTaskWaits } from './task-waits.ts';
+import { hostCheck } from './host-guard.ts';
 import { createStreamRegistry } from './streams.ts';
 import { MAX_ARGUMENT_DEPTH, nestedDeeperThan, TOO_DEEP_ARGUMENTS, type CallPipeline } from './call.ts';
 import type { RequestContext } from './call-context.ts';
@@ -41,81 +40,6 @@ import type { RequestContext } from './call-context.ts';
 function bearer(header: string | undefined): string | undefined {
   const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
   return match?.[1];
-}
-
-/**
- * Host and Origin must name this server, so a web page cannot reach a loopback countersign by DNS
- * rebinding: the refusal for a request whose headers do not, else undefined.
- */
-function hostCheck(
-  config: Config,
-): (host: string | undefined, origin: string | undefined) => Problem | undefined {
-  // The SDK compares hostnames as the URL parser gives them: lower case, the port left out.
-  const allowed = config.http.allowed_hosts.map((h) => h.toLowerCase());
-  return (host, origin) => {
-    if (!validateHostHeader(host, allowed).ok) {
-      return {
-        code: 'PERMISSION_DENIED',
-        reason: 'host_not_allowed',
-        title: 'Host not allowed',
-        detail: `Host "${host ?? ''}" is not served here`,
-      };
-    }
-    if (!validateOriginHeader(origin, allowed).ok) {
-      return {
-        code: 'PERMISSION_DENIED',
-        reason: 'origin_not_allowed',
-        title: 'Origin not allowed',
-        detail: `Origin "${origin}" is not allowed`,
-      };
-    }
-    return undefined;
-  };
-}
-
-/**
- * Whether an Origin is this server's own, scheme, host and port alike: the origin the request's Host
- * names (https when web.secure_cookies says the pages are served over TLS, else http), or that of
- * http.public_url. A page on another port of the same host is another origin.
- */
-function ownOrigin(config: Config): (host: string, origin: string) => boolean {
-  const scheme = config.web.secure_cookies ? 'https' : 'http';
-  const publicOrigin = config.http.public_url ? new URL(config.http.public_url).origin : undefined;
-  const originOf = (url: string) => {
-    try {
-      return new URL(url).origin;
-    } catch {
-      return undefined;
-    }
-  };
-  return (host, origin) => {
-    const given = originOf(origin);
-    return given !== undefined && (given === publicOrigin || given === originOf(`${scheme}://${host}`));
-  };
-}
-
-/**
- * hostCheck as express middleware, for the pages, /healthz and /metrics. With `sameOrigin` (the pages,
- * whose POSTs a session cookie authorises) an Origin must moreover be this server's own (ownOrigin).
- */
-export function hostGuard(config: Config, opts: { sameOrigin?: boolean } = {}) {
-  const check = hostCheck(config);
-  const isOwn = ownOrigin(config);
-  return (req: Request, res: Response, next: NextFunction) => {
-    const host = req.get('host');
-    const origin = req.get('origin');
-    const problem = check(host, origin);
-    if (problem) return sendProblem(res, problem);
-    if (opts.sameOrigin && origin !== undefined && host !== undefined && !isOwn(host, origin)) {
-      return sendProblem(res, {
-        code: 'PERMISSION_DENIED',
-        reason: 'origin_not_allowed',
-        title: 'Origin not allowed',
-        detail: `Origin "${origin}" is not this server's (scheme, host and port must match)`,
-      });
-    }
-    next();
-  };
 }
 
 export interface McpHttpDeps {
@@ -470,7 +394,7 @@ function failed(deps: McpHttpDeps, res: ServerResponse, err: unknown): void {
   }
   deps.log.error({ err }, 'MCP endpoint failed');
   if (res.headersSent) res.destroy();
-  else sendProblem(res, { code: 'INTERNAL_ERROR', reason: 'internal', title: 'Internal error' });
+  else sendProblem(res, problemOf('crash', 'Internal error'));
 }
 
 /**

@@ -2,7 +2,8 @@ import { Server } from '@modelcontextprotocol/server';
 import { newTraceId } from '../core/ids.ts';
 import type { ActiveSpan } from '../core/tracing.ts';
 import { outageOf } from '../db/outage.ts';
-import { databaseUnavailable, type CallPipeline } from './call.ts';
+import { nothingDone } from './answer.ts';
+import type { CallPipeline } from './call.ts';
 import type { TaskWaits } from './task-waits.ts';
 import type { RequestContext } from './call-context.ts';
 import { asCoreTaskResult, handleTasks, taskAsk, tasksCapability } from './tasks.ts';
@@ -42,7 +43,7 @@ export function createMcpServer(opts: {
     try {
       return await opts.context();
     } catch (err) {
-      if (outageOf(err)) throw databaseUnavailable(span?.traceId ?? newTraceId());
+      if (outageOf(err)) throw nothingDone(span?.traceId ?? newTraceId());
       throw err;
     }
   };

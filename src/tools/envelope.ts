@@ -1,7 +1,8 @@
 import type { CallToolResult } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { factColumns } from '../core/audit-kinds.ts';
-import { ErrorCode, toolCodeOf, type AppError } from '../core/errors.ts';
+import { answerOfError } from '../core/answers.ts';
+import { ErrorCode, type AppError } from '../core/errors.ts';
 import type { ToolOutcome } from './types.ts';
 
 export const AuditBlock = z.object({
@@ -47,11 +48,6 @@ const EnvelopeFields = {
  */
 export function envelopeSchema(fields: z.ZodObject) {
   return z.object({ ...fields.partial().shape, ...EnvelopeFields });
-}
-
-/** The exact shape of a successful result, for tests and clients that want the strict form. */
-export function successSchema(fields: z.ZodObject) {
-  return z.object({ ...fields.shape, ...EnvelopeFields, ok: z.literal(true) });
 }
 
 /** What a call's audit row recorded, as the envelope reports it. */
@@ -116,10 +112,12 @@ export function toCallResult(call: CallFacts, settled: Settled): CallToolResult 
 
 function errorBlock(failure: AppError, trace_id: string): ErrorBlock {
   const retry = failure.details?.retry_after_s;
+  // The envelope's error, as the one map from failure to answer gives it (core/answers.ts).
+  const { code, reason } = answerOfError(failure).envelope;
   return {
-    code: toolCodeOf(failure),
+    code,
     message: failure.message,
-    reason: failure.reason ?? null,
+    reason,
     trace_id,
     ...(failure.details ? { details: failure.details } : {}),
     ...(typeof retry === 'number' ? { retry_after_s: retry } : {}),

@@ -1,3 +1,8 @@
+/**
+ * The tools' front door: the only file of tools/ that modules outside it import
+ * (.dependency-cruiser.cjs). Every built-in tool, the definitions' types, the envelope, the cursors,
+ * the memory tools' store and the upstream tools' definitions.
+ */
 import { getApproval } from './read/get-approval.ts';
 import { listApprovals } from './read/list-approvals.ts';
 import { receiveFiles } from './read/receive-files.ts';
@@ -23,3 +28,9 @@ export const builtinTools: readonly AnyToolDef[] = [
   remember,
   recall,
 ];
+
+export { createCursorCodec, type CursorCodec } from './cursor.ts';
+export { envelopeSchema, toCallResult, type Settled } from './envelope.ts';
+export type { MemoryStore } from './memory/store.ts';
+export type { AnyToolDef, ToolOutcome } from './types.ts';
+export { upstreamToolDefs } from './upstream.ts';

@@ -8,7 +8,7 @@ import type { SignIn } from '../accounts/index.ts';
 import type { BlobStore } from '../connectors/index.ts';
 import type { Logger } from '../log.ts';
 import { ROOT } from '../core/paths.ts';
-import { hostGuard } from '../server/http.ts';
+import { hostGuard } from '../server/index.ts';
 import { sendProblem } from '../core/problem.ts';
 import { mountAccountPages } from './account-pages.ts';
 import type { RunCommand } from './account-kit.ts';
@@ -20,7 +20,7 @@ import { mountOidcPages } from './oidc-pages.ts';
 import { loadSession, type SessionStore } from './sessions.ts';
 import { slackInteractions } from './slack-pages.ts';
 import type { UserDirectory } from '../accounts/index.ts';
-import type { SlackStore } from '../notify/slack-store.ts';
+import type { SlackStore } from '../notify/index.ts';
 
 const STATIC = path.join(ROOT, 'src/web/static');
 

@@ -11,10 +11,9 @@ import type { Config, SlackConfig } from '../config.ts';
 import type { User } from '../core/identity.ts';
 import { isUuid } from '../core/ids.ts';
 import type { Logger } from '../log.ts';
-import { updateWithOutcome, type SlackApi } from '../notify/slack.ts';
+import { updateWithOutcome, type SlackApi, type SlackStore } from '../notify/index.ts';
 import { mapSlackUser } from './slack-users.ts';
 import type { UserDirectory } from '../accounts/index.ts';
-import type { SlackStore } from '../notify/slack-store.ts';
 
 /**
  * A decision taken from a Slack callback whose signature already held: who the Slack user is, whether

@@ -1,8 +1,7 @@
 import express, { type Request, type RequestHandler, type Response } from 'express';
 import { z } from 'zod';
 import type { SlackConfig } from '../config.ts';
-import { NOTE_BLOCK, parseDecisionValue, REJECT_VIEW, rejectModal } from '../notify/slack-blocks.ts';
-import { createSlackApi } from '../notify/slack.ts';
+import { createSlackApi, NOTE_BLOCK, parseDecisionValue, REJECT_VIEW, rejectModal } from '../notify/index.ts';
 import { sendProblem } from '../core/problem.ts';
 import {
   admit,

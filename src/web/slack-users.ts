@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { UserDirectory } from '../accounts/index.ts';
 import type { User } from '../core/identity.ts';
 import type { SlackConfig } from '../config.ts';
-import type { SlackApi } from '../notify/slack.ts';
+import type { SlackApi } from '../notify/index.ts';
 
 /** How long the users.info look-up may take: Slack wants its callback answered within 3 s. */
 const LOOKUP_MS = 1500;

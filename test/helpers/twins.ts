@@ -3,6 +3,7 @@ import type { SessionStore, UserDirectory } from '../../src/accounts/index.ts';
 import { AdminCommand, describeZodError } from '../../src/admin/commands.ts';
 import { AppError } from '../../src/core/errors.ts';
 import type { User } from '../../src/core/identity.ts';
+import type { MemoryStore, Note } from '../../src/tools/memory/store.ts';
 
 /** A person as the directory twin holds them: a user, their address if any, whether disabled. */
 export interface Person extends User {
@@ -143,3 +144,21 @@ export function inMemoryPeople(lifetime: { idleMs: number; absoluteMs: number })
 
 const pick = <T extends object, K extends keyof T>(o: T, ...keys: K[]) =>
   Object.fromEntries(keys.map((k) => [k, o[k]])) as Pick<T, K>;
+
+/** The store's twin in memory, on the clock `now`: the same contract (test/memory-store.test.ts holds both to it). */
+export function inMemoryNotes(now: () => Date = () => new Date()): MemoryStore {
+  const notes = new Map<string, Note>();
+  const keyOf = (agentId: string, sessionId: string, key: string) =>
+    JSON.stringify([agentId, sessionId, key]);
+  return {
+    async remember(agentId, sessionId, key, value, ttlS) {
+      const expires_at = new Date(now().getTime() + ttlS * 1000).toISOString();
+      notes.set(keyOf(agentId, sessionId, key), { value, expires_at });
+      return { expires_at };
+    },
+    async recall(agentId, sessionId, key) {
+      const note = notes.get(keyOf(agentId, sessionId, key));
+      return note && note.expires_at > now().toISOString() ? { ...note } : undefined;
+    },
+  };
+}

@@ -21,21 +21,3 @@ export interface MemoryStore {
   /** The note, unless there is none or it has expired. */
   recall(agentId: string, sessionId: string, key: string): Promise<Note | undefined>;
 }
-
-/** The store's twin in memory, on the clock `now`: the same contract (test/memory-store.test.ts holds both to it). */
-export function inMemoryNotes(now: () => Date = () => new Date()): MemoryStore {
-  const notes = new Map<string, Note>();
-  const keyOf = (agentId: string, sessionId: string, key: string) =>
-    JSON.stringify([agentId, sessionId, key]);
-  return {
-    async remember(agentId, sessionId, key, value, ttlS) {
-      const expires_at = new Date(now().getTime() + ttlS * 1000).toISOString();
-      notes.set(keyOf(agentId, sessionId, key), { value, expires_at });
-      return { expires_at };
-    },
-    async recall(agentId, sessionId, key) {
-      const note = notes.get(keyOf(agentId, sessionId, key));
-      return note && note.expires_at > now().toISOString() ? { ...note } : undefined;
-    },
-  };
-}
