@@ -12,6 +12,7 @@ import { factColumns } from '../core/audit-kinds.ts';
 import { AppError, toolCodeOf, type AuditErrorCode } from '../core/errors.ts';
 import type { Faults } from '../core/faults.ts';
 import type { Agent } from '../core/identity.ts';
+import { closestName } from '../core/closest.ts';
 import { newTraceId } from '../core/ids.ts';
 import {
   cutText,
@@ -186,7 +187,7 @@ async function runCall(deps: CallDeps, catalogue: Catalogue, call: Call): Promis
     const entry = catalogue.lookup(call.name);
     if (entry.kind === 'unknown') call = { ...call, unknown: true };
     if (limited) return await record(deps, call, { failure: limited });
-    if (entry.kind === 'unknown') return await refuseUnknownTool(deps, call);
+    if (entry.kind === 'unknown') return await refuseUnknownTool(deps, call, catalogue);
     if (entry.kind === 'down') return await record(deps, call, { failure: entry.upstream.unavailable() });
     // 4.
     const profile = await admit(deps, call, entry.tool);
@@ -337,13 +338,20 @@ const toolDigestOf = (call: Call) =>
 /** The tool label a call is counted under in /metrics. */
 const metricLabelOf = (call: Call) => (call.unknown ? UNKNOWN_TOOL_LABEL : call.name);
 
-/** A name that is neither a tool nor an upstream's: -32602, audited (the name cut, with its digest). */
-async function refuseUnknownTool(deps: CallDeps, call: Call): Promise<never> {
+/**
+ * A name that is neither a tool nor an upstream's: -32602, audited (the name cut, with its digest). The
+ * message suggests the closest tool this agent may call, if one is close.
+ */
+async function refuseUnknownTool(deps: CallDeps, call: Call, catalogue: Catalogue): Promise<never> {
+  const names = catalogue.listFor(deps.profiles.get(call.agent.profile)).map((t) => t.name);
+  const near = closestName(call.name, names);
   throw await protocolError(deps, call, {
     audit: 'UNKNOWN_TOOL',
     rpc: ProtocolErrorCode.InvalidParams,
-    message: `Unknown tool: ${toolNameOf(call)}`,
-    data: { code: 'UNKNOWN_TOOL' },
+    message:
+      `Unknown tool: ${toolNameOf(call)}` +
+      (near ? `; did you mean ${near}?` : '; tools/list shows the tools this agent may call'),
+    data: { code: 'UNKNOWN_TOOL', ...(near ? { did_you_mean: near } : {}) },
   });
 }
 
