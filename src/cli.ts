@@ -981,7 +981,12 @@ function addApprovalCommands(approvals: Command): void {
           decision,
           note: opts.note,
         });
-        out(`${approval.approval_request_id} is ${approval.status}`);
+        // After the first of several approvals, how far it is: "pending (1 of 2 approvals)".
+        const tally =
+          approval.status === 'pending' && approval.required_approvers > 1
+            ? ` (${approval.approvers.length} of ${approval.required_approvers} approvals)`
+            : '';
+        out(`${approval.approval_request_id} is ${approval.status}${tally}`);
         if (approval.approval_id) out(approval.approval_id);
       });
   }
@@ -1022,6 +1027,21 @@ function readPolicyFile(file: string): unknown {
   }
 }
 
+/**
+ * `policy check`'s look at the users: the rules no request could get through as they stand now, as
+ * warnings on stderr. Only where there is a database to ask (check never creates one); a database that
+ * cannot be asked is said, and the compile check stands.
+ */
+async function warnUnsatisfiable(cfg: Config, doc: unknown): Promise<void> {
+  if (!cfg.database_url && !fs.existsSync(cfg.pglite_dir)) return;
+  try {
+    const { warnings } = await runData(cfg, { command: 'policy.warnings', policy: doc });
+    for (const w of warnings) err(`warning: ${w}`);
+  } catch (e) {
+    err(`note: the rules were not checked against the users: ${(e as Error).message}`);
+  }
+}
+
 function addPolicyCommands(policy: Command): void {
   policy
     .command('check')
@@ -1029,8 +1049,11 @@ function addPolicyCommands(policy: Command): void {
     .description('type-check every rule of a policy file, nothing stored; prints its version')
     .action(async (file: string) => {
       const { compilePolicy } = await import('./approval/index.ts');
-      const compiled = compilePolicy(readPolicyFile(file), config().approval.required_approvers);
+      const cfg = config();
+      const doc = readPolicyFile(file);
+      const compiled = compilePolicy(doc, cfg.approval.required_approvers);
       out(`${file}: ${compiled.doc.rules.length} rule(s) compile; version ${compiled.version}`);
+      await warnUnsatisfiable(cfg, doc);
     });
   policy
     .command('set')
@@ -1042,6 +1065,7 @@ function addPolicyCommands(policy: Command): void {
       out(
         `policy stored: version ${result.after}${result.changed ? ` (was ${result.before})` : ' (unchanged)'}`,
       );
+      for (const w of result.warnings) err(`warning: ${w}`);
     });
   policy
     .command('show')
@@ -1056,8 +1080,9 @@ function addPolicyCommands(policy: Command): void {
     .requiredOption('--tool <tool>', 'the tool as agents call it, e.g. isphere_send_message')
     .requiredOption('--args <json>', "the call's arguments as a JSON object")
     .option('--agent <name>', 'the calling agent (for agent.name and agent.owner)')
+    .option('--file <file>', 'a policy file to explain instead of the policy in force (nothing stored)')
     .description('which rule a call would meet and what it would ask, nothing drafted')
-    .action(async (opts: { tool: string; args: string; agent?: string }) => {
+    .action(async (opts: { tool: string; args: string; agent?: string; file?: string }) => {
       let args: unknown;
       try {
         args = JSON.parse(opts.args) as unknown;
@@ -1071,7 +1096,9 @@ function addPolicyCommands(policy: Command): void {
         tool: opts.tool,
         args: args as Record<string, unknown>,
         agent: opts.agent,
+        ...(opts.file === undefined ? {} : { policy: readPolicyFile(opts.file) }),
       });
+      if (opts.file !== undefined) out(`policy   ${opts.file} (not applied)`);
       out(`rule     ${r.rule ?? '(none matches: the default for this tool)'}`);
       out(`asks     ${r.asks}`);
       out(`version  ${r.version}`);

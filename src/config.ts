@@ -192,6 +192,21 @@ export const NotificationsSchema = z.strictObject({
   slack: SlackSchema.optional(),
 });
 
+/**
+ * Whether a PostgreSQL URL names its database (a path after the host, or `?database=`/`?dbname=`).
+ * Without one the server's maintenance database `postgres` would silently take the tables.
+ */
+function namesDatabase(raw: string): boolean {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return true; // not parseable as a URL: the driver reports that itself, naming the key
+  }
+  if (decodeURIComponent(url.pathname.replace(/^\//, '')) !== '') return true;
+  return ['database', 'dbname'].some((k) => (url.searchParams.get(k) ?? '') !== '');
+}
+
 /** The whole configuration: one schema, parsed once at start-up and frozen. */
 export const ConfigSchema = z
   .strictObject({
@@ -199,6 +214,11 @@ export const ConfigSchema = z
     database_url: z
       .string()
       .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
+      .refine(namesDatabase, {
+        message:
+          'names no database, so PostgreSQL would use its maintenance database "postgres": ' +
+          'append the database to use, e.g. postgres://user@host:5432/countersign',
+      })
       .optional(),
     /** How start-up waits for a PostgreSQL that cannot be reached yet (docs/operations.md). */
     database: z

@@ -34,6 +34,19 @@ describe('the embedded database while a server holds it', () => {
     assert.match(second.stderr, new RegExp(`held by another countersign process \\(pid ${server.child.pid}`));
   });
 
+  it("answers a second start on the same port with the data directory's holder and its address", async () => {
+    const port = new URL(server.url).port;
+    const second = await runCli(['serve'], { ...env, COUNTERSIGN_PORT: port });
+    assert.equal(second.code, 1);
+    assert.doesNotMatch(second.stderr, /in use/, 'the cause, not the port');
+    assert.ok(second.stderr.includes(`(pid ${server.child.pid} on `), second.stderr);
+    assert.ok(second.stderr.includes(`which serves it at ${server.url}`), second.stderr);
+    assert.match(
+      second.stderr,
+      /stop it first; give this one its own data directory \(COUNTERSIGN_DATA_DIR\)/,
+    );
+  });
+
   it('runs agent commands through the running server instead of opening the dir again', async () => {
     const added = await runCli(['agent', 'add', 'via-server'], env);
     assert.equal(added.code, 0, added.stderr);

@@ -47,6 +47,18 @@ for (const kind of databaseKinds()) {
       const ok = await runCli(['policy', 'check', file('ok.json', FINANCE)], server.env);
       assert.equal(ok.code, 0, ok.stderr);
       assert.match(ok.stdout, /1 rule\(s\) compile; version [0-9a-f]{64}/);
+      // Nobody holds the team yet: the rule compiles, and check says that no request could pass it.
+      assert.match(
+        ok.stderr,
+        /warning: rule "Payments over EUR 10,000" asks 2 approval\(s\) from finance, but no active chair qualifies: .*countersign user set NAME --team TEAM/,
+      );
+      // A bare rule, or a list of rules, is not a policy: the refusal says how to wrap it.
+      const bare = await runCli(['policy', 'check', file('bare.json', FINANCE.rules[0])], server.env);
+      assert.equal(bare.code, 1);
+      assert.match(bare.stderr, /this is one rule, not a policy: wrap it as \{"rules": \[/);
+      const list = await runCli(['policy', 'check', file('list.json', FINANCE.rules)], server.env);
+      assert.equal(list.code, 1);
+      assert.match(list.stderr, /wrap the list as \{"rules": \[/);
       const bad = {
         rules: [{ name: 'After hours', when: 'time.hour > "18"', then: { require: { approvers: 2 } } }],
       };
@@ -76,6 +88,7 @@ for (const kind of databaseKinds()) {
     it('stores a policy (audited), shows it, and explains which rule a call meets without drafting', async () => {
       const set = await runCli(['policy', 'set', file('finance.json', FINANCE)], server.env);
       assert.equal(set.code, 0, set.stderr);
+      assert.match(set.stderr, /warning: rule "Payments over EUR 10,000" asks 2 approval\(s\) from finance/);
       const version = /version ([0-9a-f]{64})/.exec(set.stdout)![1];
       const row = await server.services
         .knex('audit_events')
@@ -117,6 +130,34 @@ for (const kind of databaseKinds()) {
       );
       assert.match(small.stdout, /none matches/);
       assert.match(small.stdout, /asks {5}1 chair/);
+      // A file not yet applied: explained as it would decide, the policy in force unchanged.
+      const draftPolicy = file('draft.json', {
+        rules: [
+          {
+            name: 'No agent named',
+            when: 'agent.name == "" && content.text == "hi"',
+            then: { require: { approvers: 1, users: ['fin-a'] } },
+          },
+        ],
+      });
+      const fromFile = await runCli(
+        [
+          'policy',
+          'explain',
+          '--file',
+          draftPolicy,
+          '--tool',
+          'send_message',
+          '--args',
+          JSON.stringify({ ...args, content_text: 'hi' }),
+        ],
+        server.env,
+      );
+      assert.equal(fromFile.code, 0, fromFile.stderr);
+      assert.match(fromFile.stdout, /policy {3}.*draft\.json \(not applied\)/);
+      assert.match(fromFile.stdout, /rule {5}No agent named/);
+      assert.match(fromFile.stdout, /asks {5}1 of users fin-a/);
+      assert.match((await runCli(['policy', 'show'], server.env)).stdout, new RegExp(`version ${version} `));
       const after = await server.services.knex('approval_requests').count({ n: '*' }).first();
       assert.deepEqual(after, before, 'nothing drafted');
       const badArgs = await runCli(
@@ -140,6 +181,7 @@ for (const kind of databaseKinds()) {
       const env = (name: string) => ({ ...server.env, COUNTERSIGN_PASSWORD: `${name} password` });
       const approved = await runCli(['approvals', 'approve', id, '--as', 'fin-a'], env('fin-a'));
       assert.equal(approved.code, 0, approved.stderr);
+      assert.match(approved.stdout, new RegExp(`^${id} is pending \\(1 of 2 approvals\\)$`, 'm'));
       const shown = await runCli(['approvals', 'show', id, '--as', 'fin-b'], env('fin-b'));
       assert.match(shown.stdout, /rule {8}Payments over EUR 10,000: 2 of finance/);
       assert.match(shown.stdout, /\(1 of 2 from finance\)/);

@@ -39,6 +39,28 @@ describe('configuration', () => {
     assert.equal(config.web.login_failures_per_ip, 20);
   });
 
+  it('refuses a DATABASE_URL that names no database, showing how to name one', () => {
+    const cwd = tmp();
+    for (const url of [
+      'postgres://app@db.test:5432',
+      'postgres://app@db.test:5432/',
+      'postgresql://db.test',
+    ]) {
+      assert.throws(
+        () => loadConfig({ DATABASE_URL: url }, cwd),
+        (err: unknown) =>
+          isAppError(err, 'CONFIG_INVALID', 'config') &&
+          /"database_url" \(env DATABASE_URL\)/.test(err.message) &&
+          /maintenance database "postgres"/.test(err.message) &&
+          err.message.includes('/countersign'),
+        url,
+      );
+    }
+    for (const url of ['postgres://app@db.test:5432/countersign', 'postgres://db.test:5432/?database=cs']) {
+      assert.equal(loadConfig({ DATABASE_URL: url }, cwd).database_url, url);
+    }
+  });
+
   it('reads countersign.config.json, and the environment wins over it', () => {
     const cwd = tmp();
     fs.writeFileSync(

@@ -288,6 +288,42 @@ describe('a start-up whose PostgreSQL refuses connections', () => {
   }
 });
 
+describe('serve while PostgreSQL refuses connections', () => {
+  let db: TestDatabase;
+  before(async () => (db = await createTestDatabase('pglite')));
+  after(async () => db?.drop());
+
+  it('says what is wrong and what to do at its first failed attempt, while it keeps waiting', async () => {
+    const server = await startServe({
+      ...testEnv(db),
+      DATABASE_URL: CLOSED_PORT_URL,
+      LOG_LEVEL: 'warn',
+      COUNTERSIGN_DB_STARTUP_TIMEOUT_S: '600',
+    });
+    try {
+      const said = await waitFor('the first failure to be said', async () =>
+        logLines(server.stderr(), 'database not ready; retrying').length > 0 ? server.stderr() : undefined,
+      );
+      const first = said
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as Record<string, unknown>)
+        .find((entry) => /PostgreSQL is not reachable/.test(String(entry.msg)));
+      assert.ok(first, said);
+      assert.match(
+        String(first.msg),
+        /^PostgreSQL is not reachable at 127\.0\.0\.1:1 \(ECONNREFUSED\): start it, or fix the host and port in DATABASE_URL; still trying for up to 600 s \(database\.startup_timeout_s\)$/,
+      );
+      assert.equal(first.level, 40, 'a warning');
+      // Said once, at the first attempt; the retries are logged as before.
+      assert.equal(said.split('PostgreSQL is not reachable').length - 1, 1, said);
+    } finally {
+      server.terminate();
+      await server.stop();
+    }
+  });
+});
+
 describe('CLI commands when the database is down', () => {
   let db: TestDatabase;
   before(async () => (db = await createTestDatabase('pglite')));

@@ -1,7 +1,8 @@
 import os from 'node:os';
 import { z } from 'zod';
 import { demoData, parseImportFile, type DirectoryImport, type PinAdmin } from '../connectors/index.ts';
-import { describeRequirement, isDecisionRefusal, type Approvals } from '../approval/index.ts';
+import { compilePolicy, describeRequirement, isDecisionRefusal, type Approvals } from '../approval/index.ts';
+import { unsatisfiableRules } from './policy-warnings.ts';
 import { ApprovalStatus } from '../core/schemas.ts';
 import { ExportFilter, describeAnchors, type AuditChecks } from '../audit/index.ts';
 import type { Config } from '../config.ts';
@@ -100,11 +101,18 @@ export const AdminCommand = z.discriminatedUnion('command', [
     actor: z.string().min(1),
   }),
   z.strictObject({
+    /** The rules of a policy no request could get through as the users stand now; nothing stored. */
+    command: z.literal('policy.warnings'),
+    policy: z.unknown(),
+  }),
+  z.strictObject({
     command: z.literal('policy.explain'),
     /** The tool as agents call it, with or without the configured prefix. */
     tool: z.string().min(1),
     args: z.record(z.string(), z.unknown()),
     agent: z.string().min(1).optional(),
+    /** A policy document to explain instead of the one in force (a file not yet applied). */
+    policy: z.unknown().optional(),
   }),
   z.strictObject({
     command: z.literal('audit.export'),
@@ -220,8 +228,9 @@ async function explainCommand(deps: AdminDeps, cmd: Command<'policy.explain'>) {
   const tool = cmd.tool.startsWith(prefix) ? cmd.tool.slice(prefix.length) : cmd.tool;
   const record = cmd.agent ? await deps.accounts.activeAgentNamed(cmd.agent) : undefined;
   if (cmd.agent && !record) throw noActiveAgent(cmd.agent);
-  const agent: Agent = record ?? { id: '', name: '', profile: '', owner_id: null, rate_limit_per_min: null };
-  const decision = await deps.approvals.explain(tool, cmd.args, agent);
+  const policy =
+    cmd.policy === undefined ? undefined : compilePolicy(cmd.policy, deps.config.approval.required_approvers);
+  const decision = await deps.approvals.explain(tool, cmd.args, record, policy);
   return { tool, ...decision, asks: describeRequirement(decision.requirement) };
 }
 
@@ -489,7 +498,13 @@ const HANDLERS = {
     const current = await policy.fresh();
     return { version: current.version, origin: await policy.origin(), policy: current.doc };
   },
-  'policy.set': async (deps, cmd) => deps.approvals.policy.set(cmd.policy, cmd.actor),
+  'policy.set': async (deps, cmd) => {
+    const stored = await deps.approvals.policy.set(cmd.policy, cmd.actor);
+    return { ...stored, warnings: unsatisfiableRules(cmd.policy, await deps.accounts.listUsers()) };
+  },
+  'policy.warnings': async (deps, cmd) => ({
+    warnings: unsatisfiableRules(cmd.policy, await deps.accounts.listUsers()),
+  }),
   'policy.explain': explainCommand,
   'approvals.show': async (deps, cmd) => {
     const user = await signInAs(deps, cmd.as, cmd.password);

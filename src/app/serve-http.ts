@@ -19,6 +19,7 @@ import { sendProblem } from '../core/problem.ts';
 import { openServices, type ServiceOptions, type Services } from './services.ts';
 import type { StopReason } from './lifecycle.ts';
 import { VERSION } from '../core/version.ts';
+import { dataDirLocked, lockHolder, noteServingUrl } from '../db/lock.ts';
 
 export interface RunningServer {
   url: string;
@@ -151,13 +152,18 @@ export function serveApp(server: Server, services: Services, opts: { mcp?: boole
 
 /**
  * Binds HTTP first, then opens the database, applies migrations and sets up a first run: a port that is
- * taken stops start-up before anything (first-run credentials included) is created.
+ * taken stops start-up before anything (first-run credentials included) is created. Before that, an
+ * embedded database held by another process is said as such (with where that one serves): a second
+ * start on the same data directory would otherwise first hear of the port and only then of the lock.
  */
 export async function startHttpServer(
   config: Config,
   log: Logger,
   options: ServiceOptions = {},
 ): Promise<RunningServer> {
+  // A second start on a held data directory learns that, not that the first one's port is taken.
+  const holder = config.database_url ? undefined : lockHolder(config.pglite_dir);
+  if (holder) throw dataDirLocked(config.pglite_dir, holder);
   const server = await bind(config);
   log.info({ listening: baseUrl(server, config) }, 'countersign starting; answering 503 until ready');
   let services: Services;
@@ -170,6 +176,7 @@ export async function startHttpServer(
   }
   try {
     const web = serveApp(server, services);
+    if (!config.database_url) noteServingUrl(config.pglite_dir, web.url);
     await services.recordStart('http');
     log.info({ url: `${web.url}/mcp`, database: services.db.dialect }, 'countersign listening');
     return {

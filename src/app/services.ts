@@ -41,6 +41,7 @@ import {
 } from '../connectors/index.ts';
 import type { Database } from '../db/knex.ts';
 import { openWhenReady } from '../db/ready.ts';
+import { describePgError } from '../admin/pg-errors.ts';
 import { openHostRoots, type OpenedRoots } from '../db/host-roots.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import { migrateLatest, upToDate } from '../db/migrations.ts';
@@ -290,6 +291,7 @@ function openMigrated(config: Config, log: Logger, command: string): Promise<Dat
   return openWhenReady({
     ...{ url: config.database_url, pgliteDir: config.pglite_dir, command, log },
     timeoutMs: config.database.startup_timeout_s * 1000,
+    explain: (err) => describePgError(err, config.database_url),
     check: (opened) => upToDate(opened.knex),
     async prepare(opened) {
       const applied = await migrateLatest(opened.knex);

@@ -16,7 +16,7 @@ import { expireDue, purgeIdempotencyKeys, reconcileStale, type WriteLookup } fro
 import { getOwnApproval, listOwnApprovals, requestApproval, type DraftWrite } from './request.ts';
 import type { ApprovalStatus } from '../core/schemas.ts';
 import type { NamedRequestRow } from './view.ts';
-import { createPolicySource, type Decision } from './rules/index.ts';
+import { createPolicySource, type CompiledPolicy, type Decision } from './rules/index.ts';
 import { explainFacts, ruleOn } from './ruling.ts';
 import {
   cancelTask,
@@ -49,12 +49,21 @@ export function createApprovals(given: Omit<ApprovalDeps, 'rules'>) {
   };
   return {
     policy: deps.rules,
-    /** Which rule the policy in force applies to this call, what it asks; nothing drafted. */
-    explain: async (tool: string, args: Record<string, unknown>, agent: Agent): Promise<Decision> =>
+    /**
+     * Which rule a policy applies to this call, what it asks; nothing drafted. The policy in force, or
+     * `policy` (a file not yet applied); without an agent, the rules see `agent.name` and `agent.owner`
+     * empty, as for any field a write has none of.
+     */
+    explain: async (
+      tool: string,
+      args: Record<string, unknown>,
+      agent?: Agent,
+      policy?: CompiledPolicy,
+    ): Promise<Decision> =>
       ruleOn(
         deps.knex,
-        await deps.rules.fresh(),
-        { agent, tool, facts: explainFacts(tool, args) },
+        policy ?? (await deps.rules.fresh()),
+        { agent: agent ?? { name: '', owner_id: null }, tool, facts: explainFacts(tool, args) },
         new Date(),
       ),
     request: (draft: DraftWrite) => requestApproval(deps, draft),

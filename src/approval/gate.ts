@@ -13,6 +13,7 @@ import type { Approvals } from './approvals.ts';
 import type { TaskView } from './tasks.ts';
 import { nextStep, type ApprovalSummary, type Target } from './view.ts';
 import type { DraftFacts } from './ruling.ts';
+import { refusalStep, withNextStep } from './next-steps.ts';
 
 /** The controls every write tool's input carries. */
 export interface WriteControls {
@@ -165,13 +166,17 @@ export async function runWrite(
     },
   };
   if (!args.dry_run && !args.approval_id && ctx.asTask) return draftTask(write, args, ctx, ctx.asTask);
-  if (!args.dry_run) return execute(write, args, ctx, early);
+  if (!args.dry_run) {
+    return execute(write, args, ctx, early).catch((err: unknown) => {
+      throw withNextStep(err, ctx.getApprovalTool, args.approval_id);
+    });
+  }
   return args.approval_id ? preflight(write, args, args.approval_id, ctx) : draft(write, args, ctx);
 }
 
 /** Dry run: the approval request for exactly this content (the agent's open one, if it has one). */
 async function draft(write: Write, args: WriteControls, ctx: GateContext): Promise<GateOutcome> {
-  const { view, created } = await ctx.approvals.request({
+  const { view, created, asks } = await ctx.approvals.request({
     agent: ctx.agent,
     tool: write.tool,
     source: write.prepared.source,
@@ -188,7 +193,7 @@ async function draft(write: Write, args: WriteControls, ctx: GateContext): Promi
     approval_request_id: view.approval_request_id,
     status: view.status,
     review_url: view.review_url,
-    next_step: nextStep(view),
+    next_step: nextStep(view, ctx.getApprovalTool, asks),
     expires_at: view.expires_at,
   };
   return {
@@ -306,7 +311,7 @@ async function preflight(
   const refused = ctx.dryRunOnly ? dryRunOnly() : undefined;
   const check: Preflight = refused
     ? { would_execute: false, code: refused.code, reason: refused.reason ?? null, message: refused.message }
-    : await ctx.approvals.preflight(executionOf(write, approval_id, args, ctx));
+    : withStep(await ctx.approvals.preflight(executionOf(write, approval_id, args, ctx)), ctx);
   return {
     data: planned(write, { approval: null, preflight: check }),
     audit: {
@@ -316,6 +321,13 @@ async function preflight(
       details: { preflight: check.would_execute, ...(check.reason ? { reason: check.reason } : {}) },
     },
   };
+}
+
+/** A preflight's refusal with what to do next, as the real run would answer it. */
+function withStep(check: Preflight, ctx: GateContext): Preflight {
+  const step =
+    check.code === 'APPROVAL_REQUIRED' ? refusalStep(check.reason, ctx.getApprovalTool) : undefined;
+  return step && check.message ? { ...check, message: `${check.message}; next: ${step}` } : check;
 }
 
 /** Whether a real run may start in one statement (no idempotency key): its approval is read early. */

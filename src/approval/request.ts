@@ -13,7 +13,7 @@ import {
   type ApprovalDeps,
 } from './deps.ts';
 import type { ApprovalStatus } from '../core/schemas.ts';
-import { requestFromDb, toView, type ApprovalView, type Target } from './view.ts';
+import { asksOf, requestFromDb, toView, type ApprovalView, type Target } from './view.ts';
 import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
 import { retryingTransaction } from '../db/retry.ts';
@@ -99,15 +99,20 @@ const requestedRow = (draft: DraftWrite, id: string) => ({
   details: { agent_name: draft.agent.name },
 });
 
+/** A drafted write's request, whether this draft made it, and who must approve it (asksOf). */
+export interface Requested {
+  view: ApprovalView;
+  created: boolean;
+  /** Absent for a request a rule let through without review (already approved). */
+  asks?: string;
+}
+
 /**
  * Creates the approval request for a drafted write — or returns the agent's open request (pending or
  * approved, not yet executed) for the same content. The partial unique index settles races. The
  * common case, new content, is one statement: the request and its approval.requested row together.
  */
-export async function requestApproval(
-  deps: ApprovalDeps,
-  draft: DraftWrite,
-): Promise<{ view: ApprovalView; created: boolean }> {
+export async function requestApproval(deps: ApprovalDeps, draft: DraftWrite): Promise<Requested> {
   await refuseSpentKey(deps, draft);
   const now = new Date();
   const decision = await ruleOn(deps.knex, await deps.rules.current(), draft, now);
@@ -124,7 +129,7 @@ export async function requestApproval(
     ),
     requestedRow(draft, created.id),
   );
-  if (done) return { view: announce(deps, draft, created), created: true };
+  if (done) return { view: announce(deps, draft, created), created: true, asks: asksOf(created) };
   return requestInTransaction(deps, draft, created);
 }
 
@@ -170,7 +175,7 @@ async function allowWithoutReview(
   draft: DraftWrite,
   pending: NewRequest,
   reason: string,
-): Promise<{ view: ApprovalView; created: boolean }> {
+): Promise<Requested> {
   const expires = new Date(Date.parse(pending.created_at) + deps.config.approval.execute_ttl_s * 1000);
   const created = { ...pending, status: 'approved' as const, expires_at: expires.toISOString() };
   const approval_id = randomUUID();
@@ -205,7 +210,12 @@ async function allowWithoutReview(
     });
   } catch (err) {
     const open = await openRequest(deps, draft);
-    if (open) return { view: await viewOf(deps, deps.knex, open.request), created: false };
+    if (open)
+      return {
+        view: await viewOf(deps, deps.knex, open.request),
+        created: false,
+        asks: asksOf(open.request),
+      };
     throw err;
   }
   return { view: announce(deps, draft, created, decided), created: true };
@@ -234,11 +244,15 @@ async function requestInTransaction(
   deps: ApprovalDeps,
   draft: DraftWrite,
   created: NewRequest,
-): Promise<{ view: ApprovalView; created: boolean }> {
+): Promise<Requested> {
   const existing = () => openRequest(deps, draft);
   const found = await existing();
   if (found && !found.voided && new Date(found.request.expires_at) > new Date())
-    return { view: await viewOf(deps, deps.knex, found.request), created: false };
+    return {
+      view: await viewOf(deps, deps.knex, found.request),
+      created: false,
+      asks: asksOf(found.request),
+    };
   try {
     await retryingTransaction(deps.knex, async (trx) => {
       // Past its expiry but not yet swept, or approved by a user disabled since (it can never execute):
@@ -255,10 +269,15 @@ async function requestInTransaction(
   } catch (err) {
     // Lost a race with the same agent drafting the same content: answer with the winner's request.
     const winner = await existing();
-    if (winner) return { view: await viewOf(deps, deps.knex, winner.request), created: false };
+    if (winner)
+      return {
+        view: await viewOf(deps, deps.knex, winner.request),
+        created: false,
+        asks: asksOf(winner.request),
+      };
     throw err;
   }
-  return { view: announce(deps, draft, created), created: true };
+  return { view: announce(deps, draft, created), created: true, asks: asksOf(created) };
 }
 
 /** One of the agent's own requests, by request id or approval id; another agent's is not found. */

@@ -25,7 +25,7 @@ export type DraftFacts = Omit<WriteFacts, 'agent' | 'tool'>;
 export async function ruleOn(
   q: Knex | Knex.Transaction,
   policy: CompiledPolicy,
-  write: { agent: Agent; tool: string; facts: DraftFacts },
+  write: { agent: Pick<Agent, 'name' | 'owner_id'>; tool: string; facts: DraftFacts },
   at: Date,
 ): Promise<Decision> {
   if (policy.doc.rules.length === 0) return policy.defaultFor(write.tool);

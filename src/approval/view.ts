@@ -66,22 +66,53 @@ export const ApprovalSummary = z.object({
   approval_request_id: z.string(),
   status: ApprovalStatus,
   review_url: ReviewUrl,
-  next_step: z.string().describe('What happens next, in words: where a chair approves, then how to execute.'),
+  next_step: z
+    .string()
+    .describe('What happens next, in words: who must approve and where, then how to execute.'),
   expires_at: z.string(),
 });
 
+/** What a request's binding asks, as its policy_requirement (null: the per-tool default) records it. */
+interface Asked {
+  policy_rule: string | null;
+  policy_requirement: Record<string, unknown> | null;
+  required_approvers: number;
+}
+
 /**
- * The next step after a dry run, for the agent to relay: the chair's review page, or, where this server
- * serves no web form, the CLI command a chair runs (the web form or `countersign approvals`).
+ * Who must approve a request, in words an agent can relay: "one approval from a chair", "2 approvals
+ * from finance (rule "payments")", "2 approvals from ada or ben".
  */
-export function nextStep(view: Pick<ApprovalView, 'approval_request_id' | 'status' | 'review_url'>): string {
-  const execute =
-    'get_approval gives its approval_id; repeat this call with dry_run: false and that approval_id.';
+export function asksOf(row: Asked): string {
+  const req = row.policy_requirement as { roles?: string[]; users?: string[] } | null;
+  const n = row.required_approvers;
+  const count = n === 1 ? 'one approval' : `${n} approvals`;
+  const from = req?.roles
+    ? req.roles.join(' or ')
+    : req?.users
+      ? req.users.join(' or ')
+      : n === 1
+        ? 'a chair'
+        : 'different chairs';
+  return `${count} from ${from}${row.policy_rule ? ` (rule "${row.policy_rule}")` : ''}`;
+}
+
+/**
+ * The next step after a dry run, for the agent to relay: who must approve (`asks`, asksOf), where (the
+ * chair's review page, or, where this server serves no web form, the CLI command a chair runs), and
+ * how to execute then, naming the tools as the agent calls them.
+ */
+export function nextStep(
+  view: Pick<ApprovalView, 'approval_request_id' | 'status' | 'review_url'>,
+  getApprovalTool: string,
+  asks = 'one approval from a chair',
+): string {
+  const execute = `${getApprovalTool} gives its approval_id; repeat this call with dry_run: false and that approval_id.`;
   if (view.status === 'approved') return `Approved: ${execute}`;
   const where = view.review_url
     ? `in the web form at ${view.review_url}`
     : `with the CLI, as this server serves no web form: countersign approvals approve ${view.approval_request_id} --as <chair>`;
-  return `A chair approves this request ${where}; then ${execute}`;
+  return `This request needs ${asks}, given ${where}; then ${execute}`;
 }
 
 /** Times come back as Date (pg) or string (PGlite, raw rows); they leave as ISO 8601. */

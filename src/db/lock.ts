@@ -9,16 +9,20 @@ export interface LockHolder {
   hostname: string;
   command: string;
   started_at: string;
+  /** Where it serves HTTP, once it does (noteServingUrl): a second start can point there. */
+  url?: string;
 }
 
-/** The data directory is held by another live process: LOCKED, naming the holder. */
-const dataDirLocked = (dir: string, holder: LockHolder) =>
+/** The data directory is held by another live process: LOCKED, naming the holder and where it serves. */
+export const dataDirLocked = (dir: string, holder: LockHolder) =>
   new AppError(
     'LOCKED',
     `the database in ${dir} is held by another countersign process ` +
-      `(pid ${holder.pid} on ${holder.hostname}, "${holder.command}", since ${holder.started_at}): ` +
-      'the embedded database serves one process at a time. Stop that one first, or, to run both, ' +
-      'put the data in PostgreSQL (countersign db copy --to URL, then DATABASE_URL=URL for each)',
+      `(pid ${holder.pid} on ${holder.hostname}, "${holder.command}", since ${holder.started_at})` +
+      (holder.url ? `, which serves it at ${holder.url}` : '') +
+      ': the embedded database serves one process at a time. Use that one, or stop it first; ' +
+      'give this one its own data directory (COUNTERSIGN_DATA_DIR); or, to run both on the same data, ' +
+      'put it in PostgreSQL (countersign db copy --to URL, then DATABASE_URL=URL for each)',
     'data_dir_locked',
     { details: { dir, holder } },
   );
@@ -58,6 +62,19 @@ function isAlive(holder: LockHolder): boolean {
 export function lockHolder(dir: string): LockHolder | undefined {
   const holder = readHolder(path.join(dir, 'countersign.lock'));
   return holder && isAlive(holder) ? holder : undefined;
+}
+
+/**
+ * Adds the address this process serves at to the lock it holds on `dir`, so that a second start names
+ * it. Replaced by rename, so a reader sees the old holder or the new one, never half of either.
+ */
+export function noteServingUrl(dir: string, url: string): void {
+  const file = path.join(dir, 'countersign.lock');
+  const holder = readHolder(file);
+  if (holder?.pid !== process.pid) return; // not ours (PostgreSQL, or the lock was taken over)
+  const tmp = `${file}.${process.pid}.url.tmp`;
+  fs.writeFileSync(tmp, JSON.stringify({ ...holder, url }), { mode: 0o600 });
+  fs.renameSync(tmp, file);
 }
 
 /**

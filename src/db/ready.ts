@@ -14,6 +14,8 @@ export interface ReadyOptions extends DatabaseOptions {
   check(db: Database): Promise<unknown>;
   /** What must then succeed before it counts as ready (the migrations), however long it takes. */
   prepare(db: Database): Promise<void>;
+  /** A failure said as what is wrong and what to do (the CLI's one line), when there is one. */
+  explain?(err: unknown): string | undefined;
 }
 
 /**
@@ -62,11 +64,25 @@ export async function openWhenReady(opts: ReadyOptions): Promise<Database> {
         );
       }
       const wait = Math.min(delay, left);
+      if (attempt === 1) sayFirstFailure(opts, err, reason);
       opts.log.warn({ attempt, reason, retry_in_ms: wait }, 'database not ready; retrying');
       await sleep(wait);
       delay = Math.min(delay * 2, MAX_DELAY_MS);
     }
   }
+}
+
+/**
+ * Said at the first failed attempt, not after the whole wait: what is wrong, what to do, and that start-up
+ * keeps trying meanwhile (a PostgreSQL that is still starting needs nothing done).
+ */
+function sayFirstFailure(opts: ReadyOptions, err: unknown, reason: string): void {
+  const what = opts.explain?.(err) ?? `the database is not ready (${reason})`;
+  const s = Math.round(opts.timeoutMs / 1000);
+  opts.log.warn(
+    { reason, startup_timeout_s: s },
+    `${what}; still trying for up to ${s} s (database.startup_timeout_s)`,
+  );
 }
 
 /** A marker for an attempt that did not finish in time. */

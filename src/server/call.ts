@@ -13,6 +13,7 @@ import { ANSWERS, type Refusal } from '../core/answers.ts';
 import { AppError, toolCodeOf } from '../core/errors.ts';
 import type { Faults } from '../core/faults.ts';
 import type { Agent } from '../core/identity.ts';
+import { closestName } from '../core/closest.ts';
 import { newTraceId } from '../core/ids.ts';
 import {
   cutText,
@@ -192,7 +193,7 @@ async function runCall(deps: CallDeps, catalogue: Catalogue, call: Call): Promis
     const entry = catalogue.lookup(call.name);
     if (entry.kind === 'unknown') call = { ...call, unknown: true };
     if (limited) return await record(deps, call, { failure: limited });
-    if (entry.kind === 'unknown') return await refuseUnknownTool(deps, call);
+    if (entry.kind === 'unknown') return await refuseUnknownTool(deps, call, catalogue);
     if (entry.kind === 'down') return await record(deps, call, { failure: entry.upstream.unavailable() });
     // 4.
     const profile = await admit(deps, call, entry.tool);
@@ -345,9 +346,17 @@ const toolDigestOf = (call: Call) =>
 /** The tool label a call is counted under in /metrics. */
 const metricLabelOf = (call: Call) => (call.unknown ? UNKNOWN_TOOL_LABEL : call.name);
 
-/** A name that is neither a tool nor an upstream's: -32602, audited (the name cut, with its digest). */
-async function refuseUnknownTool(deps: CallDeps, call: Call): Promise<never> {
-  throw await protocolError(deps, call, 'unknown_tool', `Unknown tool: ${toolNameOf(call)}`);
+/**
+ * A name that is neither a tool nor an upstream's: -32602, audited (the name cut, with its digest). The
+ * message suggests the closest tool this agent may call, if one is close.
+ */
+async function refuseUnknownTool(deps: CallDeps, call: Call, catalogue: Catalogue): Promise<never> {
+  const names = catalogue.listFor(deps.profiles.get(call.agent.profile)).map((t) => t.name);
+  const near = closestName(call.name, names);
+  const message =
+    `Unknown tool: ${toolNameOf(call)}` +
+    (near ? `; did you mean ${near}?` : '; tools/list shows the tools this agent may call');
+  throw await protocolError(deps, call, 'unknown_tool', message, near ? { did_you_mean: near } : {});
 }
 
 // ---- 4. admit ----------------------------------------------------------------------------------
@@ -643,11 +652,17 @@ const internalMessage = (trace_id: string) => `Internal error (trace_id ${trace_
 const internalError = (trace_id: string) => wireError('crash', internalMessage(trace_id), { trace_id });
 
 /** A named failure answered as a JSON-RPC error (core/answers.ts), after its audit row is written and it is counted. */
-async function protocolError(deps: CallDeps, call: Call, failure: Refusal, message: string) {
+async function protocolError(
+  deps: CallDeps,
+  call: Call,
+  failure: Refusal,
+  message: string,
+  data: Record<string, unknown> = {},
+) {
   const { audit, counted } = ANSWERS[failure];
   await appendCallRow(deps, call, { result: 'error', error_code: audit });
   deps.metrics.record(metricLabelOf(call), counted, seconds(call));
-  return wireError(failure, message, { trace_id: call.trace_id });
+  return wireError(failure, message, { ...data, trace_id: call.trace_id });
 }
 
 /**

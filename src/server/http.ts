@@ -136,7 +136,7 @@ export function createMcpEndpoint(deps: McpHttpDeps) {
     const refused = checkHost(req.headers.host, req.headers.origin);
     if (refused) return sendProblem(res, refused);
     const token = bearer(req.headers.authorization);
-    const auth = await authenticateBearer(deps, token);
+    const auth = await authenticateHeader(deps, req.headers.authorization, token);
     if ('failure' in auth) return refuseRead(deps, req, res, { ...auth, token });
     const read = await inTurn(deps, inFlight, auth.agent, req, res);
     if (!read) return;
@@ -285,6 +285,13 @@ function tooManyStreams(deps: McpHttpDeps, res: ServerResponse, agent: Agent): v
   });
 }
 
+/** The caller of a request; a header that is there but not "Bearer <token>" is told apart from none. */
+async function authenticateHeader(deps: McpHttpDeps, header: string | undefined, token: string | undefined) {
+  if (header !== undefined && token === undefined)
+    return { failure: 'malformed_authorization', via: 'token' as const };
+  return authenticateBearer(deps, token);
+}
+
 /** With OAuth configured, a JWT-shaped token goes to the issuer's check; a static one (cs_…) never has that shape. */
 async function authenticateBearer(deps: McpHttpDeps, token: string | undefined) {
   if (deps.oauth && token && looksLikeJwt(token)) {
@@ -344,11 +351,24 @@ async function refuse(deps: McpHttpDeps, req: IncomingMessage, res: ServerRespon
       title: 'Unauthorized',
       detail: oauthReason.success
         ? OAUTH_FAILURE_DETAIL[oauthReason.data]
-        : 'a valid agent token is required (Authorization: Bearer …)',
+        : (TOKEN_FAILURE_DETAIL[reason] ?? TOKEN_FAILURE_DETAIL.missing_token),
     },
     { 'WWW-Authenticate': bearerChallenge(deps.oauth, refusal.token !== undefined) },
   );
 }
+
+/** What a refused static-token request is told, with how to get a token that works. */
+const TOKEN_FAILURE_DETAIL: Record<string, string> = {
+  missing_token:
+    'a valid agent token is required (Authorization: Bearer <token>); an operator creates one with: countersign agent add NAME',
+  malformed_authorization:
+    'the Authorization header is not "Bearer <token>" (one token after the word Bearer, nothing else); send Authorization: Bearer <agent token>',
+  unknown_token:
+    'this agent token is not known here (mistyped, cut short, rotated, or from another data directory or database); ' +
+    'an operator creates one with: countersign agent add NAME, or issues a new one with: countersign agent rotate NAME',
+  revoked_token:
+    "this agent's token has been revoked; an operator creates a new agent with: countersign agent add NAME",
+};
 
 /**
  * The 401 challenge. With OAuth configured it names the protected-resource metadata (RFC 9728 §5.1), from

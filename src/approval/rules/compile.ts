@@ -210,6 +210,19 @@ async function holds(
  * Compiles and type-checks every rule; the first that does not compile is refused with its name
  * (CONFIG_INVALID, reason rule_invalid), so a bad policy stops start-up or is refused on edit.
  */
+/**
+ * The fix for a document that is a rule or a list of rules rather than a policy, the commonest slip: a
+ * policy is `{"rules": [...]}` (with an optional timezone) around them.
+ */
+function shapeHint(raw: unknown): string {
+  if (Array.isArray(raw)) return '; a policy is an object: wrap the list as {"rules": [ … ]}';
+  const isRule =
+    typeof raw === 'object' && raw !== null && !('rules' in raw) && ('when' in raw || 'then' in raw);
+  return isRule
+    ? '; this is one rule, not a policy: wrap it as {"rules": [ {"name": …, "when": …, "then": …} ]}'
+    : '';
+}
+
 export function compilePolicy(
   raw: unknown,
   requiredApprovers: Readonly<Record<string, number>>,
@@ -220,7 +233,7 @@ export function compilePolicy(
     const issue = parsed.error.issues[0]!;
     throw new AppError(
       'CONFIG_INVALID',
-      `approval policy ${issue.path.join('.') || '(root)'}: ${issue.message}`,
+      `approval policy ${issue.path.join('.') || '(root)'}: ${issue.message}${shapeHint(raw)}`,
       'policy_invalid',
     );
   }
