@@ -19,6 +19,8 @@ import { describePgError, postgresProblem } from './admin/pg-errors.ts';
 import { readHiddenLine } from './admin/secret.ts';
 import type { FirstRun } from './admin/first-run.ts';
 import type { StdioReady } from './app/serve-stdio.ts';
+import type { JoinTarget } from './app/stdio-join.ts';
+import type { Logger } from './log.ts';
 import type { Manifest } from './audit/index.ts';
 import { loadConfig, publicBaseUrl, type Config } from './config.ts';
 import type { ImportSummary } from './connectors/index.ts';
@@ -294,18 +296,47 @@ async function showStdioReady(ready: StdioReady, cfg: Config): Promise<void> {
   await showFirstRun(ready.firstRun, { mcp: 'stdio (set COUNTERSIGN_AGENT_TOKEN to the token below)', web });
 }
 
+/**
+ * `serve --stdio`: joins the server that already holds the embedded database (relaying stdin/stdout to
+ * its MCP endpoint), else serves the database itself. Which of the two it does is said on stderr (stdout
+ * is the MCP channel).
+ */
+async function serveOrJoinStdio(cfg: Config, log: Logger, web: boolean): Promise<void> {
+  const token = process.env.COUNTERSIGN_AGENT_TOKEN;
+  const { findRunningServer } = await import('./app/stdio-join.ts');
+  const target = await findRunningServer(cfg, err);
+  if (target) return joinRunningServer(cfg, target, token, log);
+  err(
+    cfg.database_url
+      ? 'countersign: stdio serves the PostgreSQL database of DATABASE_URL itself (servers beside it share it)'
+      : `countersign: stdio serves the data directory ${cfg.data_dir} itself (no running server holds it)`,
+  );
+  const { serveStdio } = await import('./app/serve-stdio.ts');
+  try {
+    await serveStdio(cfg, log, token, { web, onReady: (ready) => showStdioReady(ready, cfg) });
+  } catch (e) {
+    // A server took the database between the look above and the open: join it after all.
+    if (!lockedBy(e)) throw e;
+    const late = await findRunningServer(cfg, err);
+    if (!late) throw e;
+    return joinRunningServer(cfg, late, token, log);
+  }
+}
+
+async function joinRunningServer(cfg: Config, target: JoinTarget, token: string | undefined, log: Logger) {
+  err(
+    `countersign: joined the running server (pid ${target.pid}): relaying this stdio connection to ${target.mcp}`,
+  );
+  const { checkJoinedToken, relayStdio } = await import('./app/stdio-relay.ts');
+  await checkJoinedToken(target, token);
+  await relayStdio(cfg, target, token, log);
+}
+
 async function serve(opts: { stdio?: boolean; web: boolean }): Promise<void> {
   const cfg = config();
   const { createLogger } = await import('./log.ts');
   const log = createLogger(cfg.log_level);
-  if (opts.stdio) {
-    const { serveStdio } = await import('./app/serve-stdio.ts');
-    await serveStdio(cfg, log, process.env.COUNTERSIGN_AGENT_TOKEN, {
-      web: opts.web,
-      onReady: (ready) => showStdioReady(ready, cfg),
-    });
-    return;
-  }
+  if (opts.stdio) return serveOrJoinStdio(cfg, log, opts.web);
   if (!opts.web)
     throw usageError("option '--no-web' is for --stdio: an HTTP server serves the web UI with /mcp");
   const { startHttpServer } = await import('./app/serve-http.ts');
