@@ -1,13 +1,26 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { createUser } from '../src/accounts/users.ts';
 import type { User } from '../src/core/identity.ts';
 import { approveAsChair } from './helpers/approvals.ts';
 import { builtCli, childEnv } from './helpers/built.ts';
-import { databaseKinds } from './helpers/db.ts';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
 import { runCli } from './helpers/cli.ts';
-import { call, connectStdio, ERAS, ROOT, startTestServer, type TestServer } from './helpers/server.ts';
+import {
+  call,
+  connectStdio,
+  ERAS,
+  newClient,
+  ROOT,
+  startTestServer,
+  testEnv,
+  type TestServer,
+} from './helpers/server.ts';
 
 const DRAFT = { target_type: 'contact', target_id: 'ct_david' } as const;
 
@@ -44,6 +57,21 @@ async function rawStdio(env: Record<string, string>) {
     stderr: () => stderr,
     kill: () => child.kill('SIGKILL'),
   };
+}
+
+/** `node bin/countersign.js ARGS`, the command a checkout's README names, run to its end. */
+async function runBin(args: string[], env: Record<string, string>) {
+  const child = spawn(process.execPath, [path.join(ROOT, 'bin', 'countersign.js'), ...args], {
+    cwd: ROOT,
+    env: childEnv(env),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+  child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  return { code, stdout, stderr };
 }
 
 const INITIALIZE = {
@@ -169,3 +197,47 @@ describe('serve --stdio when the server it joined stops', () => {
     }
   });
 });
+
+for (const kind of databaseKinds()) {
+  describe(`Claude Desktop's config block on ${kind}`, () => {
+    let db: TestDatabase;
+    after(async () => db?.drop());
+
+    it('agent add --config claude-desktop prints a config that parses and serves the new agent over stdio', async () => {
+      db = await createTestDatabase(kind);
+      fs.rmSync(path.join(db.dataDir, 'pglite'), { recursive: true, force: true });
+      const env = testEnv(db);
+      // As the README has it: the checkout's own command.
+      const added = await runBin(['agent', 'add', 'claude-desktop', '--config', 'claude-desktop'], env);
+      assert.equal(added.code, 0, added.stderr);
+      const block = JSON.parse(added.stdout) as {
+        mcpServers: { countersign: { command: string; args: string[]; env: Record<string, string> } };
+      };
+      const entry = block.mcpServers.countersign;
+      assert.equal(entry.command, process.execPath, 'node by its absolute path');
+      assert.equal(entry.args[0], path.join(ROOT, 'bin', 'countersign.js'));
+      assert.deepEqual(entry.args.slice(1), ['serve', '--stdio']);
+      assert.match(entry.env.COUNTERSIGN_AGENT_TOKEN!, /^cs_/);
+      assert.equal(entry.env.COUNTERSIGN_DATA_DIR, db.dataDir);
+      assert.equal(entry.env.DATABASE_URL, db.url);
+      assert.match(added.stderr, /claude_desktop_config\.json.*then quit Claude Desktop fully/);
+
+      // Started as Claude Desktop starts it: that command, those arguments, that environment.
+      const transport = new StdioClientTransport({
+        command: entry.command,
+        args: entry.args,
+        env: childEnv({ ...env, ...entry.env }),
+        cwd: os.tmpdir(),
+        stderr: 'pipe',
+      });
+      const client = newClient();
+      await client.connect(transport);
+      try {
+        const found = await call(client, 'isphere_search_contacts', { query: 'David' });
+        assert.equal(found.ok, true, JSON.stringify(found));
+      } finally {
+        await client.close();
+      }
+    });
+  });
+}
