@@ -11,6 +11,7 @@ import { builtCli, childEnv } from './helpers/built.ts';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
 import { runCli } from './helpers/cli.ts';
+import { framed } from './helpers/tasks-client.ts';
 import {
   call,
   connectStdio,
@@ -19,6 +20,7 @@ import {
   ROOT,
   startTestServer,
   testEnv,
+  waitFor,
   type TestServer,
 } from './helpers/server.ts';
 
@@ -38,16 +40,21 @@ async function rawStdio(env: Record<string, string>) {
   child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
   child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
   const exit = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const messages = () =>
+    stdout
+      .split('\n')
+      .filter((l) => l.trim())
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
   return {
+    /** Closes stdin, as a client that is done does. */
+    end: () => child.stdin.end(),
     send: (message: object) => child.stdin.write(`${JSON.stringify(message)}\n`),
+    /** Every message on stdout so far. */
+    messages,
     /** The answer to request `id`, once it is on stdout. */
     async answer(id: number): Promise<Record<string, unknown>> {
       for (let i = 0; i < 600; i++) {
-        const line = stdout
-          .split('\n')
-          .filter((l) => l.trim())
-          .map((l) => JSON.parse(l) as Record<string, unknown>)
-          .find((m) => m.id === id);
+        const line = messages().find((m) => m.id === id && !('method' in m));
         if (line) return line;
         await new Promise((r) => setTimeout(r, 100));
       }
@@ -145,6 +152,68 @@ for (const kind of databaseKinds()) {
         await exited();
       });
     }
+
+    // Only the embedded database is joined (on PostgreSQL stdio serves the database itself).
+    if (joins)
+      it('relays a 2026-07-28 task, the listen stream the server pushes its changes on, and its cancellation', async () => {
+        const relay = await rawStdio({ ...server.env, COUNTERSIGN_AGENT_TOKEN: token });
+        try {
+          const text = 'a task through the relay';
+          relay.send({
+            jsonrpc: '2.0',
+            id: 1,
+            ...framed('tools/call', {
+              name: 'isphere_send_message',
+              arguments: { ...DRAFT, content_text: text, dry_run: false },
+            }),
+          });
+          const created = (await relay.answer(1)) as { result?: { resultType?: string; taskId?: string } };
+          assert.equal(created.result?.resultType, 'task', JSON.stringify(created));
+          const taskId = created.result!.taskId!;
+          // Server-to-client messages: the listen stream's notifications come out on stdout as they come.
+          relay.send({
+            jsonrpc: '2.0',
+            id: 2,
+            ...framed('subscriptions/listen', { notifications: { taskIds: [taskId] } }),
+          });
+          const noteOf = (status: string) =>
+            waitFor(`notifications/tasks ${status}`, async () =>
+              relay
+                .messages()
+                .find(
+                  (m) =>
+                    m.method === 'notifications/tasks' &&
+                    (m.params as { taskId?: string; status?: string }).taskId === taskId &&
+                    (m.params as { status?: string }).status === status,
+                ),
+            );
+          await noteOf('working');
+          const request = (await server.services
+            .knex('approval_tasks')
+            .where({ id: taskId })
+            .first('approval_request_id')) as { approval_request_id: string };
+          await server.services.approvals.decide({
+            id: request.approval_request_id,
+            user: chair,
+            decision: 'approve',
+          });
+          await noteOf('completed');
+          // Cancelled by the client: the stream's POST is aborted, and the server lets it go.
+          relay.send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 2 } });
+          relay.send({ jsonrpc: '2.0', id: 3, ...framed('tasks/get', { taskId }) });
+          const got = (await relay.answer(3)) as { result?: { status?: string } };
+          assert.equal(got.result?.status, 'completed', JSON.stringify(got));
+          assert.equal(
+            relay.messages().filter((m) => m.id === 2 && 'result' in m).length,
+            0,
+            'a cancelled request is not answered',
+          );
+          relay.end();
+          assert.equal(await relay.exit, 0, relay.stderr());
+        } finally {
+          relay.kill();
+        }
+      });
 
     it('refuses a bad token at start as a direct stdio server does, and the running server records it', async () => {
       const res = await runCli(['serve', '--stdio'], { ...server.env, COUNTERSIGN_AGENT_TOKEN: 'cs_wrong' });
