@@ -19,6 +19,8 @@ import { describePgError, postgresProblem } from './admin/pg-errors.ts';
 import { readHiddenLine } from './admin/secret.ts';
 import type { FirstRun } from './admin/first-run.ts';
 import type { StdioReady } from './app/serve-stdio.ts';
+import type { JoinTarget } from './app/stdio-join.ts';
+import type { Logger } from './log.ts';
 import type { Manifest } from './audit/index.ts';
 import { loadConfig, publicBaseUrl, type Config } from './config.ts';
 import type { ImportSummary } from './connectors/index.ts';
@@ -248,7 +250,10 @@ const errFlushed = (text: string) =>
  * The first-run banner. Recorded as shown only once it has been written out: a start that dies before
  * that leaves the next start to make new credentials and show them.
  */
-async function showFirstRun(first: FirstRun | undefined, where: { mcp: string; web?: string }) {
+async function showFirstRun(
+  first: FirstRun | undefined,
+  where: { mcp: string; web?: string; file?: string },
+) {
   if (!first) return;
   const lines = [
     '',
@@ -266,6 +271,12 @@ async function showFirstRun(first: FirstRun | undefined, where: { mcp: string; w
     if (where.web) lines.push(`  audit log and administration: ${where.web}/audit`);
     lines.push(`  admin and compliance login (shown once): ${first.admin.name} / ${first.admin.password}`);
   }
+  if (where.file) {
+    // Written before it is shown, so that a start that shows it has kept it too.
+    fs.rmSync(where.file, { force: true });
+    fs.writeFileSync(where.file, `${lines.join('\n').trim()}\n`, { mode: 0o600, flag: 'wx' });
+    lines.push(`  (also written to ${where.file}, readable by you alone: delete it once you have kept them)`);
+  }
   await errFlushed(`${lines.join('\n')}\n\n`);
   await first.markShown();
 }
@@ -281,6 +292,78 @@ async function firstRunHere(deps: AdminDeps): Promise<void> {
   });
 }
 
+/** `agent add`: the token alone on stdout, or a client's whole config block with it (`--config`). */
+async function addAgent(
+  name: string,
+  opts: { profile: string; owner?: string; rateLimit?: number; config?: string },
+): Promise<void> {
+  const result = await runData(config(), {
+    command: 'agent.add',
+    actor: cliActor(),
+    name,
+    profile: opts.profile,
+    owner: opts.owner,
+    rate_limit_per_min: opts.rateLimit,
+  });
+  err(
+    `agent "${result.agent.name}" created (id ${result.agent.id}); keep this token, it is not shown again:`,
+  );
+  if (opts.config !== 'claude-desktop') {
+    out(result.token);
+    return;
+  }
+  out(JSON.stringify(claudeDesktopConfig(config(), result.token), null, 2));
+  err(
+    `add the "countersign" entry under "mcpServers" in ${claudeDesktopConfigFile()}, ` +
+      'then quit Claude Desktop fully and start it again',
+  );
+}
+
+/**
+ * The checkout this CLI belongs to: that of the bin/countersign.js it was started as (npx, a global
+ * link), else the nearest directory above this module with one (npm start runs dist/cli.js).
+ */
+function packageRoot(): string {
+  const started = process.argv[1] ? fs.realpathSync(process.argv[1]) : '';
+  if (path.basename(started) === 'countersign.js' && path.basename(path.dirname(started)) === 'bin')
+    return path.dirname(path.dirname(started));
+  for (let dir = import.meta.dirname; ; dir = path.dirname(dir)) {
+    if (fs.existsSync(path.join(dir, 'bin', 'countersign.js'))) return dir;
+    if (path.dirname(dir) === dir)
+      throw new AppError('NOT_FOUND', 'bin/countersign.js not found above the CLI');
+  }
+}
+
+/**
+ * Claude Desktop's `mcpServers` entry for an agent: node by its absolute path (Claude Desktop starts it
+ * without the shell's PATH), this checkout's command, and the environment that points `serve --stdio`
+ * at the same data (a running server on it is joined).
+ */
+function claudeDesktopConfig(cfg: Config, token: string) {
+  const env: Record<string, string> = { COUNTERSIGN_AGENT_TOKEN: token, COUNTERSIGN_DATA_DIR: cfg.data_dir };
+  if (process.env.COUNTERSIGN_CONFIG) env.COUNTERSIGN_CONFIG = path.resolve(process.env.COUNTERSIGN_CONFIG);
+  if (cfg.database_url) env.DATABASE_URL = cfg.database_url;
+  return {
+    mcpServers: {
+      countersign: {
+        command: process.execPath,
+        args: [path.join(packageRoot(), 'bin', 'countersign.js'), 'serve', '--stdio'],
+        env,
+      },
+    },
+  };
+}
+
+/** Where Claude Desktop keeps its config on this OS. */
+function claudeDesktopConfigFile(): string {
+  if (process.platform === 'darwin') return '~/Library/Application Support/Claude/claude_desktop_config.json';
+  if (process.platform === 'win32') return '%APPDATA%\\Claude\\claude_desktop_config.json';
+  return "Claude Desktop's claude_desktop_config.json (macOS: ~/Library/Application Support/Claude/, Windows: %APPDATA%\\Claude\\)";
+}
+
+/** The file a stdio first run also writes its banner to: Claude Desktop keeps stderr only in its log. */
+const FIRST_RUN_FILE = 'first-run-credentials.txt';
+
 /** Where a stdio server's web form is; when it is not served, one line with the fix and the way to approve. */
 async function showStdioReady(ready: StdioReady, cfg: Config): Promise<void> {
   const cliWay = 'chairs approve with: countersign approvals approve <id> --as <user>';
@@ -291,21 +374,55 @@ async function showStdioReady(ready: StdioReady, cfg: Config): Promise<void> {
       `countersign: the web form is not served: ${ready.web.message}; set COUNTERSIGN_HOST/COUNTERSIGN_PORT or pass --no-web (${cliWay})`,
     );
   const web = ready.web.state === 'serving' ? ready.web.url : cfg.http.public_url;
-  await showFirstRun(ready.firstRun, { mcp: 'stdio (set COUNTERSIGN_AGENT_TOKEN to the token below)', web });
+  // Claude Desktop keeps a stdio server's stderr only in its log: the credentials go to a file as well.
+  await showFirstRun(ready.firstRun, {
+    mcp: 'stdio (set COUNTERSIGN_AGENT_TOKEN to the token below)',
+    web,
+    file: path.join(cfg.data_dir, FIRST_RUN_FILE),
+  });
+}
+
+/**
+ * `serve --stdio`: joins the server that already holds the embedded database (relaying stdin/stdout to
+ * its MCP endpoint), else serves the database itself. Which of the two it does is said on stderr (stdout
+ * is the MCP channel).
+ */
+async function serveOrJoinStdio(cfg: Config, log: Logger, web: boolean): Promise<void> {
+  const token = process.env.COUNTERSIGN_AGENT_TOKEN;
+  const { findRunningServer } = await import('./app/stdio-join.ts');
+  const target = await findRunningServer(cfg, err);
+  if (target) return joinRunningServer(cfg, target, token, log);
+  err(
+    cfg.database_url
+      ? 'countersign: stdio serves the PostgreSQL database of DATABASE_URL itself (servers beside it share it)'
+      : `countersign: stdio serves the data directory ${cfg.data_dir} itself (no running server holds it)`,
+  );
+  const { serveStdio } = await import('./app/serve-stdio.ts');
+  try {
+    await serveStdio(cfg, log, token, { web, onReady: (ready) => showStdioReady(ready, cfg) });
+  } catch (e) {
+    // A server took the database between the look above and the open: join it after all.
+    if (!lockedBy(e)) throw e;
+    const late = await findRunningServer(cfg, err);
+    if (!late) throw e;
+    return joinRunningServer(cfg, late, token, log);
+  }
+}
+
+async function joinRunningServer(cfg: Config, target: JoinTarget, token: string | undefined, log: Logger) {
+  err(
+    `countersign: joined the running server (pid ${target.pid}): relaying this stdio connection to ${target.mcp}`,
+  );
+  const { checkJoinedToken, relayStdio } = await import('./app/stdio-relay.ts');
+  await checkJoinedToken(target, token);
+  await relayStdio(cfg, target, token, log);
 }
 
 async function serve(opts: { stdio?: boolean; web: boolean }): Promise<void> {
   const cfg = config();
   const { createLogger } = await import('./log.ts');
   const log = createLogger(cfg.log_level);
-  if (opts.stdio) {
-    const { serveStdio } = await import('./app/serve-stdio.ts');
-    await serveStdio(cfg, log, process.env.COUNTERSIGN_AGENT_TOKEN, {
-      web: opts.web,
-      onReady: (ready) => showStdioReady(ready, cfg),
-    });
-    return;
-  }
+  if (opts.stdio) return serveOrJoinStdio(cfg, log, opts.web);
   if (!opts.web)
     throw usageError("option '--no-web' is for --stdio: an HTTP server serves the web UI with /mcp");
   const { startHttpServer } = await import('./app/serve-http.ts');
@@ -477,21 +594,14 @@ function addAgentCommands(agent: Command): void {
     .option('--profile <profile>', 'tool profile (an installed one)', profile, 'all')
     .option('--owner <user>', 'an existing user who owns this agent (may not decide its requests)')
     .option('--rate-limit <n>', 'calls per minute (default: policy.rate_limit_per_min)', positiveInt)
+    .addOption(
+      new Option(
+        '--config <client>',
+        "print the client's config block with the new token (JSON on stdout) instead of the token alone",
+      ).choices(['claude-desktop']),
+    )
     .description('create an agent; its token is printed once, alone on the last line')
-    .action(async (name: string, opts: { profile: string; owner?: string; rateLimit?: number }) => {
-      const result = await runData(config(), {
-        command: 'agent.add',
-        actor: cliActor(),
-        name,
-        profile: opts.profile,
-        owner: opts.owner,
-        rate_limit_per_min: opts.rateLimit,
-      });
-      err(
-        `agent "${result.agent.name}" created (id ${result.agent.id}); keep this token, it is not shown again:`,
-      );
-      out(result.token);
-    });
+    .action(addAgent);
   agent
     .command('set')
     .argument('<name>')

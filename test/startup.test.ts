@@ -163,6 +163,12 @@ for (const kind of databaseKinds()) {
       assert.equal(first.stdout, '', 'stdout is the MCP channel');
       const shown = banner(first.stderr);
       assert.ok(shown.token && shown.password, first.stderr);
+      // Claude Desktop keeps stderr only in its log: the same credentials are in a file only its owner reads.
+      const file = path.join(db.dataDir, 'first-run-credentials.txt');
+      assert.ok(first.stderr.includes(`also written to ${file}, readable by you alone`), first.stderr);
+      assert.equal(fs.statSync(file).mode & 0o777, 0o600);
+      const kept = banner(fs.readFileSync(file, 'utf8'));
+      assert.deepEqual(kept, shown);
 
       const { client, stderr, exited } = await connectStdio({
         ...env,

@@ -24,6 +24,11 @@ export interface AdminAddress {
   pid: number;
   url: string;
   secret: string;
+  /**
+   * The MCP endpoint this process serves over HTTP, once it listens (announceMcp); absent for a stdio
+   * server, whose one agent is on its stdin. A `serve --stdio` started beside it joins it there.
+   */
+  mcp?: string;
 }
 
 /**
@@ -67,6 +72,27 @@ export async function startAdminEndpoint(
   };
 }
 
+/** The address a running server announced in `<data dir>/admin.json`, or undefined when there is none. */
+export function readAdminAddress(dataDir: string): AdminAddress | undefined {
+  try {
+    return JSON.parse(fs.readFileSync(path.join(dataDir, ADMIN_FILE), 'utf8')) as AdminAddress;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Adds this process's MCP endpoint to its admin.json once it listens, so that `serve --stdio` can join
+ * it. Nothing to do when the file is not this process's (a server on PostgreSQL announces nothing).
+ */
+export function announceMcp(dataDir: string, mcpUrl: string): void {
+  const address = readAdminAddress(dataDir);
+  if (address?.pid !== process.pid) return;
+  fs.writeFileSync(path.join(dataDir, ADMIN_FILE), JSON.stringify({ ...address, mcp: mcpUrl }), {
+    mode: 0o600,
+  });
+}
+
 /** Removes an admin.json left by a process that is gone (a crash), with a warning. */
 function clearStale(file: string, log: Logger) {
   let stale: Partial<AdminAddress>;
@@ -93,10 +119,8 @@ export async function sendAdminCommand<C extends AdminCommand>(
   command: C,
   timeoutMs = 30_000,
 ): Promise<AdminResult<C>> {
-  let address: AdminAddress;
-  try {
-    address = JSON.parse(fs.readFileSync(path.join(dataDir, ADMIN_FILE), 'utf8')) as AdminAddress;
-  } catch {
+  const address = readAdminAddress(dataDir);
+  if (!address) {
     throw new AppError(
       'LOCKED',
       'its admin endpoint is not announced (no admin.json); stop the server and retry',

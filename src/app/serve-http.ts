@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
+import { announceMcp } from '../admin/endpoint.ts';
 import { AppError, isAppError } from '../core/errors.ts';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
@@ -178,6 +179,8 @@ export async function startHttpServer(
     const web = serveApp(server, services);
     if (!config.database_url) noteServingUrl(config.pglite_dir, web.url);
     await services.recordStart('http');
+    // A `serve --stdio` started on the same data directory joins this server at its MCP endpoint.
+    if (services.db.dialect === 'pglite') announceMcp(config.data_dir, `${web.url}/mcp`);
     log.info({ url: `${web.url}/mcp`, database: services.db.dialect }, 'countersign listening');
     return {
       url: web.url,
