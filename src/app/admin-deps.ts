@@ -16,9 +16,13 @@ import type { HostRoots } from '../core/host-roots.ts';
  */
 export function adminDeps(
   db: { knex: Knex; blobs: BlobStore; config: Config; audit?: AuditLog; roots?: () => Promise<HostRoots> },
-  hooks: Pick<AdminDeps, 'agentChanged' | 'upstreamsChanged'> = {},
+  hooks: Pick<AdminDeps, 'agentChanged' | 'upstreamsChanged'> & {
+    /** Called after a command approved a task's request (the server's task runner runs it at once). */
+    taskApproved?: () => void;
+  } = {},
 ): AdminDeps {
   const { knex, config } = db;
+  const { taskApproved, ...commandHooks } = hooks;
   const roots =
     db.roots ??
     lazyHostRoots(
@@ -51,11 +55,12 @@ export function adminDeps(
       config,
       reviewUrl: (id) => new URL(`/approvals/${id}`, publicBaseUrl(config)).href,
       roots,
+      onTaskApproved: taskApproved,
     }),
     directory: createDirectoryImport(knex, db.blobs),
     auditChecks: createAuditChecks(knex, audit, config),
     pins: createPinAdmin(knex, audit),
     settings: createSettings(knex),
-    ...hooks,
+    ...commandHooks,
   };
 }

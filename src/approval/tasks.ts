@@ -316,6 +316,27 @@ export async function claimRunnable(deps: ApprovalDeps, staleMs: number, limit =
   }));
 }
 
+/**
+ * When the next round can claim a task (ms since the epoch): now when one whose request is approved is
+ * unclaimed, else when the oldest claim on one goes stale (its replica died, or is slow); undefined
+ * when no task waits to run. What a runner sets its timer to while task changes reach it otherwise.
+ */
+export async function nextRunnableAt(deps: ApprovalDeps, staleMs: number): Promise<number | undefined> {
+  const row = (await deps
+    .knex('approval_tasks as c')
+    .join('approval_requests as q', 'q.id', 'c.approval_request_id')
+    .where('c.status', 'working')
+    .whereIn('q.status', ['approved', 'succeeded', 'failed'])
+    .first(
+      deps.knex.raw('min(c.claimed_at) as oldest'),
+      deps.knex.raw('count(*) - count(c.claimed_at) as unclaimed'),
+      deps.knex.raw('count(*) as runnable'),
+    )) as { oldest: Date | string | null; unclaimed: number | string; runnable: number | string } | undefined;
+  if (!row || Number(row.runnable) === 0) return undefined;
+  if (Number(row.unclaimed) > 0 || row.oldest === null) return Date.now();
+  return new Date(row.oldest).getTime() + staleMs;
+}
+
 /** Where a claimed task's request stands after the runner's call. */
 export async function requestStatusOf(
   deps: ApprovalDeps,
