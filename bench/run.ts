@@ -43,7 +43,7 @@ const { values: flags } = parseArgs({
 
 if (flags.help) {
   process.stdout.write(`npm run bench -- [options]
-  --quick               small scale: the whole run finishes in under 2 minutes
+  --quick               small scale: the whole run finishes in a few minutes
   --only a,b,c,e,f,h,i  figures to run (d runs with c, g with a)
   --clients N           concurrent MCP clients for (a) (16)
   --seconds S           measured seconds of read load per server for (a) (30; quick 6)
@@ -152,7 +152,7 @@ await section('f', 'warm start to the first served call on PGlite', () =>
   warmStartFigures({ starts: num(flags.starts, 5, 2), log }),
 );
 
-await section('h', 'countersign vs supergateway, proxying a 1 KiB read_text_file', () =>
+await section('h', 'countersign vs supergateway and mcp-proxy, proxying a 1 KiB read_text_file', () =>
   withSeeded('gateway', (url, dataDir, token) =>
     gatewayFigures({
       url,
