@@ -113,6 +113,9 @@ export interface NewTask {
   arguments: Record<string, unknown>;
 }
 
+/** The request statuses under which a working task is claimed by the runner (claimRunnable). */
+const RUNNABLE = new Set(['approved', 'succeeded', 'failed']);
+
 /**
  * The task that follows the request of a drafted write: a new one, or the one the agent already has for
  * that request (a repeated ask, like a repeated dry run, finds the first).
@@ -135,6 +138,9 @@ export async function createTask(deps: ApprovalDeps, draft: NewTask): Promise<Ta
     .ignore();
   const found = await loadTask(deps, draft.agent_id, { request: draft.approval_request_id });
   if (!found) throw new Error('the task of a drafted request is missing');
+  // A task runnable as it is made (its request approved by a rule as it was drafted, or decided before
+  // the ask): no decision follows to wake the runner, so this does.
+  if (found.task.status === 'working' && RUNNABLE.has(found.request.status)) deps.onTaskApproved?.();
   return taskView(found);
 }
 
@@ -326,7 +332,7 @@ export async function nextRunnableAt(deps: ApprovalDeps, staleMs: number): Promi
     .knex('approval_tasks as c')
     .join('approval_requests as q', 'q.id', 'c.approval_request_id')
     .where('c.status', 'working')
-    .whereIn('q.status', ['approved', 'succeeded', 'failed'])
+    .whereIn('q.status', [...RUNNABLE])
     .first(
       deps.knex.raw('min(c.claimed_at) as oldest'),
       deps.knex.raw('count(*) - count(c.claimed_at) as unclaimed'),
