@@ -14,6 +14,7 @@ import { appendFigures } from './figures/appends.ts';
 import { approvalFigures } from './figures/approval.ts';
 import { exportFigures } from './figures/export.ts';
 import { gatewayFigures } from './figures/gateway.ts';
+import { idleFigures } from './figures/idle.ts';
 import { readFigures } from './figures/read.ts';
 import { warmStartFigures } from './figures/warm-start.ts';
 import { createScratchDatabase, DEFAULT_ADMIN_URL, postgresVersion, seedDatabase } from './lib/database.ts';
@@ -33,6 +34,7 @@ const { values: flags } = parseArgs({
     approvals: { type: 'string' },
     starts: { type: 'string' },
     'gateway-seconds': { type: 'string' },
+    'idle-seconds': { type: 'string' },
     out: { type: 'string' },
     strict: { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
@@ -41,8 +43,8 @@ const { values: flags } = parseArgs({
 
 if (flags.help) {
   process.stdout.write(`npm run bench -- [options]
-  --quick               small scale: the whole run finishes in under 2 minutes
-  --only a,b,c,e,f,h    figures to run (d runs with c, g with a)
+  --quick               small scale: the whole run finishes in a few minutes
+  --only a,b,c,e,f,h,i  figures to run (d runs with c, g with a)
   --clients N           concurrent MCP clients for (a) (16)
   --seconds S           measured seconds of read load per server for (a) (30; quick 6)
   --writers N           concurrent audit writers for (b) (8)
@@ -51,6 +53,7 @@ if (flags.help) {
   --approvals N         dry-run → approve → execute rounds for (e) (200; quick 40)
   --starts N            warm starts for (f) (5; quick 2)
   --gateway-seconds S   measured seconds of load per gateway for (h), with --clients clients (30; quick 6)
+  --idle-seconds S      measured seconds without calls per server for (i) (20; quick 10)
   --out FILE            results file (bench/results/latest.json)
   --strict              exit 1 when a target is missed
   BENCH_SERVER_NODE_ARGS  node options for the countersign servers, e.g. "--cpu-prof --cpu-prof-dir=/tmp/p"
@@ -61,7 +64,7 @@ if (flags.help) {
 
 const quick = flags.quick!;
 const num = (v: string | undefined, full: number, small: number) => (v ? Number(v) : quick ? small : full);
-const only = new Set((flags.only ?? 'a,b,c,d,e,f,g,h').split(',').map((s) => s.trim()));
+const only = new Set((flags.only ?? 'a,b,c,d,e,f,g,h,i').split(',').map((s) => s.trim()));
 const adminUrl = process.env.BENCH_DATABASE_URL || DEFAULT_ADMIN_URL;
 const log = (line: string) => process.stderr.write(`${line}\n`);
 const started = performance.now();
@@ -149,7 +152,7 @@ await section('f', 'warm start to the first served call on PGlite', () =>
   warmStartFigures({ starts: num(flags.starts, 5, 2), log }),
 );
 
-await section('h', 'countersign vs supergateway, proxying a 1 KiB read_text_file', () =>
+await section('h', 'countersign vs supergateway and mcp-proxy, proxying a 1 KiB read_text_file', () =>
   withSeeded('gateway', (url, dataDir, token) =>
     gatewayFigures({
       url,
@@ -163,6 +166,24 @@ await section('h', 'countersign vs supergateway, proxying a 1 KiB read_text_file
       log,
     }),
   ),
+);
+
+await section('i', 'idle: CPU a second with no calls, PostgreSQL and PGlite', () =>
+  withSeeded('idle', async (url, dataDir, token) => {
+    const pgliteDir = fs.mkdtempSync(path.join(os.tmpdir(), 'countersign-bench-idle-pglite-'));
+    try {
+      return await idleFigures({
+        url,
+        dataDir,
+        token,
+        pgliteDir,
+        seconds: num(flags['idle-seconds'], 20, 10),
+        log,
+      });
+    } finally {
+      fs.rmSync(pgliteDir, { recursive: true, force: true });
+    }
+  }),
 );
 
 const results = {

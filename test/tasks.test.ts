@@ -267,11 +267,12 @@ for (const kind of databaseKinds()) {
       const text = 'asked as a task, executed by hand';
       const created = await createTask(text);
       const request = await requestFor(text);
-      // A claim taken now (as a replica that then died would leave it) holds the runner off until it
-      // goes stale, so that the agent's own execution comes first.
+      // A claim a replica that then died left 50 s ago holds the runner off until it goes stale (twice
+      // the default call deadline of 30 s: 10 s from now), so that the agent's own execution comes
+      // first. Nothing announces it going stale: the runner's timer for the oldest claim takes it.
       await knex()('approval_tasks')
         .where({ id: created.taskId })
-        .update({ claimed_at: new Date().toISOString() });
+        .update({ claimed_at: new Date(Date.now() - 50_000).toISOString() });
       const view = await decide(request.id, 'approve');
       const own = await call(client, TOOL, {
         ...message(text),
@@ -279,9 +280,6 @@ for (const kind of databaseKinds()) {
         approval_id: view.approval_id,
       });
       assert.equal(own.send_status, 'sent');
-      await knex()('approval_tasks')
-        .where({ id: created.taskId })
-        .update({ claimed_at: new Date(0).toISOString() });
       const settled = await waitFor('the task to settle', async () => {
         const got = (await getTask(String(created.taskId))) as unknown as {
           result: { status: string; error?: { data: { code: string; reason: string } } };

@@ -3,10 +3,11 @@ import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import { closedLoop, type LoadResult } from '../lib/load.ts';
 import { FS_SERVER, fsUpstream, ONE_KIB } from '../lib/fs-upstream.ts';
-import { treeStatusMb } from '../lib/proc.ts';
+import { cpuSeconds, processTree, treeStatusMb } from '../lib/proc.ts';
 import { figure, type Figure } from '../lib/report.ts';
 import { callTool, connect, spawnCountersign, untilAnswered } from '../lib/server.ts';
 import { median } from '../lib/stats.ts';
+import { spawnMcpProxy } from '../lib/mcp-proxy.ts';
 import { spawnSupergateway } from '../lib/supergateway.ts';
 
 export interface GatewayOptions {
@@ -30,7 +31,13 @@ interface Side {
   clients: Client[];
   call(client: Client): Promise<string | undefined>;
   results: LoadResult[];
+  /** CPU seconds its process tree used in the measured part of its load segments. */
+  cpu: number;
 }
+
+/** CPU seconds (user + system) used so far by `pid` and its descendants. */
+const treeCpu = (pid: number | undefined) =>
+  pid === undefined ? 0 : processTree(pid).reduce((s, p) => s + (cpuSeconds(p) || 0), 0);
 
 const textOf = (content: unknown) => (content as { text?: unknown }[] | undefined)?.[0]?.text;
 
@@ -72,11 +79,17 @@ async function alternate(sides: Side[], o: GatewayOptions): Promise<void> {
   const segmentMs = (o.seconds * 1000) / o.segments;
   for (let s = 0; s < o.segments; s++) {
     for (const side of s % 2 === 0 ? sides : [...sides].reverse()) {
+      let c0 = 0;
       const r = await closedLoop(
         side.clients,
-        { warmupMs: Math.min(2000, segmentMs / 4), durationMs: segmentMs },
+        {
+          warmupMs: Math.min(2000, segmentMs / 4),
+          durationMs: segmentMs,
+          onMeasureStart: () => (c0 = treeCpu(side.pid)),
+        },
         (c) => side.call(c),
       );
+      side.cpu += treeCpu(side.pid) - c0;
       side.results.push(r);
       o.log(
         `  ${side.name.padEnd(12)} segment ${s + 1}/${o.segments}: ${r.perSecond.toFixed(0)} calls/s, ` +
@@ -111,16 +124,21 @@ async function sequentialP50(sides: Side[], calls: number) {
 function throughput(side: Side) {
   const calls = side.results.reduce((s, r) => s + r.calls, 0);
   const seconds = side.results.reduce((s, r) => s + r.seconds, 0);
-  return { perSecond: calls / seconds, failures: side.results.reduce((s, r) => s + r.failures, 0) };
+  return {
+    perSecond: calls / seconds,
+    failures: side.results.reduce((s, r) => s + r.failures, 0),
+    cpuMsPerCall: (side.cpu * 1000) / calls,
+  };
 }
 
 const quote = (s: string) => `'${s.replaceAll("'", `'\\''`)}'`;
 
 /**
- * (h) countersign against supergateway 4.0.0, both in front of the same filesystem server, proxying
- * `read_text_file` of a 1 KiB file over Streamable HTTP: throughput with `clients` clients (segments
- * alternated between the two gateways), and each gateway's added p50 latency for one sequential
- * client over the same read made directly over stdio.
+ * (h) countersign against supergateway 4.0.0 and mcp-proxy 6.7.19, all in front of the same filesystem
+ * server, proxying `read_text_file` of a 1 KiB file over Streamable HTTP: throughput with `clients`
+ * clients (segments alternated between the gateways), CPU of each gateway's process tree per call under
+ * that load, and each gateway's added p50 latency for one sequential client over the same read made
+ * directly over stdio.
  */
 export async function gatewayFigures(o: GatewayOptions): Promise<Figure[]> {
   const ws = fsUpstream('bench-gateway');
@@ -134,23 +152,29 @@ export async function gatewayFigures(o: GatewayOptions): Promise<Figure[]> {
     stops.push(() => cs.stop());
     const sg = await spawnSupergateway([process.execPath, FS_SERVER, ws.root].map(quote).join(' '));
     stops.push(() => sg.stop());
+    const mp = await spawnMcpProxy([process.execPath, FS_SERVER, ws.root]);
+    stops.push(() => mp.stop());
     const connectAll = (url: string, token?: string) =>
       Promise.all(Array.from({ length: o.clients }, () => connect(url, token)));
-    const sides: [Side, Side] = [
+    const peer = async (name: string, g: { pid: number; url: string }): Promise<Side> => ({
+      name,
+      pid: g.pid,
+      clients: await connectAll(g.url),
+      results: [],
+      cpu: 0,
+      call: (c) => readRaw(c, ws.file),
+    });
+    const sides: Side[] = [
       {
         name: 'countersign',
         pid: cs.pid,
         clients: await connectAll(cs.url, o.token),
         results: [],
+        cpu: 0,
         call: (c) => readThroughCountersign(c, `${ws.name}__read_text_file`, ws.file),
       },
-      {
-        name: 'supergateway',
-        pid: sg.pid,
-        clients: await connectAll(sg.url),
-        results: [],
-        call: (c) => readRaw(c, ws.file),
-      },
+      await peer('supergateway', sg),
+      await peer('mcp-proxy', mp),
     ];
     stops.push(() =>
       Promise.allSettled(sides.flatMap((s) => s.clients.map((c) => c.close()))).then(() => {}),
@@ -162,6 +186,7 @@ export async function gatewayFigures(o: GatewayOptions): Promise<Figure[]> {
       name: 'direct',
       clients: [directClient],
       results: [],
+      cpu: 0,
       call: (c) => readRaw(c, ws.file),
     };
     await alternate(sides, o);
@@ -175,46 +200,82 @@ export async function gatewayFigures(o: GatewayOptions): Promise<Figure[]> {
   }
 }
 
-function figures(
-  [cs, sg]: Side[],
-  sequential: { p50: number[]; failure?: string },
-  [rCs, rSg]: { mb: number; processes: number }[],
+const PEERS = {
+  supergateway: 'supergateway 4.0.0 --stateful (a child per session, no auth, no audit)',
+  'mcp-proxy': 'mcp-proxy 6.7.19 --server stream, stateful (a child per session, no auth, no audit)',
+} as const;
+
+/** Countersign's figures against one peer: throughput, added p50, CPU per call, tree peak RSS. */
+function peerFigures(
+  id: string,
+  peer: keyof typeof PEERS,
+  cs: { t: ReturnType<typeof throughput>; added: number; rss: { mb: number; processes: number } },
+  other: { t: ReturnType<typeof throughput>; added: number; rss: { mb: number; processes: number } },
   o: GatewayOptions,
+  failure: string | undefined,
 ): Figure[] {
-  const [pDirect, pCs, pSg] = sequential.p50 as [number, number, number];
-  const [tCs, tSg] = [throughput(cs!), throughput(sg!)];
-  o.log(
-    `  sequential p50: direct ${pDirect.toFixed(3)} ms, countersign ${pCs.toFixed(3)} ms, supergateway ${pSg.toFixed(3)} ms`,
-  );
-  const failed = tCs.failures + tSg.failures;
+  const failed = cs.t.failures + other.t.failures;
   return [
     figure({
-      id: 'h_vs_supergateway_throughput',
+      id: `h_vs_${id}_throughput`,
       unit: 'calls/s',
-      value: failed > 0 ? Number.NaN : tCs.perSecond,
-      baseline: tSg.perSecond,
-      baseline_label: `supergateway 4.0.0 --stateful (a child per session, no auth, no audit), same 1 KiB read_text_file, ${o.clients} clients`,
+      value: failed > 0 ? Number.NaN : cs.t.perSecond,
+      baseline: other.t.perSecond,
+      baseline_label: `${PEERS[peer]}, same 1 KiB read_text_file, ${o.clients} clients`,
       check: { ratioAtLeast: 1.0 },
       note:
-        failed > 0 ? `${tCs.failures} countersign and ${tSg.failures} supergateway calls failed` : undefined,
+        failed > 0 ? `${cs.t.failures} countersign and ${other.t.failures} ${peer} calls failed` : undefined,
     }),
     figure({
-      id: 'h_vs_supergateway_added_p50',
+      id: `h_vs_${id}_added_p50`,
       unit: 'ms',
-      value: sequential.failure ? Number.NaN : pCs - pDirect,
-      baseline: pSg - pDirect,
-      baseline_label: `supergateway's added p50 (ms) over the same read made directly over stdio by the SDK client (p50 ${pDirect.toFixed(3)} ms), one client, sequential`,
-      ratio: (pCs - pDirect) / (pSg - pDirect),
-      check: { ratioAtMost: 1.5 },
-      note: sequential.failure && `a sequential call failed: ${sequential.failure.slice(0, 300)}`,
+      value: failure ? Number.NaN : cs.added,
+      baseline: other.added,
+      baseline_label: `${peer}'s added p50 (ms) over the same read made directly over stdio by the SDK client, one client, sequential`,
+      ratio: cs.added / other.added,
+      check: { ratioAtMost: peer === 'mcp-proxy' ? 1.0 : 1.5 },
+      note: failure && `a sequential call failed: ${failure.slice(0, 300)}`,
     }),
     figure({
-      id: 'h_gateway_tree_peak_rss_mb',
-      unit: 'MB',
-      value: rCs!.mb,
-      baseline: rSg!.mb,
-      baseline_label: `supergateway's process tree (${rSg!.processes} processes; countersign's: ${rCs!.processes}), each process's VmHWM summed`,
+      id: `h_vs_${id}_cpu_ms_per_call`,
+      unit: 'ms',
+      value: cs.t.cpuMsPerCall,
+      baseline: other.t.cpuMsPerCall,
+      baseline_label: `${peer}'s process tree, CPU (user + system) per call at ${o.clients} clients; countersign's without its database`,
       check: null,
     }),
+    figure({
+      id: `h_vs_${id}_tree_peak_rss_mb`,
+      unit: 'MB',
+      value: cs.rss.mb,
+      baseline: other.rss.mb,
+      baseline_label: `${peer}'s process tree (${other.rss.processes} processes; countersign's: ${cs.rss.processes}), each process's VmHWM summed`,
+      check: null,
+    }),
+  ];
+}
+
+function figures(
+  sides: Side[],
+  sequential: { p50: number[]; failure?: string },
+  rss: { mb: number; processes: number }[],
+  o: GatewayOptions,
+): Figure[] {
+  const [pDirect, ...p50s] = sequential.p50 as [number, ...number[]];
+  const of = (i: number) => ({ t: throughput(sides[i]!), added: p50s[i]! - pDirect, rss: rss[i]! });
+  const [cs, sg, mp] = [of(0), of(1), of(2)];
+  o.log(
+    `  sequential p50: direct ${pDirect.toFixed(3)} ms, ` +
+      sides.map((s, i) => `${s.name} ${p50s[i]!.toFixed(3)} ms`).join(', '),
+  );
+  o.log(
+    '  CPU ms/call at load: ' +
+      sides.map((s, i) => `${s.name} ${of(i).t.cpuMsPerCall.toFixed(2)}`).join(', ') +
+      '; peak RSS (tree): ' +
+      sides.map((s, i) => `${s.name} ${rss[i]!.mb.toFixed(0)} MB`).join(', '),
+  );
+  return [
+    ...peerFigures('supergateway', 'supergateway', cs, sg, o, sequential.failure),
+    ...peerFigures('mcp_proxy', 'mcp-proxy', cs, mp, o, sequential.failure),
   ];
 }

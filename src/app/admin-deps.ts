@@ -24,9 +24,13 @@ export function adminDeps(
     roots?: () => Promise<HostRoots>;
     patterns?: PatternRunner;
   },
-  hooks: Pick<AdminDeps, 'agentChanged' | 'upstreamsChanged'> = {},
+  hooks: Pick<AdminDeps, 'agentChanged' | 'upstreamsChanged'> & {
+    /** Called after a command approved a task's request (the server's task runner runs it at once). */
+    taskApproved?: () => void;
+  } = {},
 ): AdminDeps {
   const { knex, config } = db;
+  const { taskApproved, ...commandHooks } = hooks;
   const roots =
     db.roots ??
     lazyHostRoots(
@@ -60,11 +64,12 @@ export function adminDeps(
       reviewUrl: (id) => new URL(`/approvals/${id}`, publicBaseUrl(config)).href,
       roots,
       patterns: db.patterns,
+      onTaskApproved: taskApproved,
     }),
     directory: createDirectoryImport(knex, db.blobs),
     auditChecks: createAuditChecks(knex, audit, config),
     pins: createPinAdmin(knex, audit),
     settings: createSettings(knex),
-    ...hooks,
+    ...commandHooks,
   };
 }

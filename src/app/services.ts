@@ -18,7 +18,7 @@ import {
   createPace,
   type Refusals,
   checkpointDeps,
-  checkpointIfDue,
+  checkpointTick,
   type CheckpointDeps,
   createAuditReader,
   type AuditReader,
@@ -196,7 +196,7 @@ export async function openServices(
       ...{ tools: builtinTools, upstreams, memory, limiter, rateLimitedPace, profiles, metrics, audit },
       ...{ connectors, cursors, approvals, blobs, config, log, faults: options.faults, tracer },
     });
-    const maintain = await startPeriodicWork(
+    const { maintain, pokeTasks } = await startPeriodicWork(
       { approvals, local, bridge, memory, limiter, pipeline, knex: db.knex, ...cluster },
       cluster.leadership,
       config,
@@ -204,7 +204,7 @@ export async function openServices(
       closers,
     );
     const stores = { knex: db.knex, blobs, config, audit, roots, patterns };
-    const admin = operatorStores(stores, cluster.bus, upstreams);
+    const admin = operatorStores(stores, { ...cluster, upstreams, pokeTasks });
     // The first run's accounts exist before a command can reach the embedded database through this process.
     const firstRun = await firstRunOf(admin, options);
     if (db.dialect === 'pglite') closers.push(await startAdmin(admin, log));
@@ -246,15 +246,16 @@ export async function openServices(
 /**
  * The operator's commands' stores in this process. A command's change to an agent drops it from this
  * replica's cache at once (a revoked or rotated agent's open listen streams close: server/streams.ts);
- * an accepted upstream pin is applied here before the command answers.
+ * an accepted upstream pin is applied here before the command answers; a request a command approves
+ * pokes this process's task runner.
  */
 function operatorStores(
   db: Parameters<typeof adminDeps>[0],
-  bus: ClusterBus,
-  upstreams: readonly Upstream[],
+  { bus, upstreams, pokeTasks }: { bus: ClusterBus; upstreams: readonly Upstream[]; pokeTasks: () => void },
 ) {
   return adminDeps(db, {
     agentChanged: (id) => bus.agentChangedHere(id),
+    taskApproved: pokeTasks,
     upstreamsChanged: async () => {
       await Promise.all(upstreams.map((u) => u.refresh()));
     },
@@ -520,11 +521,24 @@ async function connectUpstreams(
   return upstreams;
 }
 
-/** The runner of approved tasks (server/task-runner.ts); it stops before the database closes. */
+/**
+ * The runner of approved tasks (server/task-runner.ts); it stops before the database closes. Returns
+ * its poke, for the decisions the operator's commands make in this process.
+ */
 function startTasks(
-  deps: { approvals: Approvals; pipeline: CallPipeline; knex: Knex; config: Config; log: Logger },
+  deps: {
+    approvals: Approvals;
+    pipeline: CallPipeline;
+    knex: Knex;
+    bus: ClusterBus;
+    config: Config;
+    log: Logger;
+  },
   closers: Closers,
-): void {
+): () => void {
+  // On the embedded database every decision is made in this process and pokes the runner; on
+  // PostgreSQL, one made elsewhere is announced (the task change trigger) while the bus listens.
+  const single = !deps.config.database_url;
   const runner = startTaskRunner({
     approvals: deps.approvals,
     pipeline: deps.pipeline,
@@ -535,14 +549,26 @@ function startTasks(
     log: deps.log,
     interval_ms: TASK_POLL_INTERVAL_MS,
     stale_ms: 2 * deps.config.limits.call_timeout_ms,
+    announced: () => single || deps.bus.listening(),
+    safety_ms: TASK_SAFETY_ROUND_MS,
   });
-  // A task's request approved on this replica runs at once; one approved elsewhere, at the next round.
+  // A task's request approved on this replica runs at once; one approved elsewhere when announced.
   const stopListening = deps.approvals.tasks.onApproved(runner.poke);
+  const stopAnnounced = deps.bus.onTaskChanged(() => runner.poke());
   closers.push(async () => {
     stopListening();
+    stopAnnounced();
     await runner.close();
   });
+  return runner.poke;
 }
+
+/**
+ * While task changes are announced, the longest a replica goes without looking for runnable tasks: a
+ * safety net only (a lost connection is announced as a change of every task, and a claim going stale
+ * sets its own timer).
+ */
+const TASK_SAFETY_ROUND_MS = 60_000;
 
 interface PeriodicDeps {
   approvals: Approvals;
@@ -554,12 +580,14 @@ interface PeriodicDeps {
   memory: ReturnType<typeof createAgentMemory>;
   limiter: ReturnType<typeof createRateLimiter>;
   checkpoints: CheckpointDeps;
+  bus: ClusterBus;
 }
 
 /**
  * Expiry, reconciliation of interrupted executions and purges, then signed checkpoints: once per
  * cluster, on the replica that leads (always, on PGlite), and at once whenever a replica takes the lead
- * (the one before may have died mid-execution). Returns the maintenance step, run once before returning.
+ * (the one before may have died mid-execution). Returns the maintenance step, run once before returning,
+ * and the task runner's poke.
  */
 async function startPeriodicWork(
   deps: PeriodicDeps,
@@ -567,44 +595,72 @@ async function startPeriodicWork(
   config: Config,
   log: Logger,
   closers: Closers,
-): Promise<() => Promise<void>> {
+): Promise<{ maintain: () => Promise<void>; pokeTasks: () => void }> {
   let maintaining: Promise<void> | undefined;
   const maintain = () => (maintaining ??= maintainOnce(deps, log).finally(() => (maintaining = undefined)));
   leadership.onLead(() => void maintain());
   await maintaining;
   // Approved tasks are run on every replica, not only the leader's: each task is claimed by one.
-  startTasks({ ...deps, config, log }, closers);
+  const pokeTasks = startTasks({ ...deps, config, log }, closers);
   const timer = setInterval(() => {
     if (leadership.isLeader()) void maintain();
   }, config.approval.maintenance_interval_s * 1000);
   timer.unref();
-  // Signed checkpoints of the audit chain by the leader, as often as the cadence asks (and at every
-  // export). The timer ticks each second (at most) and looks whether one is due; after a failure it
-  // waits a whole interval, so a broken chain is reported once an interval, not every tick.
-  const cadence = { interval_s: config.audit.checkpoint_interval_s, rows: config.audit.checkpoint_rows };
-  let checkpointing = false;
-  let failedAt = 0;
-  const checkpointTimer = setInterval(
-    () => {
-      if (!leadership.isLeader() || checkpointing) return;
-      if (Date.now() - failedAt < cadence.interval_s * 1000) return;
-      checkpointing = true;
-      checkpointIfDue(deps.checkpoints, cadence)
-        .catch((err: unknown) => {
-          failedAt = Date.now();
-          log.error({ err }, 'audit checkpoint failed');
-        })
-        .finally(() => (checkpointing = false));
-    },
-    Math.min(1000, cadence.interval_s * 1000),
-  );
-  checkpointTimer.unref();
+  const stopCheckpoints = startCheckpoints(deps.checkpoints, leadership, config, log);
   closers.push(async () => {
     clearInterval(timer);
-    clearInterval(checkpointTimer);
+    stopCheckpoints();
     await maintaining;
   });
-  return maintain;
+  return { maintain, pokeTasks };
+}
+
+/** How often the leader looks at what this process appended (in memory) for a checkpoint to sign. */
+const CHECKPOINT_LOOK_MS = 1000;
+/**
+ * On PostgreSQL, the longest the leader goes without reading the chain for rows other replicas
+ * appended. On the embedded database every row is appended by this process: it reads when it did.
+ */
+const CHECKPOINT_READ_MS = 10_000;
+
+/**
+ * Signed checkpoints of the audit chain by the leader, as often as the cadence asks (and at every
+ * export). The chain is read when this process appended since the last read (looked at in memory each
+ * second), when the oldest uncovered row comes due, and on PostgreSQL at the latest every
+ * CHECKPOINT_READ_MS (rows other replicas appended): idle, one read in ten seconds there, and none on
+ * the embedded database. After a failure it waits a whole
+ * interval, so a broken chain is reported once an interval, not every read. Returns the stop.
+ */
+function startCheckpoints(
+  deps: CheckpointDeps,
+  leadership: Leadership,
+  config: Config,
+  log: Logger,
+): () => void {
+  const cadence = { interval_s: config.audit.checkpoint_interval_s, rows: config.audit.checkpoint_rows };
+  const look = Math.min(CHECKPOINT_LOOK_MS, cadence.interval_s * 1000);
+  const readEvery = config.database_url ? CHECKPOINT_READ_MS : Infinity;
+  let checkpointing = false;
+  let [readAt, failedAt] = [0, -Infinity];
+  let seen: number | undefined;
+  leadership.onLead(() => (readAt = 0));
+  const checkpointTimer = setInterval(() => {
+    const now = Date.now();
+    const appended = deps.audit.appended().committed?.seq;
+    if (!leadership.isLeader() || checkpointing || now - failedAt < cadence.interval_s * 1000) return;
+    if (appended === seen && now < readAt) return;
+    checkpointing = true;
+    seen = appended;
+    checkpointTick(deps, cadence, now)
+      .then(({ due_at }) => (readAt = Math.min(due_at ?? Infinity, Date.now() + readEvery)))
+      .catch((err: unknown) => {
+        [failedAt, readAt] = [Date.now(), 0];
+        log.error({ err }, 'audit checkpoint failed');
+      })
+      .finally(() => (checkpointing = false));
+  }, look);
+  checkpointTimer.unref();
+  return () => clearInterval(checkpointTimer);
 }
 
 async function maintainOnce(deps: PeriodicDeps, log: Logger): Promise<void> {

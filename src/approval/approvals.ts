@@ -28,6 +28,7 @@ import {
   requestStatusOf,
   releaseTask,
   settleTask,
+  nextRunnableAt,
   type NewTask,
 } from './tasks.ts';
 
@@ -98,6 +99,8 @@ export function createApprovals(given: Omit<ApprovalDeps, 'rules'>) {
       list: (agent: Agent, opts: Parameters<typeof listTasks>[2]) => listTasks(deps, agent.id, opts),
       cancel: (agent: Agent, id: string) => cancelTask(deps, agent.id, id),
       claim: (staleMs: number, limit?: number) => claimRunnable(deps, staleMs, limit),
+      /** When the next round can claim a task; undefined when none waits to run. */
+      nextDue: (staleMs: number) => nextRunnableAt(deps, staleMs),
       settle: (id: string, outcome: Parameters<typeof settleTask>[2]) => settleTask(deps, id, outcome),
       /** Gives up a claim on a task still working: any round may take it again. */
       release: (id: string) => releaseTask(deps, id),

@@ -113,6 +113,9 @@ export interface NewTask {
   arguments: Record<string, unknown>;
 }
 
+/** The request statuses under which a working task is claimed by the runner (claimRunnable). */
+const RUNNABLE = new Set(['approved', 'succeeded', 'failed']);
+
 /**
  * The task that follows the request of a drafted write: a new one, or the one the agent already has for
  * that request (a repeated ask, like a repeated dry run, finds the first).
@@ -135,6 +138,9 @@ export async function createTask(deps: ApprovalDeps, draft: NewTask): Promise<Ta
     .ignore();
   const found = await loadTask(deps, draft.agent_id, { request: draft.approval_request_id });
   if (!found) throw new Error('the task of a drafted request is missing');
+  // A task runnable as it is made (its request approved by a rule as it was drafted, or decided before
+  // the ask): no decision follows to wake the runner, so this does.
+  if (found.task.status === 'working' && RUNNABLE.has(found.request.status)) deps.onTaskApproved?.();
   return taskView(found);
 }
 
@@ -314,6 +320,27 @@ export async function claimRunnable(deps: ApprovalDeps, staleMs: number, limit =
     approval_request_id: r.approval_request_id as string,
     approval_id: r.approval_id as string,
   }));
+}
+
+/**
+ * When the next round can claim a task (ms since the epoch): now when one whose request is approved is
+ * unclaimed, else when the oldest claim on one goes stale (its replica died, or is slow); undefined
+ * when no task waits to run. What a runner sets its timer to while task changes reach it otherwise.
+ */
+export async function nextRunnableAt(deps: ApprovalDeps, staleMs: number): Promise<number | undefined> {
+  const row = (await deps
+    .knex('approval_tasks as c')
+    .join('approval_requests as q', 'q.id', 'c.approval_request_id')
+    .where('c.status', 'working')
+    .whereIn('q.status', [...RUNNABLE])
+    .first(
+      deps.knex.raw('min(c.claimed_at) as oldest'),
+      deps.knex.raw('count(*) - count(c.claimed_at) as unclaimed'),
+      deps.knex.raw('count(*) as runnable'),
+    )) as { oldest: Date | string | null; unclaimed: number | string; runnable: number | string } | undefined;
+  if (!row || Number(row.runnable) === 0) return undefined;
+  if (Number(row.unclaimed) > 0 || row.oldest === null) return Date.now();
+  return new Date(row.oldest).getTime() + staleMs;
 }
 
 /** Where a claimed task's request stands after the runner's call. */

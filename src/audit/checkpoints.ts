@@ -167,18 +167,30 @@ export async function checkpointIfDue(
   cadence: Cadence,
   now = Date.now(),
 ): Promise<Checkpoint | undefined> {
+  return (await checkpointTick(deps, cadence, now)).checkpoint;
+}
+
+/**
+ * checkpointIfDue, and when none was signed, when the rows already written make one due by time
+ * (`due_at`, ms since the epoch); no `due_at` when no row waits for a checkpoint, or one was just signed.
+ */
+export async function checkpointTick(
+  deps: CheckpointDeps,
+  cadence: Cadence,
+  now = Date.now(),
+): Promise<{ checkpoint?: Checkpoint; due_at?: number }> {
   const [head, prev] = await Promise.all([
     deps.knex('audit_events').select('seq', 'kind').orderBy('seq', 'desc').first() as Promise<
       { seq: number | string; kind: string } | undefined
     >,
     latestCheckpoint(deps.knex),
   ]);
-  if (!head) return undefined;
+  if (!head) return {};
   const headSeq = Number(head.seq);
   // The first row the last checkpoint does not cover, past the row that records it.
   const firstSeq = prev ? prev.seq + 2 : 1;
   if (prev && (headSeq <= prev.seq || (headSeq === prev.seq + 1 && head.kind === 'checkpoint'))) {
-    return undefined;
+    return {};
   }
   if (headSeq - firstSeq + 1 < cadence.rows) {
     const first = (await deps
@@ -186,7 +198,10 @@ export async function checkpointIfDue(
       .where('seq', '>=', Math.min(firstSeq, headSeq))
       .orderBy('seq')
       .first('ts')) as { ts: Date } | undefined;
-    if (!first || now - first.ts.getTime() < cadence.interval_s * 1000) return undefined;
+    if (!first) return {};
+    const due_at = first.ts.getTime() + cadence.interval_s * 1000;
+    if (now < due_at) return { due_at };
   }
-  return createCheckpoint(deps);
+  const checkpoint = await createCheckpoint(deps);
+  return checkpoint ? { checkpoint } : {};
 }

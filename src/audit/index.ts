@@ -7,7 +7,7 @@ export { describeAnchors } from './anchors/check.ts';
 export { verifyDatabaseAnchors } from './anchors/verify-anchors.ts';
 export type { AuditInput } from './chain.ts';
 export { createAuditChecks, type AuditChecks } from './checks.ts';
-export { checkpointIfDue, type CheckpointDeps } from './checkpoints.ts';
+export { checkpointIfDue, checkpointTick, type CheckpointDeps } from './checkpoints.ts';
 export { checkpointDeps, verifyDatabase } from './context.ts';
 export { exportToFile } from './export-file.ts';
 export { exportFileOf, openExportFile } from './export-download.ts';

@@ -28,10 +28,18 @@ export interface TaskRunnerDeps {
   /** The agent a task belongs to; undefined once it is revoked. */
   agentOf(id: string): Promise<Agent | undefined>;
   log: Logger;
-  /** How often a round looks for approved tasks. */
+  /** How often a round looks for approved tasks while changes made elsewhere are not announced. */
   interval_ms: number;
   /** A claim older than this is another replica's that died: taken again. */
   stale_ms: number;
+  /**
+   * Whether every change that makes a task runnable reaches `poke` (this process's decisions, and on
+   * PostgreSQL the task announcements while the listening connection is up). While it does, rounds run
+   * on pokes, when the oldest claim goes stale, and every `safety_ms`; while not, every `interval_ms`.
+   */
+  announced(): boolean;
+  /** The longest a replica goes without a round while changes are announced. */
+  safety_ms: number;
 }
 
 export interface TaskRunner {
@@ -120,6 +128,7 @@ export function startTaskRunner(deps: TaskRunnerDeps): TaskRunner {
   const abort = new AbortController();
   let running: Promise<void> | undefined;
   let again = false;
+  let timer: NodeJS.Timeout | undefined;
   const round = async () => {
     do {
       again = false;
@@ -136,23 +145,45 @@ export function startTaskRunner(deps: TaskRunnerDeps): TaskRunner {
       again ||= claimed.length === CLAIM_BATCH;
     } while (again && !abort.signal.aborted);
   };
+  /** After a round: the next one when the oldest claim goes stale, or after the fallback wait. */
+  const schedule = async (failed: boolean) => {
+    let wait = deps.announced() && !failed ? deps.safety_ms : deps.interval_ms;
+    if (!failed) {
+      const due = await deps.approvals.tasks
+        .nextDue(deps.stale_ms)
+        .catch(() => Date.now() + deps.interval_ms);
+      if (due !== undefined) wait = Math.min(wait, Math.max(0, due - Date.now()));
+    }
+    if (abort.signal.aborted || running) return;
+    clearTimeout(timer);
+    timer = setTimeout(poke, wait);
+    timer.unref();
+  };
   const poke = () => {
     if (abort.signal.aborted) return;
     if (running) {
       again = true;
       return;
     }
+    clearTimeout(timer);
+    let failed = false;
     running = round()
-      .catch((err: unknown) => deps.log.warn({ err }, 'task round failed'))
-      .finally(() => (running = undefined));
+      .catch((err: unknown) => {
+        failed = true;
+        deps.log.warn({ err }, 'task round failed');
+      })
+      .finally(() => {
+        running = undefined;
+        void schedule(failed);
+      });
   };
-  const timer = setInterval(poke, deps.interval_ms);
-  timer.unref();
+  // The first round at once: claims a replica left behind when it died are taken when they go stale.
+  poke();
   return {
     poke,
     async close() {
-      clearInterval(timer);
       abort.abort();
+      clearTimeout(timer);
       await running;
     },
   };
