@@ -1,7 +1,11 @@
 import client from 'prom-client';
 
-/** How often the event loop's delay (nodejs_eventloop_lag_* series) is sampled. */
-const EVENT_LOOP_SAMPLE_MS = 250;
+/**
+ * How often the event loop's delay (nodejs_eventloop_lag_* series) is sampled. Each sample is the time
+ * between two ticks of that timer, so the series sit at this value on an idle loop: the loop was held
+ * for (figure - EVENT_LOOP_SAMPLE_MS), and a hold shorter than the period can fall between two ticks.
+ */
+export const EVENT_LOOP_SAMPLE_MS = 250;
 
 /** Counters for /healthz and Prometheus series for /metrics; one registry per server, no globals. */
 export function createMetrics() {
