@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { parse, parseAllDocuments } from 'yaml';
+import { INPUTS } from '../scripts/build-inputs.ts';
 import { ENV_KEYS } from '../src/config.ts';
 
 /**
@@ -27,6 +28,24 @@ const ROOT = path.resolve(import.meta.dirname, '..');
 type Doc = Record<string, unknown>;
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- manifests are read field by field
 type Loose = any;
+
+describe('Containerfile', () => {
+  // The image's build step runs scripts/build.ts on what the build context holds: every input of the
+  // build must pass .dockerignore and be copied in (scripts/build-inputs.ts was once missing from both).
+  it('copies every input of the build into its build stage, and .dockerignore lets each through', () => {
+    const allowed = fs
+      .readFileSync(path.join(ROOT, '.dockerignore'), 'utf8')
+      .split('\n')
+      .filter((line) => line.startsWith('!'))
+      .map((line) => line.slice(1).replace(/\/$/, ''));
+    const buildStage = fs.readFileSync(path.join(ROOT, 'Containerfile'), 'utf8').split(/^FROM /m)[1] ?? '';
+    const copied = [...buildStage.matchAll(/^COPY (?!--from)(.+) \S+$/gm)].flatMap((m) => m[1]!.split(/\s+/));
+    for (const input of INPUTS) {
+      assert.ok(allowed.includes(input), `.dockerignore lets ${input} through`);
+      assert.ok(copied.includes(input), `the Containerfile's build stage copies ${input}`);
+    }
+  });
+});
 
 describe('compose.yaml', () => {
   const compose = parse(fs.readFileSync(path.join(ROOT, 'compose.yaml'), 'utf8'), { merge: true }) as Loose;
