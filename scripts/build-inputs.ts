@@ -5,7 +5,13 @@ import path from 'node:path';
 export const ROOT = path.resolve(import.meta.dirname, '..');
 
 /** What the build is made of: a change to any of these makes another build. */
-export const INPUTS = ['src', 'migrations', 'scripts/build.ts', 'scripts/build-inputs.ts', 'package-lock.json'];
+export const INPUTS = [
+  'src',
+  'migrations',
+  'scripts/build.ts',
+  'scripts/build-inputs.ts',
+  'package-lock.json',
+];
 
 /**
  * Every input file's path, size and modification time, sorted: the build's fingerprint. Reading
