@@ -347,8 +347,15 @@ export function twinApprovals(opts: TwinApprovalsOptions): TwinApprovals {
         const request = requests.get(t.approval_request_id)!;
         if (request.status !== 'pending' && request.status !== 'approved')
           return { kind: 'started', view: task(t) };
+        const from = request.status;
         request.status = 'expired';
-        t.view = { ...t.view, status: 'cancelled', lastUpdatedAt: clock.now().toISOString() };
+        t.view = {
+          ...t.view,
+          status: 'cancelled',
+          statusMessage: 'Cancelled: the request was withdrawn',
+          lastUpdatedAt: clock.now().toISOString(),
+        };
+        await opts.audit.append({ kind: 'approval.withdrawn', ...facts(request, { from, task_id: id }) });
         return { kind: 'cancelled', view: task(t) };
       },
     },

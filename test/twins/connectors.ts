@@ -33,9 +33,15 @@ const emptyPage = async () => ({ items: [], next: null });
 /**
  * The local connector's twin in memory, for contacts: search, resolve (by id, else by name or account,
  * case-insensitive), send once per key, find a write by key. Groups, conversations, messages and files
- * are empty. test/twins/contracts/connectors.ts holds it to the local connector's answers.
+ * are empty. A send passes the local connector's fence (connectors/local/send.ts): `executing` says
+ * whether the approval its key names is executing; otherwise CONNECTOR_FAILED write_fenced.
+ * test/twins/contracts/connectors.ts holds it to the local connector's answers.
  */
-export function twinConnector(contacts: TwinContact[], source = 'local'): TwinConnector {
+export function twinConnector(
+  contacts: TwinContact[],
+  executing: (key: string) => boolean,
+  source = 'local',
+): TwinConnector {
   const sent: SentMessage[] = [];
   let failing: AppError | undefined;
   const record = (c: TwinContact): ContactRecord => ({
@@ -99,6 +105,12 @@ export function twinConnector(contacts: TwinContact[], source = 'local'): TwinCo
     },
     async sendMessage({ target, text, key }) {
       if (failing) throw failing;
+      if (!executing(key))
+        throw new AppError(
+          'CONNECTOR_FAILED',
+          'the approval is no longer executing: nothing was written',
+          'write_fenced',
+        );
       const prior = sent.find((m) => m.key === key);
       if (prior) return { ref: prior.ref };
       const ref = `m_${randomUUID()}`;

@@ -54,7 +54,10 @@ export function seamOnTwins(env: Record<string, string> = {}, deps: Partial<Call
   const clock = twinClock();
   const audit = twinAuditLog(clock);
   const approvals = twinApprovals({ audit, clock, pending_ttl_s: config.approval.pending_ttl_s });
-  const connector = twinConnector(CONTACTS);
+  // Fenced as the local connector is: a send only while its approval executes.
+  const connector = twinConnector(CONTACTS, (key) =>
+    [...approvals.requests.values()].some((r) => r.approval_id === key && r.status === 'executing'),
+  );
   const limiter = twinRateLimiter(clock);
   const catalogue = twinCatalogue(builtinTools, config);
   const metrics = createMetrics();
