@@ -119,7 +119,7 @@ export type Approvals = ReturnType<typeof createApprovals>;
 /**
  * What the call seam (server/call.ts) uses of the approvals: the gate's steps, an agent's reads of its
  * own requests, and its tasks. Never a decision: an agent cannot approve. test/twins/approvals.ts is its
- * twin in memory, held to the real one's answers by test/store/approvals-contract.test.ts.
+ * twin in memory, held to the real one's answers by test/twins/contracts/approvals.ts.
  */
 export type SeamApprovals = Pick<
   Approvals,
