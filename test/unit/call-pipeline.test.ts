@@ -5,6 +5,7 @@ import { contentSha256 } from '../../src/approval/gate.ts';
 import type { AuditRow } from '../../src/audit/chain.ts';
 import { AppError } from '../../src/core/errors.ts';
 import { createAnswerHold } from '../../src/server/call-context.ts';
+import { MAX_ARGUMENT_DEPTH } from '../../src/server/call.ts';
 import { agentOf, seamOnTwins } from '../twins/seam.ts';
 
 /*
@@ -389,6 +390,77 @@ describe('the call seam over twins: refusals', () => {
     assert.deepEqual([code, data.code], [-32001, 'CALL_TIMEOUT']);
     assert.equal(seam.audit.rows.at(-1)!.error_code, 'CALL_TIMEOUT');
     assert.equal(seam.metrics.counters.overrun_calls, 1);
+  });
+});
+
+describe('the call seam over twins: begin and handle', () => {
+  it('refuses arguments nested past the limit before any step walks them, with no digest in the row', async () => {
+    const seam = seamOnTwins();
+    let deep: Record<string, unknown> = {};
+    for (let i = 0; i < MAX_ARGUMENT_DEPTH; i++) deep = { a: deep };
+    const envelope = envelopeOf(await seam.call('isphere_search_contacts', { query: 'a', extra: deep }));
+    const error = envelope.error as { code: string; reason: string };
+    assert.deepEqual([error.code, error.reason], ['INVALID_ARGUMENT', 'too_deep']);
+    assert.equal(seam.audit.rows.at(-1)!.details.args_sha256, null);
+  });
+
+  it('answers a handler that crashes -32603 INTERNAL with the trace id and no text of its own, after its row', async () => {
+    const seam = seamOnTwins();
+    seam.connector.searchContacts = async () => {
+      throw new Error('secret detail of a bug');
+    };
+    const { code, data } = await protocolError(seam.call('isphere_search_contacts', { query: 'a' }));
+    const row = seam.audit.rows.at(-1)!;
+    assert.equal(code, -32603);
+    assert.deepEqual(data, { code: 'INTERNAL', trace_id: row.trace_id });
+    assert.deepEqual([row.result, row.error_code], ['error', 'INTERNAL_ERROR']);
+    assert.ok(!JSON.stringify(row).includes('secret detail'));
+  });
+
+  it("marks the rows of a task's execution as the task's", async () => {
+    const seam = seamOnTwins();
+    const dry = envelopeOf(await seam.call('isphere_send_message', SEND));
+    const approval_id = seam.approvals.approve(
+      (dry.approval as { approval_request_id: string }).approval_request_id,
+    );
+    const before = seam.audit.rows.length;
+    const result = await seam.pipeline.call(
+      agentOf(),
+      'isphere_send_message',
+      { ...SEND, dry_run: false, approval_id },
+      new AbortController().signal,
+      undefined,
+      { task_id: 'task-1' },
+    );
+    assert.equal(envelopeOf(result).send_status, 'sent');
+    assert.deepEqual(
+      seam.audit.rows.slice(before).map((r) => [r.kind, r.details.origin, r.details.task_id]),
+      [
+        ['write.started', 'task', 'task-1'],
+        ['write.succeeded', 'task', 'task-1'],
+        ['tool.call', 'task', 'task-1'],
+      ],
+    );
+  });
+
+  it('leaves a write the connector may have made executing, for reconciliation: no outcome row', async () => {
+    const seam = seamOnTwins();
+    const dry = envelopeOf(await seam.call('isphere_send_message', SEND));
+    const id = (dry.approval as { approval_request_id: string }).approval_request_id;
+    const approval_id = seam.approvals.approve(id);
+    seam.connector.failSends(new AppError('TIMEOUT', 'the bridge did not answer', 'bridge_timeout'));
+    const envelope = envelopeOf(
+      await seam.call('isphere_send_message', { ...SEND, dry_run: false, approval_id }),
+    );
+    assert.deepEqual([envelope.ok, (envelope.error as { code: string }).code], [false, 'TIMEOUT']);
+    assert.deepEqual(
+      seam.audit.rows.slice(-2).map((r) => [r.kind, r.error_code]),
+      [
+        ['write.started', null],
+        ['tool.call', 'TIMEOUT'],
+      ],
+    );
+    assert.equal(seam.approvals.requests.get(id)!.status, 'executing');
   });
 });
 
