@@ -115,3 +115,13 @@ export function createApprovals(given: Omit<ApprovalDeps, 'rules'>) {
 }
 
 export type Approvals = ReturnType<typeof createApprovals>;
+
+/**
+ * What the call seam (server/call.ts) uses of the approvals: the gate's steps, an agent's reads of its
+ * own requests, and its tasks. Never a decision: an agent cannot approve. test/twins/approvals.ts is its
+ * twin in memory, held to the real one's answers by test/twins/contracts/approvals.ts.
+ */
+export type SeamApprovals = Pick<
+  Approvals,
+  'request' | 'preflight' | 'readApproval' | 'beginExecution' | 'finishExecution' | 'getOwn' | 'listOwn'
+> & { tasks: Pick<Approvals['tasks'], 'create' | 'get' | 'getMany' | 'list' | 'cancel'> };

@@ -9,7 +9,7 @@ import type { Faults } from '../core/faults.ts';
 import { isUuid } from '../core/ids.ts';
 import type { Agent } from '../core/identity.ts';
 import { approvalRequired, type ExecutionRequest, type Preflight } from './execute.ts';
-import type { Approvals } from './approvals.ts';
+import type { SeamApprovals } from './approvals.ts';
 import type { TaskView } from './tasks.ts';
 import { nextStep, type ApprovalSummary, type Target } from './view.ts';
 import type { DraftFacts } from './ruling.ts';
@@ -91,7 +91,7 @@ export interface GateContext {
   /** The agent's profile allows this tool's writes in dry run only. */
   dryRunOnly: boolean;
   approvals: Pick<
-    Approvals,
+    SeamApprovals,
     'request' | 'preflight' | 'readApproval' | 'beginExecution' | 'finishExecution' | 'tasks'
   >;
   /**
@@ -390,7 +390,7 @@ const finishContext = (write: Write, ctx: GateContext) => ({
   ...(ctx.task_id ? { task_id: ctx.task_id } : {}),
 });
 
-type ExecutingRow = Awaited<ReturnType<Approvals['beginExecution']>>['row'];
+type ExecutingRow = Awaited<ReturnType<SeamApprovals['beginExecution']>>['row'];
 
 /**
  * The answer to an execution the database went away from after write.started committed: the write may

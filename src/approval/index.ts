@@ -16,7 +16,7 @@ export {
   type Notice,
 } from './outbox.ts';
 export { ApprovalSummary, ApprovalView, Preflight, Target } from './view.ts';
-export { createApprovals, type Approvals } from './approvals.ts';
+export { createApprovals, type Approvals, type SeamApprovals } from './approvals.ts';
 export { describeRequirement, type RuleSummary } from './eligible.ts';
 export {
   compilePolicy,

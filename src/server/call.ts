@@ -4,11 +4,12 @@ import { ProtocolError } from '@modelcontextprotocol/server';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/server';
 import type { z } from 'zod';
 import { runWrite } from '../approval/index.ts';
-import type { Approvals, TaskView } from '../approval/index.ts';
+import type { SeamApprovals, TaskView } from '../approval/index.ts';
 import type { AuditLog, Pace } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import type { ConnectorSet, BlobStore, Upstream } from '../connectors/index.ts';
 import { factColumns } from '../core/audit-kinds.ts';
+import { systemClock, type Clock } from '../core/clock.ts';
 import { ANSWERS, type Refusal } from '../core/answers.ts';
 import { AppError, toolCodeOf } from '../core/errors.ts';
 import type { Faults } from '../core/faults.ts';
@@ -71,7 +72,8 @@ export interface CallDeps {
   audit: AuditLog;
   connectors: ConnectorSet;
   cursors: CursorCodec;
-  approvals: Approvals;
+  /** What the seam uses of the approvals (approval/approvals.ts, SeamApprovals). */
+  approvals: SeamApprovals;
   blobs: BlobStore;
   memory: MemoryStore;
   /** Calls per agent per minute, counted across the cluster. */
@@ -86,6 +88,10 @@ export interface CallDeps {
   faults?: Faults;
   /** Set when tracing is on (an OTLP endpoint is configured); the steps then run in child spans. */
   tracer?: Tracer;
+  /** The calls' clock (started_at, finished_at, durations); the system's unless a test gives its own. */
+  clock?: Clock;
+  /** The tools on offer; built from `tools` and `upstreams` unless a test gives its own (a twin). */
+  catalogue?: Catalogue;
 }
 
 /**
@@ -118,7 +124,7 @@ export interface CallPipeline {
   /** Set when tracing is on: the transport opens each request's span with it. */
   readonly tracer?: Tracer;
   /** The agents' tasks, as the tasks methods read, list and cancel them (approval/tasks.ts). */
-  readonly tasks: Pick<Approvals['tasks'], 'get' | 'getMany' | 'cancel'> & {
+  readonly tasks: Pick<SeamApprovals['tasks'], 'get' | 'getMany' | 'cancel'> & {
     /** The agent's tasks, newest first, a page after `cursor` (tamper-checked, bound to the agent). */
     list(agent: Agent, cursor?: string): Promise<{ items: TaskView[]; next_cursor: string | null }>;
   };
@@ -152,14 +158,14 @@ export interface Call {
 }
 
 export function createCallPipeline(deps: CallDeps): CallPipeline {
-  const catalogue = createCatalogue({ ...deps, upstreams: deps.upstreams ?? [] });
+  const catalogue = deps.catalogue ?? createCatalogue({ ...deps, upstreams: deps.upstreams ?? [] });
   return {
     listTools: (agent) => catalogue.listFor(deps.profiles.get(agent.profile)),
     // Chosen once: without tracing, a call takes exactly the path it always took.
     call: deps.tracer
       ? tracedCall(deps, catalogue, deps.tracer)
       : (agent, name, args, signal, hold, tasks) =>
-          runCall(deps, catalogue, beginCall({ agent, name, args, signal, hold, tasks })),
+          runCall(deps, catalogue, beginCall(now(deps), { agent, name, args, signal, hold, tasks })),
     onListChanged: catalogue.onChanged,
     tracer: deps.tracer,
     tasks: {
@@ -224,7 +230,7 @@ function tracedCall(deps: CallDeps, catalogue: Catalogue, tracer: Tracer): CallP
       `execute_tool ${name}`,
       { 'gen_ai.operation.name': 'execute_tool', 'gen_ai.tool.name': name },
       async (span) => {
-        const call = beginCall({ agent, name, args, signal, tasks }, span.traceId);
+        const call = beginCall(now(deps), { agent, name, args, signal, tasks }, span.traceId);
         span.set({ 'gen_ai.tool.call.id': call.request_id, 'countersign.agent.id': agent.id });
         const result = await runCall(deps, catalogue, call);
         failIfToolError(span, result);
@@ -244,6 +250,7 @@ export const TOO_DEEP_ARGUMENTS = Object.freeze({ [STAND_IN_KEY]: 'arguments nes
 
 /** `trace_id` is the call's span's trace id when tracing is on. */
 function beginCall(
+  started: Date,
   given: Pick<Call, 'agent' | 'name' | 'args' | 'signal' | 'hold' | 'tasks'>,
   trace_id = newTraceId(),
 ): Call {
@@ -256,7 +263,7 @@ function beginCall(
     progress: createProgress(),
     request_id: randomUUID(),
     trace_id,
-    started: new Date(),
+    started,
     // Arguments holding text RFC 8785 cannot write (a lone surrogate) are digested escaped.
     args_sha256: deep ? null : hash('sha256', canonicalize(unsafe ? escapeDeep(args) : args) ?? '', 'hex'),
     ...(unsafe ? { unsafe } : {}),
@@ -546,6 +553,7 @@ async function record(deps: CallDeps, call: Call, settled: Settled): Promise<Cal
             audit_seq,
           },
           settled,
+          now(deps),
         );
   /** The result built from the row as chained, while it commits. */
   let early: Built | undefined;
@@ -557,7 +565,7 @@ async function record(deps: CallDeps, call: Call, settled: Settled): Promise<Cal
     call,
     {
       details: {
-        duration_ms: Date.now() - call.started.getTime(),
+        duration_ms: elapsedMs(deps, call),
         ...(failure ? { reason: failure.reason ?? null } : {}),
         ...facts.details,
       },
@@ -568,7 +576,7 @@ async function record(deps: CallDeps, call: Call, settled: Settled): Promise<Cal
     (row) => built((early = { seq: row.seq, result: answer(row.seq) })),
   ).then((row) => {
     // Timed at the commit, counted once the answer is on its way: no part of the call's path.
-    const took = seconds(call);
+    const took = seconds(deps, call);
     setImmediate(() => deps.metrics.record(metricLabelOf(call), failure ? toolCodeOf(failure) : null, took));
     return row;
   });
@@ -639,7 +647,10 @@ function appendCallRow(
   );
 }
 
-const seconds = (call: Call) => (Date.now() - call.started.getTime()) / 1000;
+/** The time on the seam's clock (CallDeps.clock). */
+const now = (deps: CallDeps) => (deps.clock ?? systemClock).now();
+const elapsedMs = (deps: CallDeps, call: Call) => now(deps).getTime() - call.started.getTime();
+const seconds = (deps: CallDeps, call: Call) => elapsedMs(deps, call) / 1000;
 
 // ---- Protocol errors and outages ---------------------------------------------------------------
 
@@ -661,7 +672,7 @@ async function protocolError(
 ) {
   const { audit, counted } = ANSWERS[failure];
   await appendCallRow(deps, call, { result: 'error', error_code: audit });
-  deps.metrics.record(metricLabelOf(call), counted, seconds(call));
+  deps.metrics.record(metricLabelOf(call), counted, seconds(deps, call));
   return wireError(failure, message, { ...data, trace_id: call.trace_id });
 }
 

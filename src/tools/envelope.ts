@@ -69,7 +69,7 @@ export type Settled =
  * The tool result every call answers with (README, "The response envelope"): the envelope as
  * structuredContent and the same JSON as text; `isError` exactly when `ok` is false.
  */
-export function toCallResult(call: CallFacts, settled: Settled): CallToolResult {
+export function toCallResult(call: CallFacts, settled: Settled, finished = new Date()): CallToolResult {
   const facts = factColumns(settled.outcome?.audit ?? {});
   // In the envelope's own order (test/__snapshots__), from the same columns as the row.
   const audit: AuditBlock = {
@@ -84,7 +84,7 @@ export function toCallResult(call: CallFacts, settled: Settled): CallToolResult 
     content_sha256: facts.content_sha256,
     file_sha256: facts.file_sha256,
     started_at: call.started.toISOString(),
-    finished_at: new Date().toISOString(),
+    finished_at: finished.toISOString(),
     result: settled.failure ? 'error' : 'ok',
     audit_seq: call.audit_seq,
   };
