@@ -1,5 +1,5 @@
 /**
- * npm run bench [-- --quick] [--only a,b,c,d,e,f,g,h] [--clients 16] [--seconds 30] [--writers 8] …
+ * npm run bench [-- --quick] [--only a,b,c,d,e,f,g,h,i,j] [--clients 16] [--seconds 30] [--writers 8] …
  *
  * Measures every figure of docs/performance.md beside its baseline in the same run, prints a table and writes
  * bench/results/latest.json. Runs on PostgreSQL (BENCH_DATABASE_URL, default the local server): each

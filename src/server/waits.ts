@@ -18,6 +18,12 @@ interface KnexEvent {
   sql?: unknown;
 }
 
+/** The events of knex's pool (tarn) read here. */
+interface TarnEvents {
+  on?(event: 'release', f: (connection: KnexEvent) => void): void;
+  on?(event: 'destroySuccess', f: (id: unknown, connection: KnexEvent) => void): void;
+}
+
 /**
  * Where the server waits rather than computes (docs/performance.md, "Where one call waits"): each
  * database statement from its sending to its answer, by kind; each upstream request to its answer; and
@@ -89,10 +95,11 @@ export function createWaitAccount(registry: client.Registry) {
       });
       knex.on('query-response', (_r: unknown, q: KnexEvent) => end(q.__knexUid));
       knex.on('query-error', (_e: unknown, q: KnexEvent) => end(q.__knexUid));
-      // A pool (knex's tarn pool on PostgreSQL); PGlite's single connection may have none.
-      const pool = (knex.client as { pool?: { on?(event: 'release', f: (c: KnexEvent) => void): void } })
-        .pool;
-      pool?.on?.('release', (c) => end(c.__knexUid));
+      // A pool (knex's tarn pool on PostgreSQL); PGlite's single connection may have none. A
+      // connection destroyed mid-statement ends its entry too, so none is kept for a connection gone.
+      const pool = (knex.client as { pool?: TarnEvents }).pool;
+      pool?.on?.('release', (c: KnexEvent) => end(c.__knexUid));
+      pool?.on?.('destroySuccess', (_id: unknown, c: KnexEvent) => end(c?.__knexUid));
     },
     /** `call` timed from its start to its answer or failure. */
     upstream<A extends unknown[], R>(call: (...args: A) => Promise<R>): (...args: A) => Promise<R> {
