@@ -1,5 +1,5 @@
 /**
- * npm run bench [-- --quick] [--only a,b,c,d,e,f,g,h] [--clients 16] [--seconds 30] [--writers 8] …
+ * npm run bench [-- --quick] [--only a,b,c,d,e,f,g,h,i,j] [--clients 16] [--seconds 30] [--writers 8] …
  *
  * Measures every figure of docs/performance.md beside its baseline in the same run, prints a table and writes
  * bench/results/latest.json. Runs on PostgreSQL (BENCH_DATABASE_URL, default the local server): each
@@ -16,6 +16,7 @@ import { exportFigures } from './figures/export.ts';
 import { gatewayFigures } from './figures/gateway.ts';
 import { idleFigures } from './figures/idle.ts';
 import { readFigures } from './figures/read.ts';
+import { waitFigures } from './figures/waits.ts';
 import { warmStartFigures } from './figures/warm-start.ts';
 import { createScratchDatabase, DEFAULT_ADMIN_URL, postgresVersion, seedDatabase } from './lib/database.ts';
 import { machine } from './lib/proc.ts';
@@ -35,6 +36,7 @@ const { values: flags } = parseArgs({
     starts: { type: 'string' },
     'gateway-seconds': { type: 'string' },
     'idle-seconds': { type: 'string' },
+    'wait-calls': { type: 'string' },
     out: { type: 'string' },
     strict: { type: 'boolean', default: false },
     help: { type: 'boolean', default: false },
@@ -44,7 +46,7 @@ const { values: flags } = parseArgs({
 if (flags.help) {
   process.stdout.write(`npm run bench -- [options]
   --quick               small scale: the whole run finishes in a few minutes
-  --only a,b,c,e,f,h,i  figures to run (d runs with c, g with a)
+  --only a,b,c,e,f,h,i,j  figures to run (d runs with c, g with a)
   --clients N           concurrent MCP clients for (a) (16)
   --seconds S           measured seconds of read load per server for (a) (30; quick 6)
   --writers N           concurrent audit writers for (b) (8)
@@ -54,6 +56,7 @@ if (flags.help) {
   --starts N            warm starts for (f) (5; quick 2)
   --gateway-seconds S   measured seconds of load per gateway for (h), with --clients clients (30; quick 6)
   --idle-seconds S      measured seconds without calls per server for (i) (20; quick 10)
+  --wait-calls N        sequential calls per step for (j), where one call waits (500; quick 200)
   --out FILE            results file (bench/results/latest.json)
   --strict              exit 1 when a target is missed
   BENCH_SERVER_NODE_ARGS  node options for the countersign servers, e.g. "--cpu-prof --cpu-prof-dir=/tmp/p"
@@ -64,7 +67,7 @@ if (flags.help) {
 
 const quick = flags.quick!;
 const num = (v: string | undefined, full: number, small: number) => (v ? Number(v) : quick ? small : full);
-const only = new Set((flags.only ?? 'a,b,c,d,e,f,g,h,i').split(',').map((s) => s.trim()));
+const only = new Set((flags.only ?? 'a,b,c,d,e,f,g,h,i,j').split(',').map((s) => s.trim()));
 const adminUrl = process.env.BENCH_DATABASE_URL || DEFAULT_ADMIN_URL;
 const log = (line: string) => process.stderr.write(`${line}\n`);
 const started = performance.now();
@@ -184,6 +187,12 @@ await section('i', 'idle: CPU a second with no calls, PostgreSQL and PGlite', ()
       fs.rmSync(pgliteDir, { recursive: true, force: true });
     }
   }),
+);
+
+await section('j', 'where one sequential call waits: database, commit, upstream, event loop', () =>
+  withSeeded('waits', (url, dataDir, token, chair) =>
+    waitFigures({ url, dataDir, token, chair, calls: num(flags['wait-calls'], 500, 200), log }),
+  ),
 );
 
 const results = {

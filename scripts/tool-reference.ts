@@ -135,7 +135,11 @@ function markdown(): string {
     '`audit`, `error` on failure, `approval` on writes (README, "The response envelope") — with the fields',
     'below beside it. Arguments not listed are refused (`INVALID_ARGUMENT`, naming the argument); where',
     'the required column says "one of `a` or `b`", a call gives at least one of them.',
-    "Upstream tools (`<upstream>__<tool>`) carry their own server's schemas (docs/upstreams.md).",
+    "Upstream tools (`<upstream>__<tool>`) carry their own server's schemas (docs/upstreams.md). Their",
+    'answer is the same envelope, with what the upstream answered inside it (`content` and',
+    "`structured_content`), and the envelope's JSON again as the text content: SPEC §4 asks both of every",
+    "tool's result, so neither copy of the upstream's content is left out (docs/upstreams.md, \"The",
+    'answer\'s size").',
     '',
     ...builtinTools.map(section),
   ].join('\n');

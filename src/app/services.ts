@@ -78,6 +78,7 @@ import {
   tracesUrl,
   type CallPipeline,
   type Metrics,
+  type WaitAccount,
 } from '../server/index.ts';
 import { VERSION } from '../core/version.ts';
 import { startedRow, stoppedRow, type StopReason, type Transport } from './lifecycle.ts';
@@ -189,9 +190,9 @@ export async function openServices(
     });
     const memory = createAgentMemory(db.knex) satisfies MemoryStore;
     const metrics = createMetrics();
-    db.knex.on('query', () => metrics.statement());
+    metrics.waits.watch(db.knex.on('query', () => metrics.statement()));
     const pins = createUpstreamPins({ knex: db.knex, audit, log });
-    const upstreams = await connectUpstreams(config, log, cluster.bus, pins, closers);
+    const upstreams = await connectUpstreams(config, log, cluster.bus, pins, closers, metrics.waits);
     const pipeline = createCallPipeline({
       ...{ tools: builtinTools, upstreams, memory, limiter, rateLimitedPace, profiles, metrics, audit },
       ...{ connectors, cursors, approvals, blobs, config, log, faults: options.faults, tracer },
@@ -499,13 +500,17 @@ async function connectUpstreams(
   bus: ClusterBus,
   pins: UpstreamPins,
   closers: Closers,
+  waits: WaitAccount,
 ) {
-  const upstreams = config.upstreams.map((u) =>
-    connectUpstream(u, {
-      ...{ log, timeoutMs: u.timeout_ms ?? upstreamTimeoutMs(config) },
-      ...{ clientVersion: VERSION, pins },
-    }),
-  );
+  const upstreams = config.upstreams
+    .map((u) =>
+      connectUpstream(u, {
+        ...{ log, timeoutMs: u.timeout_ms ?? upstreamTimeoutMs(config) },
+        ...{ clientVersion: VERSION, pins },
+      }),
+    )
+    // Each call timed from its request to its answer: the upstream's part of a call's wait.
+    .map((u) => ({ ...u, call: waits.upstream(u.call) }));
   closers.push(async () => {
     await Promise.all(upstreams.map((u) => u.close()));
   });

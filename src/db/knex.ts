@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import knexFactory, { type Knex } from 'knex';
@@ -155,7 +156,7 @@ const viaKnex = (knex: Knex, name: string, sql: string, values: readonly unknown
   named(knex, name, knex.raw(sql, values as Knex.RawBinding[]));
 
 /** Announces the statement as knex's `query` event; returns its text with numbered placeholders. */
-function announced(knex: Knex, name: string, sql: string, values: readonly unknown[]): string {
+function announced(knex: Knex, name: string, sql: string, values: readonly unknown[], uid: string): string {
   // Keyed by the text, not the name: pg refuses one name for two texts rather than run the wrong one.
   let text = numberedText.get(sql);
   if (text === undefined) {
@@ -163,7 +164,7 @@ function announced(knex: Knex, name: string, sql: string, values: readonly unkno
     text = sql.replace(/\?/g, () => `$${++n}`);
     numberedText.set(sql, text);
   }
-  knex.emit('query', { method: 'raw', sql, bindings: values, options: { name } });
+  knex.emit('query', { method: 'raw', sql, bindings: values, options: { name }, __knexUid: uid });
   return text;
 }
 
@@ -196,6 +197,8 @@ export function keptConnection(knex: Knex, idleMs = 100) {
     if (connection) await knex.client.releaseConnection(connection);
   };
   const failed = (c: pg.ClientBase) => Boolean((c as Disposable).__knex__disposed);
+  // Its statements under a name of their own in knex's events (they follow each other, one at a time).
+  const uid = `kept-${randomUUID()}`;
   return {
     async run(
       name: string,
@@ -204,16 +207,23 @@ export function keptConnection(knex: Knex, idleMs = 100) {
     ): Promise<{ rowCount: number | null; rows: unknown[] }> {
       if (throughKnex(knex)) return viaKnex(knex, name, sql, values);
       clearTimeout(idle);
-      const text = announced(knex, name, sql, values);
+      const text = announced(knex, name, sql, values, uid);
+      // Answered or failed: said as knex says it, so that the time each statement waited is known
+      // (server/waits.ts).
+      const event = { sql, __knexUid: uid };
       if (kept && failed(await kept)) await release();
       kept ??= knex.client.acquireConnection() as Promise<pg.ClientBase>;
       const connection = await kept.catch(async (err: unknown) => {
         kept = undefined;
+        knex.emit('query-error', err, event);
         throw err;
       });
       try {
-        return await connection.query({ name, text, values: values as unknown[] });
+        const result = await connection.query({ name, text, values: values as unknown[] });
+        knex.emit('query-response', result, event);
+        return result;
       } catch (err) {
+        knex.emit('query-error', err, event);
         // Marked as knex marks a connection that failed, so that the pool discards it.
         if (isConnectionError(err)) (connection as Disposable).__knex__disposed ??= err;
         throw err;

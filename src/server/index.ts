@@ -9,5 +9,6 @@ export { hostGuard } from './host-guard.ts';
 export { createMcpServer } from './mcp.ts';
 export { metricsGuard } from './metrics-access.ts';
 export { createMetrics, type Metrics } from './metrics.ts';
+export type { WaitAccount } from './waits.ts';
 export { startTaskRunner } from './task-runner.ts';
 export { tracesUrl } from './tracing.ts';

@@ -1,4 +1,5 @@
 import client from 'prom-client';
+import { createWaitAccount } from './waits.ts';
 
 /**
  * How often the event loop's delay (nodejs_eventloop_lag_* series) is sampled. Each sample is the time
@@ -58,6 +59,8 @@ export function createMetrics() {
   return {
     registry,
     counters,
+    /** Where calls wait: database statements, upstream requests, the event loop (waits.ts). */
+    waits: createWaitAccount(registry),
     record(tool: string, errorCode: string | null, seconds: number) {
       counters.calls++;
       if (errorCode) counters.errors++;
