@@ -22,7 +22,7 @@ describe('refusals that name their fix: the embedded database', () => {
       const second = await runCli(['serve'], env);
       assert.equal(second.code, 1);
       assert.match(second.stderr, new RegExp(`pid ${first.child.pid}`));
-      assert.match(second.stderr, /Stop that one first/);
+      assert.match(second.stderr, /Use that one, or stop it first/);
       assert.match(second.stderr, /DATABASE_URL/);
       assert.match(second.stderr, /db copy --to URL/);
     } finally {

@@ -279,7 +279,10 @@ describe('a start-up whose PostgreSQL refuses connections', () => {
       const retries = logLines(stderr, 'database not ready; retrying');
       assert.ok(retries.length >= 2, stderr);
       for (const r of retries) assert.match(String(r.reason), /ECONNREFUSED/);
-      const lines = plainLines(stderr);
+      // --stdio first says which way it serves (itself, or by joining a running server), then the failure.
+      const lines = plainLines(stderr).filter((l) => !/^countersign: stdio serves /.test(l));
+      if (args.includes('--stdio'))
+        assert.match(stderr, /stdio serves the PostgreSQL database of DATABASE_URL itself/);
       assert.equal(lines.length, 1, stderr);
       assert.match(lines[0]!, /^countersign: .*database\.startup_timeout_s.*ECONNREFUSED/);
       // Nothing on stdout (for --stdio, the MCP channel): no database driver's warnings either.
