@@ -95,10 +95,12 @@ async function runViaServer<C extends AdminCommand>(
   command: C,
   holderPid: number,
 ): Promise<AdminResult<C>> {
-  err(
-    `countersign: the running server (pid ${holderPid}) holds the embedded database; sending the command to it`,
-  );
-  const { sendAdminCommand, UNREACHABLE } = await import('./admin/endpoint.ts');
+  // Where the command ran is the user's concern only when debugging: its answer is the same.
+  if (cfg.log_level === 'debug' || cfg.log_level === 'trace')
+    err(
+      `countersign: the running server (pid ${holderPid}) holds the embedded database; sending the command to it`,
+    );
+  const { sendAdminCommand, UNREACHABLE } = await import('./admin/endpoint-client.ts');
   try {
     return await sendAdminCommand(cfg.data_dir, command);
   } catch (e) {
