@@ -70,7 +70,9 @@ function migrationsDigest(): string {
 
 /**
  * A migrated PGlite data dir shared by all test files (creating one takes seconds; copying one, a moment).
- * Built aside and renamed into place, so parallel test files never see a half-built template.
+ * Built aside and renamed into place, so parallel test files never see a half-built template. Opened as
+ * any fresh data directory is: from dist/'s template when `npm run build` made a current one
+ * (src/db/template.ts), else by initdb and every migration.
  */
 async function pgliteTemplate(): Promise<string> {
   const dir = path.join(os.tmpdir(), `countersign-pglite-template-${migrationsDigest()}`);
