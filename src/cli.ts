@@ -442,6 +442,12 @@ async function serve(opts: { stdio?: boolean; web: boolean }): Promise<void> {
   }
   try {
     await showFirstRun(server.services.firstRun, { mcp: `${server.url}/mcp`, web: server.url });
+    // A later start says how to get logins again: the first start's were printed that once.
+    if (!server.services.firstRun && cfg.demo)
+      err(
+        `countersign: serving ${server.url}/mcp; the demo logins were printed at the first start only. ` +
+          'New ones: countersign agent rotate demo, countersign user reset-password chair (or admin)',
+      );
   } catch (e) {
     await server.close('error');
     throw e;
