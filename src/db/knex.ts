@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import type { PGlite } from '@electric-sql/pglite';
 import knexFactory, { type Knex } from 'knex';
 import pg from 'pg';
 import type { Logger } from '../log.ts';
@@ -74,6 +75,7 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
       `cleared a stale lock on ${opts.pgliteDir}: its process ${holder.pid} is gone`,
     ),
   );
+  let pglite: PGlite | undefined;
   try {
     const fresh = !fs.existsSync(path.join(opts.pgliteDir, 'PG_VERSION'));
     ownerOnly(opts.pgliteDir);
@@ -81,7 +83,7 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     const { default: ClientPgLite } = await import('knex-pglite');
     // A fresh data directory is loaded from the build's template when there is one (src/db/template.ts).
     const template = fresh ? await findTemplate() : undefined;
-    const pglite = template ? await pgliteFromTemplate(opts.pgliteDir, template) : undefined;
+    pglite = template ? await pgliteFromTemplate(opts.pgliteDir, template) : undefined;
     if (template) opts.log?.debug({ template }, 'the embedded database loaded from its template');
     const knex = knexFactory({
       client: ClientPgLite,
@@ -106,6 +108,8 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
       },
     };
   } catch (err) {
+    // An open PGlite would keep the process alive after a start that failed.
+    if (pglite && !pglite.closed) await pglite.close().catch(() => {});
     lock.release();
     throw err;
   }
