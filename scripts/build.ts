@@ -10,6 +10,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { build } from 'esbuild';
+import { buildTemplate, TEMPLATES } from '../src/db/template.ts';
 import { buildFingerprint, ROOT, STAMP } from './build-inputs.ts';
 
 const common = { platform: 'node', format: 'esm', target: 'node20', logLevel: 'warning' } as const;
@@ -23,11 +24,31 @@ const where = path.relative(ROOT, OUT) || '.';
 const fingerprint = buildFingerprint();
 const stampFile = path.join(OUT, STAMP);
 const readStamp = () => (fs.existsSync(stampFile) ? fs.readFileSync(stampFile, 'utf8').trim() : undefined);
+// The embedded database's template (src/db/template.ts) outlives a rebuild of the code: it changes only
+// with PGlite's version and the list of migrations, and making it takes initdb's seconds. `--no-template`
+// makes none (the tests' builds: a build run from elsewhere finds dist/'s, when it is current).
+const templates = path.join(OUT, TEMPLATES);
+/** Makes the template unless it is there; says how long that took. A failure costs speed, not the build. */
+async function ensureTemplate(): Promise<string> {
+  if (process.argv.includes('--no-template')) return '';
+  const started = performance.now();
+  try {
+    const { file, made } = await buildTemplate(templates, path.join(ROOT, 'dist', TEMPLATES));
+    const s = ((performance.now() - started) / 1000).toFixed(1);
+    return made ? `; made the database template ${path.relative(ROOT, file)} in ${s} s` : '';
+  } catch (err) {
+    return `; no database template (${(err as Error).message}): a fresh data directory runs initdb and every migration`;
+  }
+}
 if (!process.argv.includes('--force') && readStamp() === fingerprint) {
-  process.stderr.write(`${where}/ is up to date with the sources (npm run build -- --force builds anyway)\n`);
+  process.stderr.write(
+    `${where}/ is up to date with the sources (npm run build -- --force builds anyway)${await ensureTemplate()}\n`,
+  );
   process.exit(0);
 }
 
+const keptTemplates = fs.existsSync(templates) ? fs.mkdtempSync(`${OUT}.templates-`) : undefined;
+if (keptTemplates) fs.renameSync(templates, path.join(keptTemplates, TEMPLATES));
 fs.rmSync(OUT, { recursive: true, force: true });
 await build({
   ...common,
@@ -46,8 +67,13 @@ await build({
   outdir: path.join(OUT, 'migrations'),
   sourcemap: true,
 });
+if (keptTemplates) {
+  fs.renameSync(path.join(keptTemplates, TEMPLATES), templates);
+  fs.rmSync(keptTemplates, { recursive: true, force: true });
+}
+const template = await ensureTemplate();
 // Written last, so that a build cut short is never taken for a whole one.
 fs.writeFileSync(stampFile, `${fingerprint}\n`);
 process.stderr.write(
-  `built ${path.relative(ROOT, path.join(OUT, 'cli.js'))} and ${migrations.length} migrations\n`,
+  `built ${path.relative(ROOT, path.join(OUT, 'cli.js'))} and ${migrations.length} migrations${template}\n`,
 );

@@ -95,10 +95,12 @@ async function runViaServer<C extends AdminCommand>(
   command: C,
   holderPid: number,
 ): Promise<AdminResult<C>> {
-  err(
-    `countersign: the running server (pid ${holderPid}) holds the embedded database; sending the command to it`,
-  );
-  const { sendAdminCommand, UNREACHABLE } = await import('./admin/endpoint.ts');
+  // Where the command ran is the user's concern only when debugging: its answer is the same.
+  if (cfg.log_level === 'debug' || cfg.log_level === 'trace')
+    err(
+      `countersign: the running server (pid ${holderPid}) holds the embedded database; sending the command to it`,
+    );
+  const { sendAdminCommand, UNREACHABLE } = await import('./admin/endpoint-client.ts');
   try {
     return await sendAdminCommand(cfg.data_dir, command);
   } catch (e) {
@@ -440,6 +442,12 @@ async function serve(opts: { stdio?: boolean; web: boolean }): Promise<void> {
   }
   try {
     await showFirstRun(server.services.firstRun, { mcp: `${server.url}/mcp`, web: server.url });
+    // A later start says how to get logins again: the first start's were printed that once.
+    if (!server.services.firstRun && cfg.demo)
+      err(
+        `countersign: serving ${server.url}/mcp; the demo logins were printed at the first start only. ` +
+          'New ones: countersign agent rotate demo, countersign user reset-password chair (or admin)',
+      );
   } catch (e) {
     await server.close('error');
     throw e;

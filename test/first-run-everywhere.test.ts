@@ -5,7 +5,7 @@ import { after, before, describe, it } from 'node:test';
 import { WebClient } from './helpers/browser-less.ts';
 import { runCli, spawnServer, stopChild } from './helpers/cli.ts';
 import { createTestDatabase, type TestDatabase } from './helpers/db.ts';
-import { call, connectHttp, testEnv } from './helpers/server.ts';
+import { call, connectHttp, testEnv, waitFor } from './helpers/server.ts';
 
 /** The logins a first-run banner shows. */
 function banner(stderr: string) {
@@ -54,6 +54,11 @@ describe('the first run of a fresh data directory, from any command', () => {
     const server = await spawnServer(env);
     try {
       assert.doesNotMatch(server.stderr(), /shown once/);
+      // It says how to get new logins instead (issue 44, item 9).
+      await waitFor('the way to new logins', async () =>
+        /printed at the first start only/.test(server.stderr()) ? true : undefined,
+      );
+      assert.match(server.stderr(), /countersign agent rotate demo, countersign user reset-password chair/);
       // The demo data and the demo agent are there, with the printed token.
       const agent = await connectHttp(server.url, shown.token!);
       assert.equal((await call(agent, 'isphere_search_contacts', { query: 'David' })).ok, true);

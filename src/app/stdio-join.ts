@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { readAdminAddress } from '../admin/endpoint.ts';
+import { readAdminAddress } from '../admin/endpoint-client.ts';
 import type { Config } from '../config.ts';
 import { AppError } from '../core/errors.ts';
 import { lockHolder } from '../db/lock.ts';

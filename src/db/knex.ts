@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import type { PGlite } from '@electric-sql/pglite';
 import knexFactory, { type Knex } from 'knex';
 import pg from 'pg';
 import type { Logger } from '../log.ts';
 import { lockDataDir, type DirLock } from './lock.ts';
+import { findTemplate, pgliteConnection, pgliteFromTemplate } from './template.ts';
 
 // bigint (seq) and numeric as JS numbers: every value we store fits in 2^53.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
@@ -74,14 +76,20 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
       `cleared a stale lock on ${opts.pgliteDir}: its process ${holder.pid} is gone`,
     ),
   );
+  let pglite: PGlite | undefined;
   try {
+    const fresh = !fs.existsSync(path.join(opts.pgliteDir, 'PG_VERSION'));
     ownerOnly(opts.pgliteDir);
     // Loaded only here: PGlite's module alone adds tens of MB to a process that talks to PostgreSQL.
     const { default: ClientPgLite } = await import('knex-pglite');
+    // A fresh data directory is loaded from the build's template when there is one (src/db/template.ts).
+    const template = fresh ? await findTemplate() : undefined;
+    pglite = template ? await pgliteFromTemplate(opts.pgliteDir, template) : undefined;
+    if (template) opts.log?.debug({ template }, 'the embedded database loaded from its template');
     const knex = knexFactory({
       client: ClientPgLite,
       dialect: 'postgres',
-      connection: { filename: opts.pgliteDir },
+      connection: pglite ? pgliteConnection(pglite) : { filename: opts.pgliteDir },
       // PGlite has one connection: anything waiting longer than this is a bug (a query outside `trx`).
       acquireConnectionTimeout: 20_000,
       log: knexLog(opts.log),
@@ -101,6 +109,8 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
       },
     };
   } catch (err) {
+    // An open PGlite would keep the process alive after a start that failed.
+    if (pglite && !pglite.closed) await pglite.close().catch(() => {});
     lock.release();
     throw err;
   }

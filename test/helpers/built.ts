@@ -20,10 +20,14 @@ export function builtCli(): Promise<string> {
     const cli = path.join(dir, 'cli.js');
     if (fs.existsSync(cli)) return cli;
     const tmp = `${dir}.${process.pid}.tmp`;
-    const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/build.ts', '--out', tmp], {
-      cwd: ROOT,
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', 'scripts/build.ts', '--out', tmp, '--no-template'],
+      {
+        cwd: ROOT,
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
     let stderr = '';
     child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
     const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
