@@ -1,5 +1,4 @@
 import { performance } from 'node:perf_hooks';
-import type { Knex } from 'knex';
 import client from 'prom-client';
 
 /** How a statement is counted: transaction control apart, since a commit waits for the disk. */
@@ -16,6 +15,16 @@ const kindOf = (sql: unknown): StatementKind => {
 interface KnexEvent {
   __knexUid?: string;
   sql?: unknown;
+}
+
+/**
+ * What `watch` reads of the database handle (a knex instance): its query events and its client's pool.
+ * Said by shape, so that the MCP server's folder needs no database import (the floors' lint).
+ */
+interface StatementEvents {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- EventEmitter's own listener type, as knex declares it
+  on(event: string, f: (...args: any[]) => void): unknown;
+  client: unknown;
 }
 
 /** The events of knex's pool (tarn) read here. */
@@ -79,7 +88,7 @@ export function createWaitAccount(registry: client.Registry) {
 
   return {
     /** Times every statement `knex` sends (its query events and its pool's releases). */
-    watch(knex: Knex) {
+    watch(knex: StatementEvents) {
       const open = new Map<string, { at: number; kind: StatementKind }>();
       const end = (uid: string | undefined) => {
         const o = uid === undefined ? undefined : open.get(uid);
