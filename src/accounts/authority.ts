@@ -201,7 +201,12 @@ export async function auditTampered(
       result: 'error',
       error_code: 'TAMPERED',
       ...(agentId ? { agent_id: agentId } : {}),
-      details: { [kind]: name, where, reason: `${kind}_record_tampered` },
+      details: {
+        [kind]: name,
+        ...(kind === 'agent' ? { agent_name: name } : {}),
+        where,
+        reason: `${kind}_record_tampered`,
+      },
     })
     .catch(() => undefined);
 }
