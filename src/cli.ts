@@ -591,6 +591,10 @@ function addDbCommands(db: Command): void {
     });
 }
 
+/** A listed record that does not carry its seal (docs/identity.md, "Sealed records"), marked so. */
+const tampered = (r: { sealed?: boolean }) =>
+  r.sealed === false ? '\tTAMPERED (changed outside the server: check it, then reseal it)' : '';
+
 /**
  * `agent reseal`, `user reseal`: the operator on the host accepts a record as it now stands
  * (docs/identity.md, "Sealed records"); what was sealed is printed and audited.
@@ -666,7 +670,7 @@ function addAgentCommands(agent: Command): void {
       for (const a of agents) {
         const owner = a.owner ?? (a.owner_unresolved === null ? '-' : `${a.owner_unresolved}(names no user)`);
         out(
-          `${a.name}\t${a.id}\tprofile=${a.profile}\towner=${owner}\t${a.revoked_at ? `revoked ${a.revoked_at}` : 'active'}`,
+          `${a.name}\t${a.id}\tprofile=${a.profile}\towner=${owner}\t${a.revoked_at ? `revoked ${a.revoked_at}` : 'active'}${tampered(a)}`,
         );
       }
     });
@@ -985,7 +989,7 @@ function addUserCommands(user: Command): void {
       for (const u of users) {
         const state = u.disabled_at ? `disabled ${u.disabled_at}` : 'active';
         const roles = [...u.roles, ...u.teams].join(',');
-        out(`${u.name}\t${roles}\t${state}${u.email ? `\t${u.email}` : ''}`);
+        out(`${u.name}\t${roles}\t${state}${u.email ? `\t${u.email}` : ''}${tampered(u)}`);
       }
     });
   user

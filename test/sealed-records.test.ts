@@ -274,6 +274,11 @@ for (const kind of databaseKinds()) {
       await user('sr-reseal', ['compliance']);
       await sql(`update users set teams = '["ops"]' where name = 'sr-reseal'`);
       assert.equal(await login('sr-reseal', 'sr-reseal password'), 401);
+      const listed = async () =>
+        (
+          (await admin({ command: 'user.list' })) as { users: { name: string; sealed?: boolean }[] }
+        ).users.find((u) => u.name === 'sr-reseal')?.sealed;
+      assert.equal(await listed(), false, 'user list says which records fail');
       const result = (await admin({ command: 'user.reseal', name: 'sr-reseal', actor: 'operator' })) as {
         was_sealed: boolean;
         sealed: Record<string, unknown>;
@@ -284,6 +289,7 @@ for (const kind of databaseKinds()) {
         [['ops'], ['compliance'], true],
       );
       assert.equal(await login('sr-reseal', 'sr-reseal password'), 303);
+      assert.equal(await listed(), true);
       const row = await knex()('audit_events')
         .where({ kind: 'user.resealed' })
         .orderBy('seq', 'desc')

@@ -119,8 +119,8 @@ export function createAccountAdmin(
         throw err;
       }
     },
-    listAgents: () => listAgents(knex),
-    listUsers: () => listUsers(knex),
+    listAgents: async () => listAgents(knex, await roots()),
+    listUsers: async () => listUsers(knex, await roots()),
     countAgents: () => countAgents(knex),
     activeAgentNamed: (name) => activeAgentNamed(knex, name),
   };

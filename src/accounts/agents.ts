@@ -81,7 +81,7 @@ export async function createAgent(
  * Every agent, by name. `owner` is the owning user's name; `owner_unresolved` an owner name from before
  * owners were users that names no user (its requests can be decided by nobody until an owner is set).
  */
-export async function listAgents(knex: Knex) {
+export async function listAgents(knex: Knex, roots?: HostRoots) {
   const rows = await knex('agents as a')
     .leftJoin('users as u', 'u.id', 'a.owner_id')
     .select(
@@ -94,6 +94,8 @@ export async function listAgents(knex: Knex) {
       'a.rate_limit_per_min',
       'a.created_at',
       'a.revoked_at',
+      'a.token_hash',
+      'a.authority_mac',
     )
     .orderBy('a.name');
   return rows.map((r: Record<string, unknown>) => ({
@@ -106,6 +108,8 @@ export async function listAgents(knex: Knex) {
     owner_unresolved: (r.owner_unresolved as string | null) ?? null,
     created_at: new Date(r.created_at as string).toISOString(),
     revoked_at: r.revoked_at ? new Date(r.revoked_at as string).toISOString() : null,
+    // With the host roots: whether the record carries its seal (authority.ts); never the token's MAC.
+    ...(roots ? { sealed: agentSealed(roots, r) } : {}),
   }));
 }
 

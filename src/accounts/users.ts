@@ -174,18 +174,21 @@ export async function checkCredentials(
 
 const rolesOf = (raw: unknown) => z.array(Role).parse(typeof raw === 'string' ? JSON.parse(raw) : raw);
 
-/** Every user, by name: roles, e-mail address, created, whether disabled (never a password hash). */
-export async function listUsers(knex: Knex) {
+/**
+ * Every user, by name: roles, e-mail address, created, whether disabled (never a password hash), and,
+ * with the host roots, whether the record carries its seal (authority.ts).
+ */
+export async function listUsers(knex: Knex, roots?: HostRoots) {
   const rows = (await knex('users')
-    .select('name', 'roles', 'teams', 'email', 'created_at', 'disabled_at')
-    .orderBy('name')) as {
+    .select([...USER_SEALED_COLUMNS, 'created_at'])
+    .orderBy('name')) as (UserRecord & {
     name: string;
     roles: unknown;
     teams: unknown;
     email: string | null;
     created_at: Date | string;
     disabled_at: Date | string | null;
-  }[];
+  })[];
   return rows.map((r) => ({
     name: r.name,
     roles: rolesOf(r.roles),
@@ -193,6 +196,7 @@ export async function listUsers(knex: Knex) {
     email: r.email,
     created_at: new Date(r.created_at).toISOString(),
     disabled_at: r.disabled_at === null ? null : new Date(r.disabled_at).toISOString(),
+    ...(roots ? { sealed: userSealed(roots, r) } : {}),
   }));
 }
 
