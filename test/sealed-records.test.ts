@@ -109,6 +109,19 @@ for (const kind of databaseKinds()) {
       );
     });
 
+    it('refuses a session whose row was pointed at a chair by SQL', async () => {
+      const chair = await user('sr-pointed-chair');
+      await user('sr-pointer', ['compliance']);
+      const web = new WebClient(server.url);
+      assert.equal((await web.login('sr-pointer', 'sr-pointer password')).res.status, 303);
+      assert.equal((await web.get('/approvals')).res.status, 200, 'her own session works');
+      const mine = await knex()('users').where({ name: 'sr-pointer' }).first('id');
+      await sql('update web_sessions set user_id = ? where user_id = ?', [chair.id, mine.id]);
+      assert.equal((await web.get('/approvals')).res.status, 303, 'not the chair: back to sign-in');
+      const [row] = await tamperedRows('user', 'sr-pointed-chair');
+      assert.equal(row?.details.where, 'session_user_changed');
+    });
+
     it('refuses a disabled user re-enabled by SQL', async () => {
       await user('sr-gone');
       await admin({ command: 'user.disable', name: 'sr-gone', actor: 'test' });

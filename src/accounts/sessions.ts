@@ -35,7 +35,9 @@ export function createSessionStore(
   return {
     /** A brand-new session id at every login: a session id planted before login is worthless. */
     async create(user: User): Promise<{ id: string; csrf: string }> {
-      const id = randomBytes(32).toString('base64url');
+      // The cookie names its user, and its MAC (the row's key) covers that name: a row's user_id
+      // changed by SQL, to make someone's session a chair's, no longer matches the cookie.
+      const id = `${user.id}.${randomBytes(32).toString('base64url')}`;
       const csrf = randomBytes(32).toString('base64url');
       const now = new Date().toISOString();
       await knex('web_sessions').insert({
@@ -71,6 +73,14 @@ export function createSessionStore(
       const row = (await named(knex, 'countersign_web_session', query)) as
         Record<string, unknown> | undefined;
       if (!row) return undefined;
+      // A session row whose user is not the one its cookie names was re-pointed by SQL (or made before
+      // cookies named their user: signed in again once).
+      const owner = id.indexOf('.') > 0 ? id.slice(0, id.indexOf('.')) : undefined;
+      if (owner === undefined) return undefined;
+      if (String(row.user_id) !== owner) {
+        await auditTampered(sealed?.audit, 'user', String(row.name), 'session_user_changed');
+        return undefined;
+      }
       if (sealed && !userSealed(sealed.roots, { ...row, id: row.user_id })) {
         await auditTampered(sealed.audit, 'user', String(row.name), 'session');
         return undefined;
