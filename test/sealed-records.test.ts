@@ -205,6 +205,21 @@ for (const kind of databaseKinds()) {
       }
     });
 
+    it('keeps a revoked agent revoked when its row is put back whole, seal included, as it was before', async () => {
+      const made = await createAgent(knex(), { name: 'sr-rolled-back', profile: 'readonly' });
+      const saved = (await knex()('agents').where({ name: 'sr-rolled-back' }).first()) as Record<
+        string,
+        unknown
+      >;
+      await admin({ command: 'agent.revoke', name: 'sr-rolled-back', actor: 'test' });
+      await sql('update agents set revoked_at = null, authority_mac = ? where name = ?', [
+        saved.authority_mac,
+        'sr-rolled-back',
+      ]);
+      const tried = await tryToken(server.url, made.token);
+      assert.deepEqual([tried.status, tried.reason], [401, 'revoked_token'], 'the log holds its revocation');
+    });
+
     it("refuses a token whose hash was copied onto another agent's row", async () => {
       const weak = await createAgent(knex(), { name: 'sr-weak', profile: 'readonly' });
       await createAgent(knex(), { name: 'sr-strong', profile: 'all' });

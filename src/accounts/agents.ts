@@ -163,6 +163,14 @@ export async function rotateAgentToken(
 }
 
 /**
+ * A select-list item for a query over `agents`: whether the audit log holds an `agent.revoked` row of
+ * this agent (rows the server appended, each with its row MAC: deleting one breaks the chain and its
+ * MACs). Few such rows exist, found by the (kind, seq) index; part of the one statement.
+ */
+const REVOKED_IN_LOG = `exists (select 1 from audit_events e where e.kind = 'agent.revoked'
+  and e.agent_id = agents.id::text) as revoked_in_log`;
+
+/**
  * The agent whose `column` is `value`, whether it is revoked, and whether its record carries its seal
  * (authority.ts; checked from the columns this one read): what authentication needs of its row.
  */
@@ -183,9 +191,10 @@ export async function agentRow(
       'revoked_at',
       'token_hash',
       'authority_mac',
+      knex.raw(REVOKED_IN_LOG),
     )
     .where(column, value)
-    .first()) as (Agent & AgentSealed & { revoked_at: unknown }) | undefined;
+    .first()) as (Agent & AgentSealed & { revoked_at: unknown; revoked_in_log: unknown }) | undefined;
   if (!row) return undefined;
   const agent: Agent = {
     id: String(row.id),
@@ -194,7 +203,10 @@ export async function agentRow(
     owner_id: row.owner_id ?? null,
     rate_limit_per_min: row.rate_limit_per_min ?? null,
   };
-  return { agent, revoked: Boolean(row.revoked_at), tampered: !agentSealed(roots, row), row };
+  // Revoked if its row says so, or if the log holds its revocation (there is no un-revoking): a row put
+  // back whole, seal and all, as it was before `agent revoke` does not bring the agent back.
+  const revoked = Boolean(row.revoked_at) || row.revoked_in_log === true;
+  return { agent, revoked, tampered: !agentSealed(roots, row), row };
 }
 
 /** Whether an active agent still holds a token from before tags (token-tag.ts): then those are looked up. */
