@@ -58,6 +58,8 @@ const NEEDS_EXISTING = new Set<AdminCommand['command']>([
   'user.set_teams',
   'user.reset_password',
   'user.disable',
+  'user.reseal',
+  'agent.reseal',
   'user.link',
   'agent.revoke',
   'audit.export',
@@ -522,12 +524,14 @@ function program(): Command {
     .action(serve);
   addStoreCommands(cli);
   addDbCommands(cli.command('db').description('move the database: copy the embedded one into PostgreSQL'));
-  addAgentCommands(cli.command('agent').description('manage agents (MCP clients)'));
+  const agentCommand = cli.command('agent').description('manage agents (MCP clients)');
+  addAgentCommands(agentCommand);
   addAuditCommands(cli.command('audit').description('export and verify the audit log'));
   const user = cli
     .command('user')
     .description('manage people: chairs decide, compliance reviews, admins administer');
   addUserCommands(user);
+  addResealCommands(agentCommand, user);
   addUserLinkCommand(user);
   addApprovalCommands(
     cli
@@ -595,6 +599,39 @@ function addDbCommands(db: Command): void {
     });
 }
 
+/** A listed record that does not carry its seal (docs/identity.md, "Sealed records"), marked so. */
+const tampered = (r: { sealed?: boolean }) =>
+  r.sealed === false ? '\tTAMPERED (changed outside the server: check it, then reseal it)' : '';
+
+/**
+ * `agent reseal`, `user reseal`: the operator on the host accepts a record as it now stands
+ * (docs/identity.md, "Sealed records"); what was sealed is printed and audited.
+ */
+function addResealCommands(agent: Command, user: Command): void {
+  agent
+    .command('reseal')
+    .argument('<name>')
+    .description(
+      "accept an agent's record as it now stands (after checking it): seal its profile, limit, owner, token and revocation again",
+    )
+    .action(async (name: string) => {
+      const result = await runData(config(), { command: 'agent.reseal', name, actor: cliActor() });
+      out(`agent "${name}" sealed as it stands${result.was_sealed ? ' (it was already sealed)' : ''}:`);
+      out(JSON.stringify(result.sealed, null, 2));
+    });
+  user
+    .command('reseal')
+    .argument('<name>')
+    .description(
+      "accept a user's record as it now stands (after checking it): seal its roles, teams, e-mail, password and identity again",
+    )
+    .action(async (name: string) => {
+      const result = await runData(config(), { command: 'user.reseal', name, actor: cliActor() });
+      out(`user "${name}" sealed as it stands${result.was_sealed ? ' (it was already sealed)' : ''}:`);
+      out(JSON.stringify(result.sealed, null, 2));
+    });
+}
+
 function addAgentCommands(agent: Command): void {
   agent
     .command('add')
@@ -641,7 +678,7 @@ function addAgentCommands(agent: Command): void {
       for (const a of agents) {
         const owner = a.owner ?? (a.owner_unresolved === null ? '-' : `${a.owner_unresolved}(names no user)`);
         out(
-          `${a.name}\t${a.id}\tprofile=${a.profile}\towner=${owner}\t${a.revoked_at ? `revoked ${a.revoked_at}` : 'active'}`,
+          `${a.name}\t${a.id}\tprofile=${a.profile}\towner=${owner}\t${a.revoked_at ? `revoked ${a.revoked_at}` : 'active'}${tampered(a)}`,
         );
       }
     });
@@ -960,7 +997,7 @@ function addUserCommands(user: Command): void {
       for (const u of users) {
         const state = u.disabled_at ? `disabled ${u.disabled_at}` : 'active';
         const roles = [...u.roles, ...u.teams].join(',');
-        out(`${u.name}\t${roles}\t${state}${u.email ? `\t${u.email}` : ''}`);
+        out(`${u.name}\t${roles}\t${state}${u.email ? `\t${u.email}` : ''}${tampered(u)}`);
       }
     });
   user

@@ -239,7 +239,8 @@ describeOnPostgres(
         // Without a listening connection nothing is served from the cache.
         await bus.close();
         assert.equal(bus.listening(), false);
-        await direct.knex('agents').where({ name: 'cached' }).update({ profile: 'readonly' });
+        // (Changed by a command: a profile set by SQL alone is not sealed, and refuses the agent.)
+        await cli(['agent', 'set', 'cached', '--profile', 'readonly']);
         assert.equal(await profileNow(), 'readonly');
       } finally {
         await bus.close();

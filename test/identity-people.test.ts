@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Knex } from 'knex';
 import { createAgent } from '../src/accounts/agents.ts';
-import { createUser } from '../src/accounts/users.ts';
+import { createUser, setUserEmail } from '../src/accounts/users.ts';
 import { isDecisionRefusal } from '../src/approval/decide.ts';
 import { isAppError } from '../src/core/errors.ts';
 import type { User } from '../src/core/identity.ts';
@@ -92,7 +92,8 @@ for (const kind of databaseKinds()) {
       for (const [id, claims] of Object.entries(PEOPLE)) idp.accounts.set(id, claims);
       server = await startTestServer(kind, oidcEnv(idp.issuer, port));
       await createUser(knex(), { name: 'mallory', roles: ['chair'], password: 'mallory password' });
-      await knex()('users').where({ name: 'mallory' }).update({ email: 'mallory@example.com' });
+      // Set as the account pages set it (sealed): an address written by SQL alone refuses her.
+      await knex().transaction((trx) => setUserEmail(trx, 'mallory', 'mallory@example.com'));
       await createUser(knex(), { name: 'otto', roles: ['chair'], password: 'otto password' });
       await createUser(knex(), { name: 'ada', roles: ['chair'], password: 'ada password' });
       tokens['mallory-bot'] = (await createAgent(knex(), { name: 'mallory-bot', owner: 'mallory' })).token;

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { runAdminCommand } from '../src/admin/commands.ts';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -52,7 +53,13 @@ for (const kind of databaseKinds()) {
           roles: ['chair'],
           password: `${name} pw 12`,
         });
-      await server.services.knex('users').whereIn('name', ['ada', 'ben']).update({ teams: '["finance"]' });
+      for (const name of ['ada', 'ben'])
+        await runAdminCommand(server.services.admin, {
+          command: 'user.set_teams',
+          name,
+          teams: ['finance'],
+          actor: 'test',
+        });
       const { token } = await createAgent(server.services.knex, { name: 'davids-helper', owner: 'david' });
       owned = await connectHttp(server.url, token);
     });

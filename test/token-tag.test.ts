@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { sealAgent } from '../src/accounts/authority.ts';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { createAgentAuth, type Authenticate } from '../src/accounts/agent-cache.ts';
@@ -87,12 +88,17 @@ for (const kind of databaseKinds()) {
       // An agent as one made before tags was: its token untagged, token_tagged false (stored as its
       // MAC, as the first use after the upgrade to MACs leaves it).
       const old = untagged();
-      await db.knex('agents').insert({
+      const roots = await hostRootsOf(db.knex);
+      const row = {
         id: '00000000-0000-4000-8000-0000000000aa',
         name: 'old-agent',
         profile: 'all',
-        token_hash: storedToken(await hostRootsOf(db.knex), old),
-      });
+        token_hash: storedToken(roots, old),
+      };
+      // Sealed as the first start after the upgrade to sealed records leaves it (accounts/authority.ts).
+      await db
+        .knex('agents')
+        .insert({ ...row, authority_mac: sealAgent(roots, { ...row, revoked_at: null }) });
       bus.agentChangedHere('00000000-0000-4000-8000-0000000000aa');
       const found = await auth(old);
       assert.ok('agent' in found && !('failure' in found) && found.agent.name === 'old-agent');

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { runAdminCommand } from '../src/admin/commands.ts';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
 import { createUser } from '../src/accounts/users.ts';
@@ -38,10 +39,13 @@ for (const kind of databaseKinds()) {
         roles: ['compliance'],
         password: 'auditor password',
       });
-      await server.services
-        .knex('users')
-        .whereIn('name', ['fin-one', 'fin-two'])
-        .update({ teams: '["finance"]' });
+      for (const name of ['fin-one', 'fin-two'])
+        await runAdminCommand(server.services.admin, {
+          command: 'user.set_teams',
+          name,
+          teams: ['finance'],
+          actor: 'test',
+        });
       await server.services.approvals.policy.set(POLICY, 'test');
       const draft = await call(agent, 'isphere_send_message', {
         target_type: 'contact',

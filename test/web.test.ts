@@ -8,6 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
 import { importData } from '../src/connectors/local/import.ts';
 import { createAgent } from '../src/accounts/agents.ts';
+import type { User } from '../src/core/identity.ts';
 import { createUser } from '../src/accounts/users.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { databaseKinds } from './helpers/db.ts';
@@ -317,7 +318,7 @@ describe('web limits on pglite', () => {
 
   it('ends a session at its absolute lifetime even when it is in use', async () => {
     const user = (await import('../src/accounts/users.ts')).checkCredentials;
-    const ivy = (await user(server.services.knex, 'ivy', 'ivy password'))!;
+    const ivy = (await user(server.services.knex, 'ivy', 'ivy password')) as User;
     const session = await server.services.sessions.create(ivy);
     const web = new WebClient(server.url);
     web.cookies.set('cs_session', session.id);

@@ -3,6 +3,7 @@ import type { AuditInput, AuditLog } from '../audit/index.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import { hostRootsOf } from '../db/host-roots.ts';
 import { writeSetting } from '../db/settings.ts';
+import { auditTampered, recordOfTampered, resealAgent, resealUser } from './authority.ts';
 import {
   activeAgentNamed,
   agentNamedForUpdate,
@@ -50,6 +51,10 @@ export interface AccountChanges {
   setUserEmail: Rest<typeof setUserEmail>;
   setUserTeams: Rest<typeof setUserTeams>;
   linkIdentity: Rest<typeof linkIdentity>;
+  /** Seals the user's record as it now stands (the operator's `user reseal`): the fields it sealed. */
+  resealUser: (name: string) => ReturnType<typeof resealUser>;
+  /** Seals the agent's record as it now stands (`agent reseal`). */
+  resealAgent: (name: string) => ReturnType<typeof resealAgent>;
   userNameOf: Rest<typeof userNameOf>;
   /** Records a setting that describes what this change made (the first run's record of its accounts). */
   writeSetting: (name: string, value: object) => Promise<void>;
@@ -77,15 +82,17 @@ function changesIn(trx: Knex.Transaction, audit: AuditLog, roots: HostRoots): Ac
     agentNamedForUpdate: (name) => agentNamedForUpdate(trx, name),
     activeAgentNamed: (name) => activeAgentNamed(trx, name),
     ownerNamed: (name) => ownerNamed(trx, name),
-    updateAgent: (name, change) => updateAgent(trx, name, change),
-    revokeAgent: (name) => revokeAgent(trx, name),
+    updateAgent: (name, change) => updateAgent(trx, name, change, roots),
+    revokeAgent: (name) => revokeAgent(trx, name, roots),
     rotateAgentToken: (name) => rotateAgentToken(trx, name, roots),
     countUsers: () => countUsers(trx),
-    createUser: (opts) => createUser(trx, opts),
-    changeUser: (name, change) => changeUser(trx, name, change),
-    setUserEmail: (name, email) => setUserEmail(trx, name, email),
-    setUserTeams: (name, teams) => setUserTeams(trx, name, teams),
-    linkIdentity: (name, identity) => linkIdentity(trx, name, identity),
+    createUser: (opts) => createUser(trx, opts, roots),
+    changeUser: (name, change) => changeUser(trx, name, change, roots),
+    setUserEmail: (name, email) => setUserEmail(trx, name, email, roots),
+    setUserTeams: (name, teams) => setUserTeams(trx, name, teams, roots),
+    linkIdentity: (name, identity) => linkIdentity(trx, name, identity, roots),
+    resealUser: (name) => resealUser(trx, roots, name),
+    resealAgent: (name) => resealAgent(trx, roots, name),
     userNameOf: (id) => userNameOf(trx, id),
     writeSetting: (name, value) => writeSetting(trx, name, value),
     audit: (row) => audit.appendIn(trx, { ...row, result: 'ok' }),
@@ -100,12 +107,20 @@ export function createAccountAdmin(
   return {
     // The roots are opened before the transaction: opening them the first time reads the database,
     // which on PGlite (one connection) would wait for the transaction that waits for it.
+    // A change refused because a record it read is not sealed as it stands (TAMPERED) is recorded after
+    // its transaction rolled back: the refusal leaves its row, the change none.
     change: async (work) => {
       const opened = await roots();
-      return knex.transaction((trx) => work(changesIn(trx, audit, opened)));
+      try {
+        return await knex.transaction((trx) => work(changesIn(trx, audit, opened)));
+      } catch (err) {
+        const record = recordOfTampered(err);
+        if (record) await auditTampered(audit, record.kind, record.name, 'change');
+        throw err;
+      }
     },
-    listAgents: () => listAgents(knex),
-    listUsers: () => listUsers(knex),
+    listAgents: async () => listAgents(knex, await roots()),
+    listUsers: async () => listUsers(knex, await roots()),
     countAgents: () => countAgents(knex),
     activeAgentNamed: (name) => activeAgentNamed(knex, name),
   };

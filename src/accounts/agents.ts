@@ -6,6 +6,7 @@ import { AgentName, type Agent } from '../core/identity.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import { hostRootsOf } from '../db/host-roots.ts';
 import { newTaggedToken, tokenTagKey } from './token-tag.ts';
+import { agentSealed, sealAgent, sealedAgentOr, type AgentSealed } from './authority.ts';
 
 /** An agent token: 256 random bits, recognisable by its prefix, with its tag (token-tag.ts). */
 const newToken = (roots: HostRoots) => newTaggedToken(tokenTagKey(roots));
@@ -27,7 +28,8 @@ export const storedToken = (roots: HostRoots, token: string) => roots.mac('agent
 const rootsFor = async (knex: Knex | Knex.Transaction, roots: HostRoots | undefined) =>
   roots ?? (await hostRootsOf(knex));
 
-export type AuthFailure = 'missing_token' | 'unknown_token' | 'revoked_token';
+/** `agent_record_tampered`: the token's agent has a record this server did not seal (authority.ts). */
+export type AuthFailure = 'missing_token' | 'unknown_token' | 'revoked_token' | 'agent_record_tampered';
 
 /**
  * The user an agent's owner names, ignoring case as user names are unique so; an owner must be a user who
@@ -59,8 +61,14 @@ export async function createAgent(
     owner_id: owner?.id ?? null,
     rate_limit_per_min: opts.rate_limit_per_min ?? null,
   };
+  const token_hash = storedToken(roots, token);
   const inserted = await knex('agents')
-    .insert({ ...agent, token_hash: storedToken(roots, token), token_tagged: true })
+    .insert({
+      ...agent,
+      token_hash,
+      token_tagged: true,
+      authority_mac: sealAgent(roots, { ...agent, token_hash, revoked_at: null }),
+    })
     .onConflict('name')
     .ignore()
     .returning('id');
@@ -73,7 +81,7 @@ export async function createAgent(
  * Every agent, by name. `owner` is the owning user's name; `owner_unresolved` an owner name from before
  * owners were users that names no user (its requests can be decided by nobody until an owner is set).
  */
-export async function listAgents(knex: Knex) {
+export async function listAgents(knex: Knex, roots?: HostRoots) {
   const rows = await knex('agents as a')
     .leftJoin('users as u', 'u.id', 'a.owner_id')
     .select(
@@ -86,6 +94,8 @@ export async function listAgents(knex: Knex) {
       'a.rate_limit_per_min',
       'a.created_at',
       'a.revoked_at',
+      'a.token_hash',
+      'a.authority_mac',
     )
     .orderBy('a.name');
   return rows.map((r: Record<string, unknown>) => ({
@@ -98,15 +108,34 @@ export async function listAgents(knex: Knex) {
     owner_unresolved: (r.owner_unresolved as string | null) ?? null,
     created_at: new Date(r.created_at as string).toISOString(),
     revoked_at: r.revoked_at ? new Date(r.revoked_at as string).toISOString() : null,
+    // With the host roots: whether the record carries its seal (authority.ts); never the token's MAC.
+    ...(roots ? { sealed: agentSealed(roots, r) } : {}),
   }));
 }
 
+/**
+ * The active agent `name`, locked for a change and checked against its seal (TAMPERED when it does not
+ * carry it: a change never seals what SQL made of it); undefined when no active agent has the name.
+ */
+async function activeSealedForUpdate(knex: Knex | Knex.Transaction, roots: HostRoots, name: string) {
+  const row = (await knex('agents').where({ name }).whereNull('revoked_at').forUpdate().first()) as
+    (AgentSealed & { id: string; name: string }) | undefined;
+  return row && sealedAgentOr(roots, row);
+}
+
 /** Revokes by name; returns false when no active agent has that name. */
-export async function revokeAgent(knex: Knex, name: string): Promise<boolean> {
+export async function revokeAgent(
+  knex: Knex | Knex.Transaction,
+  name: string,
+  hostRoots?: HostRoots,
+): Promise<boolean> {
+  const roots = await rootsFor(knex, hostRoots);
+  const row = await activeSealedForUpdate(knex, roots, name);
+  if (!row) return false;
   const n = await knex('agents')
-    .where({ name })
+    .where({ id: row.id })
     .whereNull('revoked_at')
-    .update({ revoked_at: knex.fn.now() });
+    .update({ revoked_at: knex.fn.now(), authority_mac: sealAgent(roots, { ...row, revoked_at: true }) });
   return n > 0;
 }
 
@@ -121,25 +150,51 @@ export async function rotateAgentToken(
   hostRoots?: HostRoots,
 ): Promise<{ agent_id: string; token: string } | undefined> {
   const roots = await rootsFor(knex, hostRoots);
+  const current = await activeSealedForUpdate(knex, roots, name);
+  if (!current) return undefined;
   const token = newToken(roots);
+  const token_hash = storedToken(roots, token);
   const [row] = (await knex('agents')
-    .where({ name })
+    .where({ id: current.id })
     .whereNull('revoked_at')
-    .update({ token_hash: storedToken(roots, token), token_tagged: true })
+    .update({ token_hash, token_tagged: true, authority_mac: sealAgent(roots, { ...current, token_hash }) })
     .returning('id')) as { id: string }[];
   return row && { agent_id: row.id, token };
 }
 
-/** The agent whose `column` is `value`, and whether it is revoked: what authentication needs of its row. */
+/**
+ * A select-list item for a query over `agents`: whether the audit log holds an `agent.revoked` row of
+ * this agent (rows the server appended, each with its row MAC: deleting one breaks the chain and its
+ * MACs). Few such rows exist, found by the (kind, seq) index; part of the one statement.
+ */
+const REVOKED_IN_LOG = `exists (select 1 from audit_events e where e.kind = 'agent.revoked'
+  and e.agent_id = agents.id::text) as revoked_in_log`;
+
+/**
+ * The agent whose `column` is `value`, whether it is revoked, and whether its record carries its seal
+ * (authority.ts; checked from the columns this one read): what authentication needs of its row.
+ */
 export async function agentRow(
   knex: Knex,
   column: 'token_hash' | 'name',
   value: string,
-): Promise<{ agent: Agent; revoked: boolean } | undefined> {
+  hostRoots?: HostRoots,
+): Promise<{ agent: Agent; revoked: boolean; tampered: boolean; row: AgentSealed } | undefined> {
+  const roots = await rootsFor(knex, hostRoots);
   const row = (await knex('agents')
-    .select('id', 'name', 'profile', 'owner_id', 'rate_limit_per_min', 'revoked_at')
+    .select(
+      'id',
+      'name',
+      'profile',
+      'owner_id',
+      'rate_limit_per_min',
+      'revoked_at',
+      'token_hash',
+      'authority_mac',
+      knex.raw(REVOKED_IN_LOG),
+    )
     .where(column, value)
-    .first()) as (Agent & { revoked_at: unknown }) | undefined;
+    .first()) as (Agent & AgentSealed & { revoked_at: unknown; revoked_in_log: unknown }) | undefined;
   if (!row) return undefined;
   const agent: Agent = {
     id: String(row.id),
@@ -148,7 +203,10 @@ export async function agentRow(
     owner_id: row.owner_id ?? null,
     rate_limit_per_min: row.rate_limit_per_min ?? null,
   };
-  return { agent, revoked: Boolean(row.revoked_at) };
+  // Revoked if its row says so, or if the log holds its revocation (there is no un-revoking): a row put
+  // back whole, seal and all, as it was before `agent revoke` does not bring the agent back.
+  const revoked = Boolean(row.revoked_at) || row.revoked_in_log === true;
+  return { agent, revoked, tampered: !agentSealed(roots, row), row };
 }
 
 /** Whether an active agent still holds a token from before tags (token-tag.ts): then those are looked up. */
@@ -173,11 +231,13 @@ export async function storedTokenHashes(knex: Knex): Promise<string[]> {
 async function legacyRow(knex: Knex, roots: HostRoots, token: string) {
   const sha256 = hashToken(token);
   if (!roots.legacyTokenHashes.has(sha256)) return undefined;
-  const row = await agentRow(knex, 'token_hash', sha256);
-  if (row && !row.revoked)
+  const row = await agentRow(knex, 'token_hash', sha256, roots);
+  if (row && !row.revoked && !row.tampered) {
+    const token_hash = storedToken(roots, token);
     await knex('agents')
       .where({ id: row.agent.id, token_hash: sha256 })
-      .update({ token_hash: storedToken(roots, token) });
+      .update({ token_hash, authority_mac: sealAgent(roots, { ...row.row, token_hash }) });
+  }
   return row;
 }
 
@@ -189,8 +249,11 @@ export async function authenticate(
   if (!token) return { failure: 'missing_token' };
   const roots = await rootsFor(knex, hostRoots);
   const row =
-    (await agentRow(knex, 'token_hash', storedToken(roots, token))) ?? (await legacyRow(knex, roots, token));
+    (await agentRow(knex, 'token_hash', storedToken(roots, token), roots)) ??
+    (await legacyRow(knex, roots, token));
   if (!row) return { failure: 'unknown_token' };
+  // A record changed by SQL (its profile, limit, owner, token, revocation) is refused, never served.
+  if (row.tampered) return { failure: 'agent_record_tampered', agent: row.agent };
   return row.revoked ? { failure: 'revoked_token', agent: row.agent } : { agent: row.agent };
 }
 
@@ -199,17 +262,23 @@ export async function authenticate(
  * unresolved owner); returns false when no agent has that name.
  */
 export async function updateAgent(
-  knex: Knex,
+  knex: Knex | Knex.Transaction,
   name: string,
   change: { profile?: string; rate_limit_per_min?: number | null; owner_id?: string | null },
+  hostRoots?: HostRoots,
 ): Promise<boolean> {
   const defined = Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined));
   if (Object.keys(defined).length === 0) return true;
+  const roots = await rootsFor(knex, hostRoots);
+  const row = (await knex('agents').where({ name }).forUpdate().first()) as
+    (AgentSealed & { id: string; name: string }) | undefined;
+  if (!row) return false;
+  sealedAgentOr(roots, row);
   const owner = 'owner_id' in defined ? { owner_unresolved: null } : {};
   return (
     (await knex('agents')
-      .where({ name })
-      .update({ ...defined, ...owner })) > 0
+      .where({ id: row.id })
+      .update({ ...defined, ...owner, authority_mac: sealAgent(roots, { ...row, ...defined }) })) > 0
   );
 }
 

@@ -23,6 +23,7 @@ export const OAuthFailure = z.enum([
   'unmapped_subject',
   'unknown_agent',
   'revoked_agent',
+  'agent_record_tampered',
   'issuer_unavailable',
 ]);
 export type OAuthFailure = z.infer<typeof OAuthFailure>;
@@ -42,6 +43,8 @@ export const OAUTH_FAILURE_DETAIL = {
   unmapped_subject: 'the access token names a client that is not mapped to an agent here',
   unknown_agent: 'the access token maps to an agent that does not exist',
   revoked_agent: 'the access token maps to an agent that has been revoked',
+  agent_record_tampered:
+    'the access token maps to an agent whose record was changed in the database outside this server; an operator must check it and run: countersign agent reseal NAME',
   issuer_unavailable: 'the authorization server cannot be reached to check the token; retry shortly',
 } satisfies Record<OAuthFailure, string>;
 
@@ -190,8 +193,11 @@ function failureOf(err: unknown): OAuthFailure {
 export async function findAgentByName(
   knex: Knex,
   name: string,
-): Promise<{ agent: Agent } | { failure: 'unknown_agent' | 'revoked_agent'; agent?: Agent }> {
+): Promise<
+  { agent: Agent } | { failure: 'unknown_agent' | 'revoked_agent' | 'agent_record_tampered'; agent?: Agent }
+> {
   const row = await agentRow(knex, 'name', name);
   if (!row) return { failure: 'unknown_agent' };
+  if (row.tampered) return { failure: 'agent_record_tampered', agent: row.agent };
   return row.revoked ? { failure: 'revoked_agent', agent: row.agent } : { agent: row.agent };
 }

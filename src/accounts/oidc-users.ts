@@ -5,6 +5,8 @@ import type { AuditLog } from '../audit/index.ts';
 import type { OidcConfig } from '../config.ts';
 import { Role, UserName, type User } from '../core/identity.ts';
 import { claimAt, type OidcClaims, type OidcRefusal } from './oidc.ts';
+import type { HostRoots } from '../core/host-roots.ts';
+import { sealUser, userSealed, type UserRecord } from './authority.ts';
 
 /** Who the verified claims say the person is, in countersign's terms. */
 export interface OidcIdentity {
@@ -44,7 +46,7 @@ export function identityOf(config: OidcConfig, claims: OidcClaims): OidcIdentity
 
 const rolesOf = (raw: unknown) => z.array(Role).parse(typeof raw === 'string' ? JSON.parse(raw) : raw);
 
-interface UserRow {
+interface UserRow extends Partial<UserRecord> {
   id: string;
   name: string;
   roles: unknown;
@@ -81,6 +83,47 @@ async function userByEmail(
 }
 
 /**
+ * A user whose record this server did not seal as it stands (an identity remapped, roles or an address
+ * set by SQL: authority.ts) is refused like a disabled one, and the refusal recorded with the sign-in.
+ */
+async function refuseTampered(audit: AuditLog, trx: Knex.Transaction, identity: OidcIdentity, row: UserRow) {
+  await audit.appendIn(trx, {
+    kind: 'user.record_tampered',
+    actor: `oidc:${identity.issuer}`,
+    result: 'error',
+    error_code: 'TAMPERED',
+    details: {
+      user: row.name,
+      where: 'sign_in_oidc',
+      reason: 'user_record_tampered',
+      subject: identity.subject,
+    },
+  });
+  return { failure: 'tampered' as const, name: row.name };
+}
+
+/** A new user for a first sign-in, sealed; any unique index may refuse it (then nothing is inserted). */
+function insertUser(trx: Knex.Transaction, roots: HostRoots, identity: OidcIdentity, user: User) {
+  const record = {
+    ...user,
+    password_hash: null,
+    oidc_issuer: identity.issuer,
+    oidc_subject: identity.subject,
+    email: identity.email ?? null,
+  };
+  // The name (taken), or this identity (created meanwhile by a racing sign-in).
+  return trx('users')
+    .insert({
+      ...record,
+      roles: JSON.stringify(user.roles),
+      authority_mac: sealUser(roots, { ...record, teams: [], disabled_at: null }),
+    })
+    .onConflict()
+    .ignore()
+    .returning('id');
+}
+
+/**
  * The user behind a verified identity, found by (issuer, subject) and never by name alone. On the person's
  * first sign-in: linked to the existing user whose e-mail address the provider verified (user.linked), else
  * created (user.created); its roles brought in line with the claims at every sign-in (user.role_changed);
@@ -90,9 +133,11 @@ async function userByEmail(
  * is one.
  */
 export async function signInWithOidc(
-  deps: { knex: Knex; audit: AuditLog },
+  deps: { knex: Knex; audit: AuditLog; roots: HostRoots },
   identity: OidcIdentity,
 ): Promise<{ user: User } | (OidcRefusal & { name?: string })> {
+  const { roots } = deps;
+  const tampered = (trx: Knex.Transaction, row: UserRow) => refuseTampered(deps.audit, trx, identity, row);
   const actor = `oidc:${identity.issuer}`;
   const facts = { via: 'oidc', issuer: identity.issuer, subject: identity.subject };
   const bySubject = (trx: Knex.Transaction) =>
@@ -103,6 +148,8 @@ export async function signInWithOidc(
 
   return deps.knex.transaction(async (trx) => {
     let row = await bySubject(trx);
+    // A disabled user is refused as disabled whatever else its record says; an enabled one must be sealed.
+    if (row && row.disabled_at === null && !userSealed(roots, row)) return tampered(trx, row);
     if (!row) {
       if (identity.roles.length === 0) return { failure: 'no_role', name: identity.name };
       const byEmail = await userByEmail(trx, identity);
@@ -110,10 +157,13 @@ export async function signInWithOidc(
       if (byEmail) {
         row = byEmail.row;
         if (row.disabled_at !== null) return { failure: 'disabled', name: row.name };
+        if (!userSealed(roots, row)) return tampered(trx, row);
         if (row.oidc_subject === null) {
+          const linked = { oidc_issuer: identity.issuer, oidc_subject: identity.subject };
           await trx('users')
             .where({ id: row.id })
-            .update({ oidc_issuer: identity.issuer, oidc_subject: identity.subject });
+            .update({ ...linked, authority_mac: sealUser(roots, { ...row, ...linked }) });
+          row = { ...row, ...linked };
           const details = { user: row.name, email: identity.email ?? null, ...facts };
           await deps.audit.appendIn(trx, { kind: 'user.linked', actor, result: 'ok', details });
         }
@@ -122,19 +172,7 @@ export async function signInWithOidc(
     if (!row) {
       if (!identity.name) return { failure: 'no_username' };
       const user: User = { id: randomUUID(), name: identity.name, roles: identity.roles };
-      // Any unique index may refuse: the name (taken), or this identity (created meanwhile by a racing sign-in).
-      const inserted = await trx('users')
-        .insert({
-          ...user,
-          roles: JSON.stringify(user.roles),
-          password_hash: null,
-          oidc_issuer: identity.issuer,
-          oidc_subject: identity.subject,
-          email: identity.email ?? null,
-        })
-        .onConflict()
-        .ignore()
-        .returning('id');
+      const inserted = await insertUser(trx, roots, identity, user);
       if (inserted.length === 1) {
         const details = { user: user.name, roles: user.roles, email: identity.email ?? null, ...facts };
         await deps.audit.appendIn(trx, { kind: 'user.created', actor, result: 'ok', details });
@@ -142,6 +180,7 @@ export async function signInWithOidc(
       }
       row = await bySubject(trx);
       if (!row) return { failure: 'name_taken', name: identity.name };
+      if (row.disabled_at === null && !userSealed(roots, row)) return tampered(trx, row);
     }
     if (row.disabled_at !== null) return { failure: 'disabled', name: row.name };
     if (identity.roles.length === 0) {
@@ -153,7 +192,10 @@ export async function signInWithOidc(
     if (Role.options.filter((r) => before.includes(r)).join() !== identity.roles.join()) {
       await trx('users')
         .where({ id: row.id })
-        .update({ roles: JSON.stringify(identity.roles) });
+        .update({
+          roles: JSON.stringify(identity.roles),
+          authority_mac: sealUser(roots, { ...row, roles: identity.roles }),
+        });
       await deps.audit.appendIn(trx, {
         kind: 'user.role_changed',
         actor,

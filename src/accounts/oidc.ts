@@ -23,6 +23,7 @@ export const OidcFailure = z.enum([
   'email_in_use',
   'disabled',
   'provider_unavailable',
+  'tampered',
 ]);
 export type OidcFailure = z.infer<typeof OidcFailure>;
 
@@ -69,6 +70,11 @@ export const OIDC_FAILURE_PAGE = {
     'Your e-mail address belongs to more than one account here, or to one linked to another identity; an administrator must link your account.',
   ],
   disabled: [403, 'Account disabled', 'Your account here is disabled.'],
+  tampered: [
+    403,
+    'Sign-in refused',
+    'Your account here was changed outside this server; an administrator must check it before you can sign in.',
+  ],
   provider_unavailable: [
     503,
     'Sign-in unavailable',

@@ -3,6 +3,9 @@ import type { Knex } from 'knex';
 import { z } from 'zod';
 import { named } from '../db/knex.ts';
 import { Role, type User } from '../core/identity.ts';
+import type { AuditLog } from '../audit/index.ts';
+import type { HostRoots } from '../core/host-roots.ts';
+import { auditTampered, userSealed } from './authority.ts';
 
 export interface WebSession {
   user: User;
@@ -20,6 +23,11 @@ export function createSessionStore(
   knex: Knex,
   lifetime: { idleMs: number; absoluteMs: number },
   key: Buffer,
+  /**
+   * The host roots, to check the session's user against its seal (authority.ts) from the columns the
+   * session's one query reads; a user whose record fails is refused like a disabled one, and recorded.
+   */
+  sealed?: { roots: HostRoots; audit?: Pick<AuditLog, 'append'> },
 ) {
   const { idleMs, absoluteMs } = lifetime;
   const hashId = (id: string) => createHmac('sha256', key).update(id).digest('hex');
@@ -27,7 +35,9 @@ export function createSessionStore(
   return {
     /** A brand-new session id at every login: a session id planted before login is worthless. */
     async create(user: User): Promise<{ id: string; csrf: string }> {
-      const id = randomBytes(32).toString('base64url');
+      // The cookie names its user, and its MAC (the row's key) covers that name: a row's user_id
+      // changed by SQL, to make someone's session a chair's, no longer matches the cookie.
+      const id = `${user.id}.${randomBytes(32).toString('base64url')}`;
       const csrf = randomBytes(32).toString('base64url');
       const now = new Date().toISOString();
       await knex('web_sessions').insert({
@@ -47,11 +57,34 @@ export function createSessionStore(
         .join('users as u', 'u.id', 's.user_id')
         .whereNull('u.disabled_at')
         .where('s.id_hash', hashId(id))
-        .select('s.*', 'u.name', 'u.roles')
+        .select(
+          's.*',
+          'u.name',
+          'u.roles',
+          'u.teams',
+          'u.email',
+          'u.password_hash',
+          'u.oidc_issuer',
+          'u.oidc_subject',
+          'u.disabled_at',
+          'u.authority_mac',
+        )
         .first();
       const row = (await named(knex, 'countersign_web_session', query)) as
         Record<string, unknown> | undefined;
       if (!row) return undefined;
+      // A session row whose user is not the one its cookie names was re-pointed by SQL (or made before
+      // cookies named their user: signed in again once).
+      const owner = id.indexOf('.') > 0 ? id.slice(0, id.indexOf('.')) : undefined;
+      if (owner === undefined) return undefined;
+      if (String(row.user_id) !== owner) {
+        await auditTampered(sealed?.audit, 'user', String(row.name), 'session_user_changed');
+        return undefined;
+      }
+      if (sealed && !userSealed(sealed.roots, { ...row, id: row.user_id })) {
+        await auditTampered(sealed.audit, 'user', String(row.name), 'session');
+        return undefined;
+      }
       const now = Date.now();
       const created = new Date(row.created_at as string).getTime();
       const seen = new Date(row.last_seen_at as string).getTime();

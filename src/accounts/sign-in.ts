@@ -7,6 +7,7 @@ import type { HostRoots } from '../core/host-roots.ts';
 import type { OidcRefusal } from './oidc.ts';
 import { signInWithOidc, type OidcIdentity } from './oidc-users.ts';
 import { checkCredentials } from './users.ts';
+import { auditTampered } from './authority.ts';
 
 /** How long a failed attempt counts towards the limits. */
 export const SIGN_IN_WINDOW_MINUTES = 15;
@@ -159,21 +160,30 @@ export interface SignInLimits {
  * the right one gives its reservation back.
  */
 async function signIn(
-  deps: { knex: Knex; audit: AuditLog; attempts: Pick<SignIn, 'reserve' | 'release'> },
+  deps: {
+    knex: Knex;
+    audit: AuditLog;
+    roots: () => Promise<HostRoots>;
+    attempts: Pick<SignIn, 'reserve' | 'release'>;
+  },
   attempt: { name: string; password: string; origin: string; via: 'web' | 'cli' },
 ): Promise<{ user: User } | { refused: 'locked_out' | 'wrong_password' }> {
   const { name, origin } = attempt;
   const reserved = await deps.attempts.reserve({ bucket: 'password', name, origin });
   if (reserved === undefined) return { refused: 'locked_out' };
-  let user: User | undefined;
+  let user: User | { tampered: string } | undefined;
   try {
-    user = name ? await checkCredentials(deps.knex, name, attempt.password) : undefined;
+    user = name ? await checkCredentials(deps.knex, name, attempt.password, await deps.roots()) : undefined;
   } catch (err) {
     // Not checked, so not a failure of the caller's: the reservation goes back.
     await deps.attempts.release(reserved).catch(() => undefined);
     throw err;
   }
-  if (user) {
+  if (user && 'tampered' in user) {
+    // Refused as a disabled user is (the person is told no more than for a wrong password), recorded as
+    // what it is: the record this server sealed was changed in the database (authority.ts).
+    await auditTampered(deps.audit, 'user', user.tampered, `sign_in_${attempt.via}`);
+  } else if (user) {
     await deps.attempts.release(reserved);
     return { user };
   }
@@ -243,7 +253,7 @@ export function createSignIn(deps: {
   return {
     signIn: (attempt) => signIn({ ...deps, attempts }, attempt),
     ...attempts,
-    withOidc: (identity) => signInWithOidc(deps, identity),
+    withOidc: async (identity) => signInWithOidc({ ...deps, roots: await deps.roots() }, identity),
     oidcAttemptSecret: async () => (await deps.roots()).key('sign-in-attempt').toString('base64url'),
   };
 }

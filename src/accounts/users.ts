@@ -11,6 +11,13 @@ import { z } from 'zod';
 import { AppError } from '../core/errors.ts';
 import { Role, UserName, type User } from '../core/identity.ts';
 import { limitConcurrency } from '../core/limit.ts';
+import type { HostRoots } from '../core/host-roots.ts';
+import { hostRootsOf } from '../db/host-roots.ts';
+import { USER_SEALED_COLUMNS, sealUser, sealedUserOr, userSealed, type UserRecord } from './authority.ts';
+
+/** The roots given, else those opened for `knex` (the host's keys: db/host-roots.ts). */
+const rootsFor = async (knex: Knex | Knex.Transaction, roots: HostRoots | undefined) =>
+  roots ?? (await hostRootsOf(knex));
 
 const scrypt = (password: string, salt: Buffer, keylen: number, opts: ScryptOptions) =>
   new Promise<Buffer>((resolve, reject) =>
@@ -51,9 +58,11 @@ export async function verifyPassword(password: string, stored: string): Promise<
 }
 
 export async function createUser(
-  knex: Knex,
+  knex: Knex | Knex.Transaction,
   opts: { name: string; roles: Role[]; password: string },
+  hostRoots?: HostRoots,
 ): Promise<User> {
+  const roots = await rootsFor(knex, hostRoots);
   const name = UserName.parse(opts.name);
   const roles = z
     .array(Role)
@@ -62,8 +71,23 @@ export async function createUser(
   z.object({ password: z.string().min(8, 'at least 8 characters') }).parse({ password: opts.password });
   const user: User = { id: randomUUID(), name, roles };
   // Names are unique ignoring case (users_name_lower_unique): `Mallory` is refused where `mallory` exists.
+  const password_hash = await hashPassword(opts.password);
+  const record = {
+    ...user,
+    roles,
+    teams: [],
+    email: null,
+    password_hash,
+    oidc_issuer: null,
+    oidc_subject: null,
+  };
   const inserted = await knex('users')
-    .insert({ ...user, roles: JSON.stringify(roles), password_hash: await hashPassword(opts.password) })
+    .insert({
+      ...user,
+      roles: JSON.stringify(roles),
+      password_hash,
+      authority_mac: sealUser(roots, { ...record, disabled_at: null }),
+    })
     .onConflict()
     .ignore()
     .returning('id');
@@ -91,14 +115,18 @@ export async function linkIdentity(
   trx: Knex.Transaction,
   name: string,
   identity: OidcSubject,
+  hostRoots?: HostRoots,
 ): Promise<{ user: string; before?: OidcSubject; unchanged: boolean }> {
+  const roots = await rootsFor(trx, hostRoots);
   const row = (await trx('users')
     .whereRaw('lower(name) = lower(?)', [name])
     .whereNull('disabled_at')
     .forUpdate()
     .first()) as
-    { id: string; name: string; oidc_issuer: string | null; oidc_subject: string | null } | undefined;
+    | (UserRecord & { id: string; name: string; oidc_issuer: string | null; oidc_subject: string | null })
+    | undefined;
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
+  sealedUserOr(roots, row);
   if (row.oidc_issuer === identity.issuer && row.oidc_subject === identity.subject)
     return { user: row.name, unchanged: true };
   const holder = (await trx('users')
@@ -108,9 +136,10 @@ export async function linkIdentity(
   if (holder) {
     throw new AppError('CONFLICT', `that identity already signs in as "${holder.name}"`, 'identity_in_use');
   }
+  const linked = { oidc_issuer: identity.issuer, oidc_subject: identity.subject };
   await trx('users')
     .where({ id: row.id })
-    .update({ oidc_issuer: identity.issuer, oidc_subject: identity.subject });
+    .update({ ...linked, authority_mac: sealUser(roots, { ...row, ...linked }) });
   const before =
     row.oidc_issuer !== null && row.oidc_subject !== null
       ? { issuer: row.oidc_issuer, subject: row.oidc_subject }
@@ -118,20 +147,26 @@ export async function linkIdentity(
   return { user: row.name, ...(before ? { before } : {}), unchanged: false };
 }
 
-/** The user, if the name exists, is enabled and the password matches. Always spends one scrypt. */
+/**
+ * The user, if the name exists, is enabled and the password matches; `tampered` (the name) when the
+ * user's record does not carry its seal (authority.ts), whatever the password. Always spends one scrypt.
+ */
 export async function checkCredentials(
   knex: Knex,
   name: string,
   password: string,
-): Promise<User | undefined> {
+  hostRoots?: HostRoots,
+): Promise<User | { tampered: string } | undefined> {
+  const roots = await rootsFor(knex, hostRoots);
   const row = (await knex('users').where({ name }).whereNull('disabled_at').first()) as
-    { id: string; name: string; roles: unknown; password_hash: string | null } | undefined;
+    (UserRecord & { id: string; name: string; roles: unknown; password_hash: string | null }) | undefined;
   // Hash even for an unknown name or a user without a password (single sign-on only), so timing does not
   // tell which names exist or how they sign in.
   const ok = await verifyPassword(
     password,
     row?.password_hash ?? 'scrypt$16384$8$1$AAAAAAAAAAAAAAAAAAAAAA$' + 'A'.repeat(43),
   );
+  if (row && !userSealed(roots, row)) return { tampered: row.name };
   if (!row || row.password_hash === null || !ok) return undefined;
   const roles = typeof row.roles === 'string' ? JSON.parse(row.roles) : row.roles;
   return { id: row.id, name: row.name, roles: z.array(Role).parse(roles) };
@@ -139,18 +174,21 @@ export async function checkCredentials(
 
 const rolesOf = (raw: unknown) => z.array(Role).parse(typeof raw === 'string' ? JSON.parse(raw) : raw);
 
-/** Every user, by name: roles, e-mail address, created, whether disabled (never a password hash). */
-export async function listUsers(knex: Knex) {
+/**
+ * Every user, by name: roles, e-mail address, created, whether disabled (never a password hash), and,
+ * with the host roots, whether the record carries its seal (authority.ts).
+ */
+export async function listUsers(knex: Knex, roots?: HostRoots) {
   const rows = (await knex('users')
-    .select('name', 'roles', 'teams', 'email', 'created_at', 'disabled_at')
-    .orderBy('name')) as {
+    .select([...USER_SEALED_COLUMNS, 'created_at'])
+    .orderBy('name')) as (UserRecord & {
     name: string;
     roles: unknown;
     teams: unknown;
     email: string | null;
     created_at: Date | string;
     disabled_at: Date | string | null;
-  }[];
+  })[];
   return rows.map((r) => ({
     name: r.name,
     roles: rolesOf(r.roles),
@@ -158,6 +196,7 @@ export async function listUsers(knex: Knex) {
     email: r.email,
     created_at: new Date(r.created_at).toISOString(),
     disabled_at: r.disabled_at === null ? null : new Date(r.disabled_at).toISOString(),
+    ...(roots ? { sealed: userSealed(roots, r) } : {}),
   }));
 }
 
@@ -173,10 +212,14 @@ export async function changeUser(
   trx: Knex.Transaction,
   name: string,
   change: UserChange,
+  hostRoots?: HostRoots,
 ): Promise<{ id: string; before: Role[]; after: Role[] }> {
+  const roots = await rootsFor(trx, hostRoots);
   const row = (await trx('users').where({ name }).whereNull('disabled_at').forUpdate().first()) as
-    { id: string; roles: unknown; oidc_subject: string | null; password_hash: string | null } | undefined;
+    | (UserRecord & { id: string; roles: unknown; oidc_subject: string | null; password_hash: string | null })
+    | undefined;
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
+  sealedUserOr(roots, row);
   if ('password' in change && row.oidc_subject !== null && row.password_hash === null) {
     // A password would open a second way in that the identity provider does not control. (A local user
     // linked to an identity later keeps the password they had, and may have it reset.)
@@ -202,19 +245,25 @@ export async function changeUser(
       'last_admin',
     );
   }
+  // One statement writes the change and the seal over the record as it then stands.
+  const sealed = (fields: Partial<UserRecord>) => sealUser(roots, { ...row, ...fields });
   if ('roles' in change)
     await trx('users')
       .where({ id: row.id })
-      .update({ roles: JSON.stringify(after) });
+      .update({ roles: JSON.stringify(after), authority_mac: sealed({ roles: after }) });
   if ('password' in change) {
     z.object({ password: z.string().min(8, 'at least 8 characters') }).parse(change);
+    const password_hash = await hashPassword(change.password);
     await trx('users')
       .where({ id: row.id })
-      .update({ password_hash: await hashPassword(change.password) });
+      .update({ password_hash, authority_mac: sealed({ password_hash }) });
     // Whoever signed in with the old password is signed out.
     await trx('web_sessions').where({ user_id: row.id }).delete();
   }
-  if ('disable' in change) await trx('users').where({ id: row.id }).update({ disabled_at: trx.fn.now() });
+  if ('disable' in change)
+    await trx('users')
+      .where({ id: row.id })
+      .update({ disabled_at: trx.fn.now(), authority_mac: sealed({ disabled_at: true }) });
   return { id: row.id, before, after };
 }
 
@@ -226,12 +275,17 @@ export async function setUserEmail(
   trx: Knex.Transaction,
   name: string,
   email: string | null,
+  hostRoots?: HostRoots,
 ): Promise<{ before: string | null; after: string | null }> {
+  const roots = await rootsFor(trx, hostRoots);
   const after = email === null ? null : z.email().parse(email.trim());
   const row = (await trx('users').where({ name }).whereNull('disabled_at').forUpdate().first()) as
-    { id: string; email: string | null } | undefined;
+    (UserRecord & { id: string; email: string | null }) | undefined;
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
-  await trx('users').where({ id: row.id }).update({ email: after });
+  sealedUserOr(roots, row);
+  await trx('users')
+    .where({ id: row.id })
+    .update({ email: after, authority_mac: sealUser(roots, { ...row, email: after }) });
   return { before: row.email, after };
 }
 
@@ -248,28 +302,41 @@ export async function setUserTeams(
   trx: Knex.Transaction,
   name: string,
   teams: string[],
+  hostRoots?: HostRoots,
 ): Promise<{ before: string[]; after: string[] }> {
+  const roots = await rootsFor(trx, hostRoots);
   const after = z.array(TeamName).parse([...new Set(teams)].sort());
   const row = (await trx('users').where({ name }).whereNull('disabled_at').forUpdate().first()) as
-    { id: string; teams: unknown } | undefined;
+    (UserRecord & { id: string; teams: unknown }) | undefined;
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
+  sealedUserOr(roots, row);
   await trx('users')
     .where({ id: row.id })
-    .update({ teams: JSON.stringify(after) });
+    .update({ teams: JSON.stringify(after), authority_mac: sealUser(roots, { ...row, teams: after }) });
   return { before: teamsOf(row.teams), after };
 }
 
 /**
  * What each named user holds that an approval rule can ask for: built-in roles and teams together, by
- * name. A name that is no user, or a disabled one, holds nothing.
+ * name. A name that is no user, or a disabled one, holds nothing; nor does a user whose record does not
+ * carry its seal (authority.ts: roles or teams given by SQL), when `roots` are given — the approval
+ * paths always give them, checked from the columns this one query reads.
  */
-export async function heldBy(q: Knex | Knex.Transaction, names: string[]): Promise<Map<string, string[]>> {
+export async function heldBy(
+  q: Knex | Knex.Transaction,
+  names: string[],
+  roots?: HostRoots,
+): Promise<Map<string, string[]>> {
   if (names.length === 0) return new Map();
   const rows = (await q('users')
-    .select('name', 'roles', 'teams')
+    .select(USER_SEALED_COLUMNS)
     .whereIn('name', names)
-    .whereNull('disabled_at')) as { name: string; roles: unknown; teams: unknown }[];
-  return new Map(rows.map((r) => [r.name, [...rolesOf(r.roles), ...teamsOf(r.teams)]]));
+    .whereNull('disabled_at')) as (UserRecord & { name: string; roles: unknown; teams: unknown })[];
+  return new Map(
+    rows
+      .filter((r) => !roots || userSealed(roots, r))
+      .map((r) => [r.name, [...rolesOf(r.roles), ...teamsOf(r.teams)]]),
+  );
 }
 
 async function otherActiveAdmins(trx: Knex.Transaction, id: string): Promise<number> {
@@ -289,25 +356,23 @@ export interface UserDirectory {
   activeWithEmail(email: string, limit: number): Promise<User[]>;
 }
 
-export function createUserDirectory(knex: Knex): UserDirectory {
-  const active = () => knex('users').select('id', 'name', 'roles').whereNull('disabled_at');
-  const userOf = (r: { id: string; name: string; roles: unknown }): User => ({
-    id: r.id,
-    name: r.name,
+export function createUserDirectory(knex: Knex, roots?: HostRoots): UserDirectory {
+  const active = () => knex('users').select(USER_SEALED_COLUMNS).whereNull('disabled_at');
+  // A user whose record does not carry its seal (authority.ts) is no one's to act as: not found.
+  const sealed = (rows: UserRecord[]) => rows.filter((r) => !roots || userSealed(roots, r));
+  const userOf = (r: UserRecord): User => ({
+    id: String(r.id),
+    name: String(r.name),
     roles: rolesOf(r.roles),
   });
   return {
     async activeNamed(name) {
-      const rows = (await active().whereRaw('lower(name) = lower(?)', [name])) as Parameters<
-        typeof userOf
-      >[0][];
+      const rows = sealed((await active().whereRaw('lower(name) = lower(?)', [name])) as UserRecord[]);
       return rows.length === 1 ? userOf(rows[0]!) : undefined;
     },
     async activeWithEmail(email, limit) {
-      const rows = (await active().whereRaw('lower(email) = lower(?)', [email]).limit(limit)) as Parameters<
-        typeof userOf
-      >[0][];
-      return rows.map(userOf);
+      const rows = (await active().whereRaw('lower(email) = lower(?)', [email]).limit(limit)) as UserRecord[];
+      return sealed(rows).map(userOf);
     },
   };
 }

@@ -77,6 +77,9 @@ export const AdminCommand = z.discriminatedUnion('command', [
     actor: z.string().min(1),
   }),
   z.strictObject({ command: z.literal('user.disable'), name: z.string().min(1), actor: z.string().min(1) }),
+  /** Seals a user's record as it now stands (docs/identity.md, "Sealed records"); the operator's word. */
+  z.strictObject({ command: z.literal('user.reseal'), name: z.string().min(1), actor: z.string().min(1) }),
+  z.strictObject({ command: z.literal('agent.reseal'), name: z.string().min(1), actor: z.string().min(1) }),
   z.strictObject({
     command: z.literal('user.link'),
     name: z.string().min(1),
@@ -445,6 +448,27 @@ const HANDLERS = {
       return { revoked: cmd.name };
     }),
   'agent.rotate': rotateCommand,
+  'agent.reseal': (deps, cmd) =>
+    audited(deps, async (tx) => {
+      const { sealed, was_sealed, id } = await tx.resealAgent(cmd.name);
+      await tx.audit({
+        kind: 'agent.resealed',
+        actor: cmd.actor,
+        agent_id: id,
+        details: { agent: cmd.name, agent_name: cmd.name, was_sealed, sealed },
+      });
+      return { agent: cmd.name, was_sealed, sealed };
+    }),
+  'user.reseal': (deps, cmd) =>
+    audited(deps, async (tx) => {
+      const { sealed, was_sealed } = await tx.resealUser(cmd.name);
+      await tx.audit({
+        kind: 'user.resealed',
+        actor: cmd.actor,
+        details: { user: cmd.name, was_sealed, sealed },
+      });
+      return { user: cmd.name, was_sealed, sealed };
+    }),
   'audit.export': exportCommand,
   'audit.accept_restore': (deps, cmd) => deps.auditChecks.acceptRestore(cmd.reason, cmd.actor),
   'audit.verify_db': async (deps, cmd) => {

@@ -1,6 +1,11 @@
 import type { Knex } from 'knex';
 import type { AdminDeps } from '../admin/commands.ts';
-import { createAccountAdmin, createSignIn, storedTokenHashes } from '../accounts/index.ts';
+import {
+  createAccountAdmin,
+  createSignIn,
+  sealUnsealedRecords,
+  storedTokenHashes,
+} from '../accounts/index.ts';
 import { createApprovals, type PatternRunner } from '../approval/index.ts';
 import { createAuditChecks, createAuditLog, headSeq, type AuditLog } from '../audit/index.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
@@ -39,6 +44,7 @@ export function adminDeps(
       undefined,
       () => storedTokenHashes(knex),
       () => headSeq(knex),
+      sealUnsealedRecords,
     );
   const audit = db.audit ?? createAuditLog(knex, { roots });
   return {

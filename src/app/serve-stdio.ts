@@ -94,7 +94,7 @@ function deny(services: Services, refused: { failure: AuthFailure; agent?: Pick<
     kind: 'auth.denied',
     agent_id: agent?.id ?? null,
     result: 'error',
-    error_code: 'UNAUTHENTICATED',
+    error_code: refused.failure === 'agent_record_tampered' ? 'TAMPERED' : 'UNAUTHENTICATED',
     details: { reason: refused.failure, transport: 'stdio', ...(agent ? { agent_name: agent.name } : {}) },
   });
 }

@@ -42,7 +42,7 @@ import {
 import type { Database } from '../db/knex.ts';
 import { openWhenReady } from '../db/ready.ts';
 import { describePgError } from '../admin/pg-errors.ts';
-import { openHostRoots, type OpenedRoots } from '../db/host-roots.ts';
+import { hostRootsOf, openHostRoots, type OpenedRoots } from '../db/host-roots.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import { migrateLatest, upToDate } from '../db/migrations.ts';
 import type { Faults } from '../core/faults.ts';
@@ -55,6 +55,7 @@ import { createLeadership, soleLeader, type Leadership } from '../cluster/leader
 import { assertClusterSigningKey } from '../cluster/signing-key.ts';
 import {
   createAgentAuth,
+  sealUnsealedRecords,
   storedTokenHashes,
   createAgentMemory,
   createSessionStore,
@@ -69,6 +70,7 @@ import {
   createOAuthVerifier,
   createRateLimiter,
   agentById,
+  agentSealed,
 } from '../accounts/index.ts';
 import { loadProfiles } from '../core/profiles.ts';
 import {
@@ -276,7 +278,14 @@ async function openStorage(config: Config, log: Logger, command: string) {
     const head = () => headSeq(db.knex);
     return {
       db,
-      opened: await openHostRoots(db.knex, config.secrets.host_roots_path, log, tokenHashes, head),
+      opened: await openHostRoots(
+        db.knex,
+        config.secrets.host_roots_path,
+        log,
+        tokenHashes,
+        head,
+        sealUnsealedRecords,
+      ),
     };
   } catch (err) {
     await db.close();
@@ -468,8 +477,9 @@ function pageStores(knex: Knex, audit: AuditLog, config: Config, roots: HostRoot
       knex,
       { idleMs: config.web.session_idle_s * 1000, absoluteMs: config.web.session_absolute_s * 1000 },
       roots.key('session'),
+      { roots, audit },
     ),
-    people: createUserDirectory(knex),
+    people: createUserDirectory(knex, roots),
     slackStore: createSlackStore(knex),
   };
 }
@@ -549,7 +559,10 @@ function startTasks(
     pipeline: deps.pipeline,
     async agentOf(id) {
       const row = await agentById(deps.knex, id);
-      return row && row.revoked_at === null ? row : undefined;
+      // An agent whose record was changed by SQL (authority.ts) runs nothing, as a revoked one.
+      return row && row.revoked_at === null && agentSealed(await hostRootsOf(deps.knex), row)
+        ? row
+        : undefined;
     },
     log: deps.log,
     interval_ms: TASK_POLL_INTERVAL_MS,

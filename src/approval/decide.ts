@@ -23,7 +23,7 @@ import {
 import { isUuid } from '../core/ids.ts';
 import { named } from '../db/knex.ts';
 import { retryingTransaction } from '../db/retry.ts';
-import { agentById } from '../accounts/index.ts';
+import { agentById, agentSealed, tamperedRecord } from '../accounts/index.ts';
 import { eligibleApprovers, restrictionOf, whoMayApprove } from './eligible.ts';
 import { sealDecision } from './seal.ts';
 
@@ -158,6 +158,10 @@ async function refusalOrRepeat(
   if (row.status !== 'pending') throw refused('not_pending', `this request is ${row.status}`);
 
   const agent = (await agentById(trx, row.agent_id))!;
+  const roots = await deps.roots();
+  // The owner rule holds to the agent's record as this server sealed it: an owner changed by SQL (so that
+  // the owner may decide, or a chair named owner be kept out) is refused, never taken as it reads.
+  if (!agentSealed(roots, agent)) throw tamperedRecord('agent', agent.name);
   // The owner is a person, compared by user id; an owner name that names no user lets nobody through.
   if (agent.owner_id !== null && agent.owner_id === opts.user.id) {
     throw refused(
@@ -172,7 +176,7 @@ async function refusalOrRepeat(
     );
   }
   const restriction = restrictionOf(row);
-  if (restriction && (await eligibleApprovers(trx, restriction, [opts.user.name])).length === 0) {
+  if (restriction && (await eligibleApprovers(trx, restriction, [opts.user.name], roots)).length === 0) {
     throw refused(
       'not_eligible',
       `${opts.user.name} is not among those approval rule "${row.policy_rule}" asks for (${whoMayApprove(restriction)})`,
@@ -343,7 +347,9 @@ async function approve({ deps, trx, row, user, now, note, repeat }: Recording): 
   // Under a rule that names who may approve, only approvals by those it names count (a request sent back
   // to pending under such a rule keeps the approvals given before, and may not count them all).
   const restriction = restrictionOf(row);
-  const counted = restriction ? await eligibleApprovers(trx, restriction, approvers) : approvers;
+  const counted = restriction
+    ? await eligibleApprovers(trx, restriction, approvers, await deps.roots())
+    : approvers;
   const tally = { approvals: counted.length, required: row.required_approvers };
   if (counted.length < row.required_approvers) {
     if (repeat) return { row, refusal: undefined };

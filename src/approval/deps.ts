@@ -11,6 +11,7 @@ import {
 import { changeAndQueue, deliveriesFor } from './outbox.ts';
 import type { PatternRunner, PolicySource } from './rules/index.ts';
 import type { HostRoots } from '../core/host-roots.ts';
+import { userSealed } from '../accounts/index.ts';
 
 export interface ApprovalDeps {
   knex: Knex;
@@ -74,6 +75,29 @@ export const approverDisabledOf = (alias: string) => `exists (select 1 from appr
   left join users u on u.name = d.user_name
   where d.approval_request_id = ${alias}.id and d.decision = 'approve'
     and (u.id is null or u.disabled_at is not null))`;
+
+/**
+ * A select-list item for a query over `approval_requests as r`: the sealed record of each user who
+ * approved it (the fields and the seal, accounts/authority.ts), so that execution checks that no
+ * approver's record was changed by SQL since (roles or teams given, a password set) without a
+ * statement of its own.
+ */
+export const APPROVER_RECORDS_OF_R = `coalesce((select json_agg(json_build_object(
+    'id', u.id, 'name', u.name, 'roles', u.roles, 'teams', u.teams, 'email', u.email,
+    'password_hash', u.password_hash, 'oidc_issuer', u.oidc_issuer, 'oidc_subject', u.oidc_subject,
+    'disabled_at', u.disabled_at, 'authority_mac', u.authority_mac))
+  from approval_decisions d join users u on u.name = d.user_name
+  where d.approval_request_id = r.id and d.decision = 'approve'), '[]'::json) as approver_records`;
+
+/** The names of the approvers whose records (APPROVER_RECORDS_OF_R) do not carry their seal. */
+export function unsealedApprovers(raw: Record<string, unknown>, roots: HostRoots): string[] {
+  const v =
+    typeof raw.approver_records === 'string'
+      ? (JSON.parse(raw.approver_records) as unknown)
+      : raw.approver_records;
+  if (!Array.isArray(v)) throw new Error('approver_records column is not a list');
+  return (v as Record<string, unknown>[]).filter((u) => !userSealed(roots, u)).map((u) => String(u.name));
+}
 
 /** A select-list item for a query over `approval_requests as r`: whether an approver is disabled. */
 export const APPROVER_DISABLED_OF_R = `${approverDisabledOf('r')} as approver_disabled`;

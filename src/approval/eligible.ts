@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { heldBy } from '../accounts/index.ts';
+import type { HostRoots } from '../core/host-roots.ts';
 import type { Requirement } from './rules/index.ts';
 import type { RequestRow } from './view.ts';
 
@@ -20,8 +21,10 @@ export async function eligibleApprovers(
   q: Knex | Knex.Transaction,
   restriction: Restriction,
   names: string[],
+  roots: HostRoots,
 ): Promise<string[]> {
-  const held = await heldBy(q, names);
+  // A user whose record was changed by SQL (roles, teams: docs/identity.md, "Sealed records") holds nothing.
+  const held = await heldBy(q, names, roots);
   return names.filter((n) => {
     const holds = held.get(n);
     if (!holds) return false;
@@ -63,6 +66,7 @@ export async function ruleSummaryOf(
   q: Knex | Knex.Transaction,
   row: Pick<RequestRow, 'policy_rule' | 'policy_requirement' | 'policy_version' | 'required_approvers'>,
   approvers: string[],
+  roots: HostRoots,
 ): Promise<RuleSummary> {
   const req = (row.policy_requirement as Requirement | null) ?? {
     kind: 'require' as const,
@@ -70,7 +74,7 @@ export async function ruleSummaryOf(
   };
   const restriction = restrictionOf(row);
   const counted = restriction
-    ? (await eligibleApprovers(q, restriction, approvers)).length
+    ? (await eligibleApprovers(q, restriction, approvers, roots)).length
     : approvers.length;
   const words = describeRequirement(req);
   const from = restriction
@@ -94,9 +98,10 @@ export async function mayDecide(
   q: Knex | Knex.Transaction,
   row: Pick<RequestRow, 'policy_rule' | 'policy_requirement'>,
   userName: string,
+  roots: HostRoots,
 ): Promise<{ may: boolean; reason: string | null }> {
   const restriction = restrictionOf(row);
-  if (!restriction || (await eligibleApprovers(q, restriction, [userName])).length > 0)
+  if (!restriction || (await eligibleApprovers(q, restriction, [userName], roots)).length > 0)
     return { may: true, reason: null };
   return {
     may: false,

@@ -6,6 +6,8 @@ import {
   APPROVER_DISABLED_OF_R,
   APPROVER_NOT_ELIGIBLE_OF_R,
   APPROVERS_OF_R,
+  APPROVER_RECORDS_OF_R,
+  unsealedApprovers,
   STARTED_OF_R,
   approverDisabledOf,
   approverNotEligibleOf,
@@ -143,7 +145,7 @@ export async function beginExecution(
     .transaction(async (trx) => {
       const replay = await checkIdempotencyKey(trx, req);
       if (replay) return { row: replay.row, replay: true };
-      const { approvers: _unread, ...row } = await lockApproval(trx, req);
+      const { approvers: _unread, ...row } = await lockApproval(trx, req, await deps.roots());
       const approvers = await approversOf(trx, row.id);
       if (new Date(row.expires_at) <= new Date()) {
         await expireRows(deps, trx, [row]);
@@ -182,9 +184,10 @@ export async function beginExecution(
 async function lockApproval(
   trx: Knex | Knex.Transaction,
   req: ExecutionRequest,
+  roots: HostRoots,
   lock = true,
 ): Promise<NamedRequestRow & { approvers?: string[] }> {
-  const row = isUuid(req.approval_id) ? await loadApproval(trx, req.approval_id, lock) : undefined;
+  const row = isUuid(req.approval_id) ? await loadApproval(trx, req.approval_id, lock, roots) : undefined;
   if (!row) {
     const asRequest = isUuid(req.approval_id)
       ? await loadRow(trx, { id: req.approval_id, agent_id: req.agent.id })
@@ -198,9 +201,19 @@ async function lockApproval(
   if (row.status === 'rejected') throw approvalRequired('rejected');
   if (row.status === 'expired') throw approvalRequired('expired');
   if (EXECUTED.has(row.status)) throw approvalRequired('consumed');
-  const { approver_disabled, approver_not_eligible, started_before, approvers, ...request } = row;
+  const {
+    approver_disabled,
+    approver_not_eligible,
+    started_before,
+    approver_tampered,
+    approvers,
+    ...request
+  } = row;
   if (started_before) throw reusedApproval();
   if (approver_disabled) throw approvalRequired('approver_disabled');
+  // An approver whose record was changed by SQL since (roles, teams, password, identity): refused, as
+  // tampering, before eligibility is read from roles the server did not give (accounts/authority.ts).
+  if (approver_tampered.length > 0) throw tamperedApprover(approver_tampered);
   if (approver_not_eligible) throw approvalRequired('approver_not_eligible');
   return { ...request, approvers };
 }
@@ -209,7 +222,12 @@ async function lockApproval(
  * The request an approval_id names, with its agent's name and whether one of its approvers is now
  * disabled, in one statement; `lock` locks the request alone (the rest are sub-selects).
  */
-async function loadApproval(trx: Knex | Knex.Transaction, approval_id: string, lock: boolean) {
+async function loadApproval(
+  trx: Knex | Knex.Transaction,
+  approval_id: string,
+  lock: boolean,
+  roots: HostRoots,
+) {
   const query = trx('approval_requests as r')
     .select(
       'r.*',
@@ -217,6 +235,7 @@ async function loadApproval(trx: Knex | Knex.Transaction, approval_id: string, l
       trx.raw(APPROVER_DISABLED_OF_R),
       trx.raw(APPROVER_NOT_ELIGIBLE_OF_R),
       trx.raw(STARTED_OF_R),
+      trx.raw(APPROVER_RECORDS_OF_R),
       // Read without a lock (a dry run's check), the approvers come with the row.
       ...(lock ? [] : [trx.raw(APPROVERS_OF_R)]),
     )
@@ -229,9 +248,20 @@ async function loadApproval(trx: Knex | Knex.Transaction, approval_id: string, l
     approver_disabled: raw.approver_disabled === true,
     approver_not_eligible: raw.approver_not_eligible === true,
     started_before: raw.started_before === true,
+    approver_tampered: unsealedApprovers(raw, roots),
   };
   return { ...namedRequestFromDb(raw), ...flags, approvers: lock ? undefined : approversColumn(raw) };
 }
+
+/** An approval one of whose approvers has a record this server did not seal as it stands. */
+const tamperedApprover = (names: string[]) =>
+  new AppError(
+    'TAMPERED',
+    `the record of ${names.map((n) => `"${n}"`).join(', ')}, who approved this, was changed in the database ` +
+      'outside this server: the approval does not execute until an operator checks it (countersign user reseal NAME)',
+    'approver_record_tampered',
+    { details: { approvers: names } },
+  );
 
 /** An approval whose row says approved though the log holds its write.started: set back by SQL. */
 const reusedApproval = () =>
@@ -273,7 +303,7 @@ export async function preflightExecution(deps: ApprovalDeps, req: ExecutionReque
         return { would_execute: false, code: null, reason: 'replayed', message };
       }
     }
-    const row = await lockApproval(deps.knex, req, false);
+    const row = await lockApproval(deps.knex, req, await deps.roots(), false);
     if (new Date(row.expires_at) <= new Date()) return no(approvalRequired('expired'));
     const mismatch = bindingMismatch(row, req);
     if (mismatch) return no(mismatchError(mismatch));
@@ -379,6 +409,7 @@ export async function readApproval(deps: ApprovalDeps, approval_id: string): Pro
       deps.knex.raw(APPROVER_DISABLED_OF_R),
       deps.knex.raw(APPROVER_NOT_ELIGIBLE_OF_R),
       deps.knex.raw(STARTED_OF_R),
+      deps.knex.raw(APPROVER_RECORDS_OF_R),
     )
     .where('r.approval_id', approval_id)
     .first();
@@ -407,7 +438,9 @@ async function beginAtOnce(
     return undefined;
   // A decision this server did not make, or an approval already used: the transaction refuses it.
   const approvers = approversColumn(raw);
-  if (raw.started_before === true || sealProblem(await deps.roots(), row, approvers)) return undefined;
+  const roots = await deps.roots();
+  if (raw.started_before === true || sealProblem(roots, row, approvers)) return undefined;
+  if (unsealedApprovers(raw, roots).length > 0) return undefined;
   // Bound to another policy version: the locking transaction decides whether the new one asks more.
   if (row.policy_version !== policy.version) return undefined;
   // The calling agent's own request: its name is the one the call carries.

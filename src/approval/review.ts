@@ -35,7 +35,7 @@ export async function listForReview(deps: ApprovalDeps, f: QueueFilter) {
   if (f.agent) q.where('a.name', f.agent);
   if (f.waiting_for) {
     const me = f.waiting_for.name;
-    const held = (await heldBy(deps.knex, [me])).get(me) ?? [];
+    const held = (await heldBy(deps.knex, [me], await deps.roots())).get(me) ?? [];
     waitingFor(deps, q, f.waiting_for, held);
   }
   const rows = (await q) as Record<string, unknown>[];
@@ -117,8 +117,8 @@ export async function showForReview(deps: ApprovalDeps, id: string, viewer?: str
   const view = await viewOf(deps, deps.knex, row);
   return {
     ...view,
-    rule: await ruleSummaryOf(deps.knex, row, view.approvers),
-    viewer: viewer === undefined ? null : await mayDecide(deps.knex, row, viewer),
+    rule: await ruleSummaryOf(deps.knex, row, view.approvers, await deps.roots()),
+    viewer: viewer === undefined ? null : await mayDecide(deps.knex, row, viewer, await deps.roots()),
     agent_name: agent.name,
     // The owner's name for display; an owner name that names no user says so.
     agent_owner:

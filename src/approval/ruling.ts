@@ -168,7 +168,9 @@ async function approveIfCounted(
 ): Promise<Reopened> {
   const approvers = await approversOf(trx, row.id);
   const restriction = restrictionOf(row);
-  const counted = restriction ? await eligibleApprovers(trx, restriction, approvers) : approvers;
+  const counted = restriction
+    ? await eligibleApprovers(trx, restriction, approvers, await deps.roots())
+    : approvers;
   if (row.required_approvers <= 0 || counted.length < row.required_approvers) return { status: 'pending' };
   const now = new Date();
   const decided = {

@@ -43,6 +43,10 @@ export const AuditKind = z.enum([
   'approval.reopened',
   'user.teams_changed',
   'approval.withdrawn',
+  'user.record_tampered',
+  'agent.record_tampered',
+  'user.resealed',
+  'agent.resealed',
 ]);
 export type AuditKind = z.infer<typeof AuditKind>;
 

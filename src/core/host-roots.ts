@@ -42,12 +42,26 @@ const HostRootsFile = z.strictObject({
    * stripping the MACs of newer rows is not taken for an older log. Files without it are read as before.
    */
   row_macs_from: z.strictObject({ seq: z.number().int().positive(), at: z.string() }).optional(),
+  /**
+   * When the users' and agents' records were sealed (docs/identity.md, "Sealed records"): written once,
+   * by the first start (or `countersign migrate`) after the upgrade, after it sealed every record that
+   * had no seal. From then on a record without its seal is TAMPERED, never sealed again by a start.
+   */
+  records_sealed: z.strictObject({ at: z.string() }).optional(),
 });
 export type HostRootsFile = z.infer<typeof HostRootsFile>;
 
 /** What keys are derived for; each purpose's key is independent of the others. */
 export type KeyPurpose =
-  'decision' | 'session' | 'agent-token' | 'link' | 'cursor' | 'sign-in-attempt' | 'token-tag' | 'row';
+  | 'decision'
+  | 'session'
+  | 'agent-token'
+  | 'link'
+  | 'cursor'
+  | 'sign-in-attempt'
+  | 'token-tag'
+  | 'row'
+  | 'authority';
 
 export interface HostRoots {
   file: string;
@@ -66,6 +80,8 @@ export interface HostRoots {
   tokensRecorded: boolean;
   /** The seq from which every audit row carries its row MAC; undefined until pinned (pinRowMacs). */
   rowMacsFrom?: number;
+  /** Whether the users' and agents' records were sealed at the upgrade (`records_sealed`). */
+  recordsSealed: boolean;
 }
 
 const refuseFile = (file: string, why: string) =>
@@ -125,6 +141,7 @@ function rootsOf(file: string, parsed: HostRootsFile): HostRoots {
     ]),
     tokensRecorded: parsed.agent_tokens !== undefined,
     ...(parsed.row_macs_from ? { rowMacsFrom: parsed.row_macs_from.seq } : {}),
+    recordsSealed: parsed.records_sealed !== undefined,
   };
 }
 
@@ -137,7 +154,20 @@ export function pinRowMacs(file: string, seq: number): HostRoots {
   const text = fs.readFileSync(file, 'utf8');
   const parsed = HostRootsFile.parse(JSON.parse(text));
   if (parsed.row_macs_from) return rootsOf(file, parsed);
-  const content: HostRootsFile = { ...parsed, row_macs_from: { seq, at: new Date().toISOString() } };
+  return rewrite(file, { ...parsed, row_macs_from: { seq, at: new Date().toISOString() } });
+}
+
+/**
+ * Records, once, that the users' and agents' records are sealed (`records_sealed`); the file is
+ * rewritten aside and renamed into place as by pinRowMacs. Returns the roots as the file now has them.
+ */
+export function markRecordsSealed(file: string): HostRoots {
+  const parsed = HostRootsFile.parse(JSON.parse(fs.readFileSync(file, 'utf8')));
+  if (parsed.records_sealed) return rootsOf(file, parsed);
+  return rewrite(file, { ...parsed, records_sealed: { at: new Date().toISOString() } });
+}
+
+function rewrite(file: string, content: HostRootsFile): HostRoots {
   const aside = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
   fs.writeFileSync(aside, `${JSON.stringify(content, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
   try {

@@ -3,6 +3,7 @@ import type { Knex } from 'knex';
 import { AppError } from '../core/errors.ts';
 import {
   createHostRoots,
+  markRecordsSealed,
   pinRowMacs,
   readHostRoots,
   recordLegacyTokens,
@@ -33,6 +34,8 @@ export async function openHostRoots(
   tokenHashes?: () => Promise<string[]>,
   /** The audit log's head seq (audit's), to pin the first row that must carry a row MAC. */
   headSeq?: () => Promise<number>,
+  /** Seals the users' and agents' records that have none, in `trx` (accounts'), once at the upgrade. */
+  sealRecords?: SealRecords,
 ): Promise<OpenedRoots> {
   let roots: HostRoots | undefined = readHostRoots(file);
   if (!roots) {
@@ -57,6 +60,7 @@ export async function openHostRoots(
   }
   roots = await withLegacyTokens(knex, roots, tokenHashes, log);
   if (roots.rowMacsFrom === undefined && headSeq) roots = pinFirstMacRow(roots, await headSeq(), log);
+  if (!roots.recordsSealed && sealRecords) roots = await sealRecordsOnce(knex, roots, sealRecords, log);
   register(knex, roots);
   const databaseOrigin = await sharedValue(knex, 'audit_origin', () => roots.origin);
   if (databaseOrigin !== roots.origin) {
@@ -103,7 +107,16 @@ const registered = new WeakMap<object, () => Promise<HostRoots>>();
 /** The first roots opened for a database stay its roots (a process opens one file). */
 const register = (knex: Knex, roots: HostRoots) => {
   if (!registered.has(knex)) registered.set(knex, () => Promise.resolve(roots));
+  const config = configOf(knex);
+  if (config && !registered.has(config)) registered.set(config, () => Promise.resolve(roots));
 };
+
+/**
+ * The configuration object a database's client was made with: shared by its transactions' clients, so
+ * that a store handed a transaction (`changeUser(trx, …)`) reaches the same roots as its database.
+ */
+const configOf = (q: Knex | Knex.Transaction): object | undefined =>
+  (q as unknown as { client?: { config?: object } }).client?.config;
 
 /**
  * The host roots opened for `knex` (by openHostRoots, or lazily by lazyHostRoots): how the stores that
@@ -111,7 +124,8 @@ const register = (knex: Knex, roots: HostRoots) => {
  * A database whose process opened no roots is refused (CONFIG_INVALID, host_roots_unopened).
  */
 export function hostRootsOf(knex: Knex | Knex.Transaction): Promise<HostRoots> {
-  const roots = registered.get(knex);
+  const config = configOf(knex);
+  const roots = registered.get(knex) ?? (config ? registered.get(config) : undefined);
   if (!roots)
     return Promise.reject(
       new AppError('CONFIG_INVALID', 'the host roots are not open for this database', 'host_roots_unopened'),
@@ -146,6 +160,44 @@ function pinFirstMacRow(roots: HostRoots, head: number, log?: Logger): HostRoots
   return pinned;
 }
 
+export type SealRecords = (
+  trx: Knex.Transaction,
+  roots: HostRoots,
+) => Promise<{ users: number; agents: number }>;
+
+/**
+ * Seals, once, the users' and agents' records that carry no seal (docs/identity.md, "Sealed records"),
+ * and records in the roots file that it did so: the file is written before the transaction commits, so
+ * a file that cannot be written (a read-only mounted secret) seals nothing and stops the start with the
+ * way out (`countersign migrate` where it is writable). From then on an unsealed record is TAMPERED.
+ */
+async function sealRecordsOnce(
+  knex: Knex,
+  roots: HostRoots,
+  sealRecords: SealRecords,
+  log?: Logger,
+): Promise<HostRoots> {
+  let marked: HostRoots | undefined;
+  const sealed = await knex.transaction(async (trx) => {
+    const counts = await sealRecords(trx, roots);
+    try {
+      marked = markRecordsSealed(roots.file);
+    } catch (err) {
+      throw new AppError(
+        'CONFIG_INVALID',
+        `secrets.host_roots_path: ${roots.file} does not yet say that the users' and agents' records are ` +
+          `sealed, and cannot be rewritten to say so (${(err as Error).message}): run \`countersign migrate\` ` +
+          'once where the file is writable, then share it again (env COUNTERSIGN_HOST_ROOTS)',
+        'host_roots_unsealed',
+        { cause: err },
+      );
+    }
+    return counts;
+  });
+  log?.warn({ file: roots.file, ...sealed }, "host roots: the users' and agents' records are sealed");
+  return marked!;
+}
+
 /** openHostRoots once, when first asked (a command's process may never need the keys). */
 export function lazyHostRoots(
   knex: Knex,
@@ -154,10 +206,11 @@ export function lazyHostRoots(
   tokenHashes?: () => Promise<string[]>,
   /** The audit head, to pin the first row that must carry a row MAC (as openHostRoots). */
   headSeq?: () => Promise<number>,
+  sealRecords?: SealRecords,
 ): () => Promise<HostRoots> {
   let opened: Promise<HostRoots> | undefined;
   const lazy = () => {
-    opened ??= openHostRoots(knex, file, log, tokenHashes, headSeq).then(
+    opened ??= openHostRoots(knex, file, log, tokenHashes, headSeq, sealRecords).then(
       (o) => o.roots,
       (err: unknown) => {
         opened = undefined;
@@ -167,5 +220,7 @@ export function lazyHostRoots(
     return opened;
   };
   if (!registered.has(knex)) registered.set(knex, lazy);
+  const config = configOf(knex);
+  if (config && !registered.has(config)) registered.set(config, lazy);
   return lazy;
 }

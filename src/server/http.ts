@@ -320,7 +320,7 @@ async function refuse(deps: McpHttpDeps, req: IncomingMessage, res: ServerRespon
     kind: 'auth.denied',
     agent_id: agent?.id ?? null,
     result: 'error',
-    error_code: 'UNAUTHENTICATED',
+    error_code: reason === 'agent_record_tampered' ? 'TAMPERED' : 'UNAUTHENTICATED',
     details: {
       reason,
       transport: 'http',
@@ -368,6 +368,8 @@ const TOKEN_FAILURE_DETAIL: Record<string, string> = {
     'an operator creates one with: countersign agent add NAME, or issues a new one with: countersign agent rotate NAME',
   revoked_token:
     "this agent's token has been revoked; an operator creates a new agent with: countersign agent add NAME",
+  agent_record_tampered:
+    "this agent's record was changed in the database outside this server (TAMPERED); an operator must check it and run: countersign agent reseal NAME",
 };
 
 /**
