@@ -14,7 +14,7 @@ import { EVENT_LOOP_SAMPLE_MS } from '../../src/server/metrics.ts';
 import { seedHostRoots } from '../lib/database.ts';
 import { statusMb } from '../lib/proc.ts';
 import { callTool, connect, ROOT, spawnCountersign, spawnNode, type Child } from '../lib/server.ts';
-import { freePort } from '../lib/supergateway.ts';
+import { freePort } from '../lib/gateway-process.ts';
 import { percentile, round, sleep } from '../lib/stats.ts';
 import type { InvariantReport } from './invariants.ts';
 

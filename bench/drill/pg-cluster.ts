@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { freePort } from '../lib/supergateway.ts';
+import { freePort } from '../lib/gateway-process.ts';
 
 const run = promisify(execFile);
 
