@@ -2,7 +2,11 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import net from 'node:net';
 import { describe, it } from 'node:test';
+import knexFactory from 'knex';
+// @ts-expect-error -- pg ships no types for its connection-parameters module: how pg.Client reads its settings
+import ConnectionParameters from 'pg/lib/connection-parameters.js';
 import { copySocket } from '../src/audit/copy-socket.ts';
+import { copyClientConfig } from '../src/audit/export-copy.ts';
 
 /** A protocol message: type byte, length (counting itself), body. */
 function message(type: string, body: Buffer): Buffer {
@@ -91,5 +95,27 @@ describe('the export connection reusing one read buffer', () => {
     const socket = copySocket({ ssl: true });
     assert.ok(socket instanceof net.Socket);
     socket.destroy();
+  });
+});
+
+describe("the export connection's settings", () => {
+  // knex keeps a connection's password as a non-enumerable property: the COPY's settings once lost it to
+  // a spread, and the export was refused by every PostgreSQL that asks for a password (the container's).
+  it('carry the password of the URL the database was opened with', async () => {
+    const knex = knexFactory({
+      client: 'pg',
+      connection: 'postgres://auditor:s3cr%2Ft@db.invalid:5432/countersign',
+    });
+    try {
+      const config = copyClientConfig(knex);
+      const params = new ConnectionParameters(config);
+      assert.equal(params.password, 's3cr/t');
+      assert.equal(params.user, 'auditor');
+      assert.equal(params.host, 'db.invalid');
+      assert.equal(params.database, 'countersign');
+      assert.equal(config.stream, copySocket);
+    } finally {
+      await knex.destroy();
+    }
   });
 });

@@ -258,13 +258,20 @@ function copySql(client: pg.Client, filter: ExportFilter, maxSeq: number): strin
  * slow consumer holds the database back rather than filling memory. The COPY has a connection of its
  * own, not one of the pool's: a reader that stops early leaves it mid-stream, and it is simply closed.
  */
-async function* copyChunks(knex: Knex, filter: ExportFilter, maxSeq: number): AsyncGenerator<ExportChunk> {
+/**
+ * The COPY's own connection settings: the pool's, with a socket that reads into one reused buffer
+ * (copySocket), so that no dead 64 KiB read buffers pile up. knex keeps the password as a
+ * non-enumerable property (so that it stays out of logs): a spread would drop it, and a server that asks
+ * for a password would then refuse the export ("client password must be a string").
+ */
+export function copyClientConfig(knex: Knex): pg.ClientConfig {
   const connection = knex.client.config.connection as string | pg.ClientConfig;
-  // Its socket reads into one reused buffer (copySocket): no dead 64 KiB read buffers pile up.
-  const client = new pg.Client({
-    ...(typeof connection === 'string' ? { connectionString: connection } : connection),
-    stream: copySocket,
-  });
+  if (typeof connection === 'string') return { connectionString: connection, stream: copySocket };
+  return { ...connection, password: connection.password, stream: copySocket };
+}
+
+async function* copyChunks(knex: Knex, filter: ExportFilter, maxSeq: number): AsyncGenerator<ExportChunk> {
+  const client = new pg.Client(copyClientConfig(knex));
   // Failures reach the COPY as handleError; the client's own 'error' event must not crash the process.
   client.on('error', () => {});
   await client.connect();
