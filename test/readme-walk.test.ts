@@ -147,7 +147,6 @@ describe('the README, walked by a newcomer', { skip: withoutChromium, timeout: 3
   let page: Page;
   /** What the first-run banner printed. */
   let first: { base: string; mcp: string; token: string; chair: { name: string; password: string } };
-  let david: string;
 
   before(async () => {
     // A fresh clone: the tracked files, a new directory, no data/, no dist/.
@@ -284,7 +283,7 @@ describe('the README, walked by a newcomer', { skip: withoutChromium, timeout: 3
       // A newcomer finds David first (the Tools table's search), then drafts to him.
       const found = await call(agent, 'isphere_search_contacts', { query: 'David' });
       assert.equal(found.ok, true, JSON.stringify(found));
-      david = found.contacts[0].contact_id;
+      const david = found.contacts[0].contact_id as string;
       const text = 'Hello David, from Claude Desktop over stdio';
       const planned = await draft(agent, david, text);
       // The review link is the running server's web form: the chair opens it in Chromium.
@@ -312,6 +311,8 @@ describe('the README, walked by a newcomer', { skip: withoutChromium, timeout: 3
     // helpers/server.ts's client: that path on the banner's server, `Authorization: Bearer <token>`.
     const agent = await connectHttp(first.base, first.token);
     try {
+      const found = await call(agent, 'isphere_search_contacts', { query: 'David' });
+      const david = found.contacts[0].contact_id as string;
       const text = 'Hello David, from an agent over HTTP';
       const planned = await draft(agent, david, text);
       await page.goto(planned.approval.review_url);
