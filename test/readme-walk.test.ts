@@ -9,7 +9,8 @@
  *  3. The chair signs in from the review link in Chromium and approves; the agent reads the approval_id
  *     with isphere_get_approval and executes over stdio. Then the same over Streamable HTTP, as the
  *     README's "Any Streamable HTTP client" says: the endpoint, the demo token as a bearer token.
- *  4. Compliance: the README's `audit export`, `audit key` and `audit verify --pubkey`: valid, pinned.
+ *  4. Compliance: the README's `audit export`, `audit key` and `audit verify --pubkey`: valid, pinned,
+ *     holding both writes under their agents' names; and `audit verify --db` on the live table.
  *  5. A task on both protocol revisions with the documented helper (examples/send-as-task.ts, which
  *     wraps examples/task-client.ts), the chair approving each in Chromium from the queue.
  *
@@ -68,12 +69,19 @@ const fences = (text: string, lang: string): string[] =>
 
 const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
-/** A README line of sample output as a pattern: numbers any numbers, `…` (and hex before it) anything. */
+/**
+ * A README line of sample output as a pattern: numbers any numbers (a plural after one may be singular:
+ * "21 checkpoints" reads "1 checkpoint" on a small log), `…` and the hex before it anything.
+ */
 const sampleLine = (line: string) =>
   new RegExp(
     line
       .split(/([0-9a-f]*…|\d+)/)
-      .map((piece, i) => (i % 2 === 0 ? escape(piece) : piece.endsWith('…') ? '\\S*' : '\\d+'))
+      .map((piece, i, all) => {
+        if (i % 2 === 1) return piece.endsWith('…') ? '\\S*' : '\\d+';
+        const afterNumber = i > 0 && !all[i - 1]!.endsWith('…');
+        return afterNumber ? escape(piece).replace(/^ ([a-z]+)s\b/, ' $1s?') : escape(piece);
+      })
       .join(''),
     'm',
   );
@@ -355,6 +363,22 @@ describe('the README, walked by a newcomer', { skip: withoutChromium, timeout: 3
     }
     assert.ok(said.length >= 2, 'the README shows what verify prints');
     for (const line of said) assert.match(verified.stdout, sampleLine(line));
+    // Both writes are in it, each under its agent: the stdio one on the running server's own log.
+    const rows = fs
+      .readFileSync(path.join(copy, file!), 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as { kind: string; details: { agent_name?: string } });
+    const writers = rows.filter((r) => r.kind === 'write.succeeded').map((r) => r.details.agent_name);
+    assert.deepEqual(writers.sort(), ['claude-desktop', 'demo']);
+
+    // And the live table, on the host: its first line as the README shows it (the second, rows that
+    // follow the last checkpoint, only when some do).
+    const live = commandAt('countersign audit verify --db ');
+    assert.equal(lines[live]!.replace(/#.*$/, '').trim(), 'countersign audit verify --db');
+    const db = await countersign(copy, args(live));
+    assert.equal(db.code, 0, db.stdout + db.stderr);
+    assert.match(db.stdout, sampleLine(lines[live + 1]!.slice(2)));
   });
 
   it('runs a task on both protocol revisions with the documented helper, the chair approving in Chromium', async () => {
