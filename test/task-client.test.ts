@@ -1,29 +1,10 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { createUser } from '../src/accounts/users.ts';
 import type { User } from '../src/core/identity.ts';
-import { childEnv } from './helpers/built.ts';
 import { databaseKinds } from './helpers/db.ts';
-import { ROOT, startTestServer, waitFor, type TestServer } from './helpers/server.ts';
-import { sentCount } from './helpers/tasks-client.ts';
-
-const EXAMPLE = path.join(ROOT, 'examples', 'send-as-task.ts');
-
-/** The README's example, run as a user runs it: a child process through tsx. */
-function runExample(env: Record<string, string>, revision: string, text: string) {
-  const child = spawn(process.execPath, ['--import', 'tsx', EXAMPLE, revision, text], {
-    cwd: ROOT,
-    env: childEnv(env),
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-  child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-  const exit = new Promise<number | null>((resolve) => child.once('exit', resolve));
-  return { exit, stdout: () => stdout, stderr: () => stderr, kill: () => child.kill('SIGKILL') };
-}
+import { startTestServer, waitFor, type TestServer } from './helpers/server.ts';
+import { runTaskExample, sentCount } from './helpers/tasks-client.ts';
 
 for (const kind of databaseKinds()) {
   describe(`the task client example (examples/) on ${kind}`, () => {
@@ -42,7 +23,7 @@ for (const kind of databaseKinds()) {
     for (const revision of ['2026-07-28', '2025-11-25']) {
       it(`asks a write as a task, waits for the chair and prints the sent result (${revision})`, async () => {
         const text = `a task from the example, ${revision}`;
-        const example = runExample(
+        const example = runTaskExample(
           { COUNTERSIGN_URL: server.url, COUNTERSIGN_AGENT_TOKEN: server.demoToken },
           revision,
           text,

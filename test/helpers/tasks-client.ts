@@ -1,7 +1,11 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import path from 'node:path';
 import type { Knex } from 'knex';
 import type { Client } from '@modelcontextprotocol/client';
 import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
+import { childEnv } from './built.ts';
+import { ROOT } from './server.ts';
 
 /** The framing the Tasks requester puts on its 2026-07-28 requests. */
 export const FRAMING = {
@@ -90,6 +94,31 @@ export function taskSession(client: Client, url: string, token: string) {
     rawDispatch: (request) => rawRequest(url, token, request) as never,
     v2RequestFraming: FRAMING,
   });
+}
+
+/** The README's task example, run as it tells a user to: `node --import tsx examples/send-as-task.ts REVISION`. */
+export const TASK_EXAMPLE = ['--import', 'tsx', 'examples/send-as-task.ts'] as const;
+
+/**
+ * examples/send-as-task.ts as a child process through tsx, in the checkout at `root` (this one, or the
+ * README walk's fresh copy of it), asking a message with `text` on `revision`.
+ */
+export function runTaskExample(env: Record<string, string>, revision: string, text: string, root = ROOT) {
+  const [, , example] = TASK_EXAMPLE;
+  const child = spawn(
+    process.execPath,
+    [...TASK_EXAMPLE.slice(0, 2), path.join(root, example), revision, text],
+    {
+      cwd: root,
+      env: childEnv(env),
+    },
+  );
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+  child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+  const exit = new Promise<number | null>((resolve) => child.once('exit', resolve));
+  return { exit, stdout: () => stdout, stderr: () => stderr, kill: () => child.kill('SIGKILL') };
 }
 
 /** How many outgoing messages carry exactly `text`: what a task's write sent, counted in the store. */
