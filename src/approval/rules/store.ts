@@ -71,7 +71,7 @@ export function createPolicySource(
   const fromConfig = compilePolicy(config.approval.rules, required, { patterns });
   const configHeld: HeldPolicy = { ...fromConfig, stored: 'null' };
   let last: { policy: HeldPolicy; key: string; read_at: number } | undefined;
-  // The most approvers a rule of the last sealed policy applied here asked for: a floor while tampered.
+  // The most approvers a rule of the last sealed policy read or stored here asks for: a floor while tampered.
   let floor = mostApprovers(fromConfig.doc);
   // The tampered texts already recorded (policy.tampered), so that each is audited once per process.
   const reported = new Set<string>();
@@ -97,10 +97,8 @@ export function createPolicySource(
     if (stored === undefined) policy = configHeld;
     else if (last && last.key === key) policy = last.policy;
     else if (!policySealed(await roots(), stored)) policy = await tampered(q, stored, text);
-    else {
-      policy = { ...compilePolicy(stored.doc, required, { patterns }), stored: text };
-      floor = Math.max(floor, mostApprovers(policy.doc));
-    }
+    else policy = { ...compilePolicy(stored.doc, required, { patterns }), stored: text };
+    if (!policy.tampered) floor = mostApprovers(policy.doc);
     last = { policy, key, read_at: Date.now() };
     return policy;
   };
@@ -142,6 +140,7 @@ export function createPolicySource(
         };
       });
       last = undefined;
+      floor = mostApprovers(next.doc);
       return versions;
     },
   };
