@@ -15,6 +15,7 @@ import { openDatabase } from '../src/db/knex.ts';
 import { migrateLatest } from '../src/db/migrations.ts';
 import { createLogger } from '../src/log.ts';
 import { detailsOf } from './helpers/audit-rows.ts';
+import { WebClient } from './helpers/browser-less.ts';
 import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, testEnv, type TestServer } from './helpers/server.ts';
 
@@ -48,6 +49,11 @@ for (const kind of databaseKinds()) {
           await createUser(server.services.knex, { name, roles: ['chair'], password: `${name} pw 1` }),
         );
       }
+      await createUser(server.services.knex, {
+        name: 'sp-compliance',
+        roles: ['compliance'],
+        password: 'sp-compliance pw 1',
+      });
     });
     after(async () => {
       await agent?.close();
@@ -150,6 +156,9 @@ for (const kind of databaseKinds()) {
       });
       await reread();
       assert.equal((await show()).status, 'TAMPERED');
+      const web = new WebClient(server.url);
+      assert.equal((await web.login('sp-compliance', 'sp-compliance pw 1')).res.status, 303);
+      assert.match((await web.get('/admin/policy')).html, /TAMPERED/);
       const result = (await admin({
         command: 'policy.set',
         policy: { rules: ALLOW_ALL },
@@ -164,6 +173,7 @@ for (const kind of databaseKinds()) {
         .orderBy('seq', 'desc')
         .first();
       assert.deepEqual([changed.actor, detailsOf(changed).was_tampered], ['operator', true]);
+      assert.doesNotMatch((await web.get('/admin/policy')).html, /TAMPERED/);
     });
   });
 
