@@ -156,6 +156,11 @@ for (const kind of databaseKinds()) {
       });
       await reread();
       assert.equal((await show()).status, 'TAMPERED');
+      const health = (await (await fetch(new URL('/healthz', server.url))).json()) as {
+        status: string;
+        approval_policy: { state: string };
+      };
+      assert.deepEqual([health.status, health.approval_policy.state], ['degraded', 'tampered']);
       const web = new WebClient(server.url);
       assert.equal((await web.login('sp-compliance', 'sp-compliance pw 1')).res.status, 303);
       assert.match((await web.get('/admin/policy')).html, /TAMPERED/);
