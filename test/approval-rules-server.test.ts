@@ -164,7 +164,7 @@ for (const kind of databaseKinds()) {
       assert.equal(sent.ok, true, JSON.stringify(sent.error));
     });
 
-    it('catches a policy edited by hand in the database at once, by its version', async () => {
+    it('does not apply a policy edited by hand in the database: it is TAMPERED (docs/policy.md)', async () => {
       await setPolicy([]);
       const text = 'approved, then the stored policy edited by hand';
       const id = (await draft(text)).approval.approval_request_id;
@@ -172,19 +172,20 @@ for (const kind of databaseKinds()) {
       const knex = server.services.knex;
       const stored = await knex('settings').where({ name: 'approval_policy' }).first();
       const value = typeof stored.value === 'string' ? JSON.parse(stored.value) : stored.value;
-      // The document changes; the version written beside it stays as it was.
+      // The document changes; the version and the seal written beside it stay as they were.
       value.doc.rules = [rule('Edited in SQL', 'true', { require: { approvers: 3 } })];
       await knex('settings')
         .where({ name: 'approval_policy' })
         .update({ value: JSON.stringify(value) });
-      const refused = await execute(text, approvalId);
-      assert.deepEqual(refusal(refused), [false, 'APPROVAL_REQUIRED', 'policy_changed']);
-      const row = await requestRow(id);
-      assert.deepEqual(
-        [row.status, row.required_approvers, row.policy_rule],
-        ['pending', 3, 'Edited in SQL'],
-      );
-      assert.notEqual(row.policy_version, value.version);
+      // What applies instead asks a human's review of every write, no more than the approval had.
+      const sent = await execute(text, approvalId);
+      assert.equal(sent.ok, true, JSON.stringify(sent.error));
+      const next = await draft('drafted under the edited policy');
+      const row = await requestRow(next.approval.approval_request_id);
+      assert.deepEqual([row.status, row.required_approvers, row.policy_rule], ['pending', 1, null]);
+      const tampered = await knex('audit_events').where({ kind: 'policy.tampered' }).first();
+      assert.equal(tampered.error_code, 'TAMPERED');
+      await setPolicy([]);
     });
 
     it('counts only approvers holding a role the rule asks for; others are refused', async () => {

@@ -520,7 +520,13 @@ const HANDLERS = {
   'policy.show': async (deps) => {
     const { policy } = deps.approvals;
     const current = await policy.fresh();
-    return { version: current.version, origin: await policy.origin(), policy: current.doc };
+    return {
+      version: current.version,
+      origin: await policy.origin(),
+      // TAMPERED: the stored policy does not carry its seal and is not applied (docs/policy.md).
+      status: current.tampered ? ('TAMPERED' as const) : ('sealed' as const),
+      policy: current.doc,
+    };
   },
   'policy.set': async (deps, cmd) => {
     const stored = await deps.approvals.policy.set(cmd.policy, cmd.actor);

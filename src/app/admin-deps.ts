@@ -6,7 +6,7 @@ import {
   sealUnsealedRecords,
   storedTokenHashes,
 } from '../accounts/index.ts';
-import { createApprovals, type PatternRunner } from '../approval/index.ts';
+import { createApprovals, sealUnsealedPolicy, type PatternRunner } from '../approval/index.ts';
 import { createAuditChecks, createAuditLog, headSeq, type AuditLog } from '../audit/index.ts';
 import { publicBaseUrl, type Config } from '../config.ts';
 import { createDirectoryImport, createPinAdmin, type BlobStore } from '../connectors/index.ts';
@@ -45,6 +45,7 @@ export function adminDeps(
       () => storedTokenHashes(knex),
       () => headSeq(knex),
       sealUnsealedRecords,
+      sealUnsealedPolicy,
     );
   const audit = db.audit ?? createAuditLog(knex, { roots });
   return {

@@ -11,8 +11,15 @@ export async function healthOf(
   };
   let pending: number | null = null;
   let head: number | null = null;
+  let policyTampered = false;
   try {
-    [pending, head] = await Promise.all([s.approvals.countPending(), s.audit.headSeq()]);
+    // The policy as this replica holds it (read again at most once a second), its seal checked.
+    const [p, h, policy] = await Promise.all([
+      s.approvals.countPending(),
+      s.audit.headSeq(),
+      s.approvals.policy.current(),
+    ]);
+    [pending, head, policyTampered] = [p, h, policy.tampered === true];
   } catch (err) {
     database = { reachable: false, dialect: s.db.dialect, error: (err as Error).message.slice(0, 200) };
   }
@@ -20,7 +27,10 @@ export async function healthOf(
   // Set once this process refused to sign a chain that contradicts the head it signed before.
   const tampered = s.checkpoints.guard?.tampered();
   return {
-    status: database.reachable && upstreams.every((u) => u.state === 'up') && !tampered ? 'ok' : 'degraded',
+    status:
+      database.reachable && upstreams.every((u) => u.state === 'up') && !tampered && !policyTampered
+        ? 'ok'
+        : 'degraded',
     version: VERSION,
     uptime_s: Math.round((Date.now() - s.startedAt.getTime()) / 1000),
     database,
@@ -28,6 +38,8 @@ export async function healthOf(
     pending_approvals: pending,
     audit_head_seq: head,
     audit_chain: tampered ? { state: 'tampered' as const, ...tampered } : { state: 'ok' as const },
+    // TAMPERED: the stored approval policy does not carry its seal; every write needs review (docs/policy.md).
+    approval_policy: { state: policyTampered ? ('tampered' as const) : ('sealed' as const) },
     upstreams,
   };
 }

@@ -8,6 +8,7 @@ import { adminDeps } from './admin-deps.ts';
 import {
   createApprovals,
   createPatternPool,
+  sealUnsealedPolicy,
   TASK_POLL_INTERVAL_MS,
   type Approvals,
 } from '../approval/index.ts';
@@ -285,6 +286,7 @@ async function openStorage(config: Config, log: Logger, command: string) {
         tokenHashes,
         head,
         sealUnsealedRecords,
+        sealUnsealedPolicy,
       ),
     };
   } catch (err) {

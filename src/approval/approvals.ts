@@ -42,7 +42,7 @@ export function createApprovals(given: Omit<ApprovalDeps, 'rules'>) {
   const approved = new Set<() => void>();
   const deps: ApprovalDeps = {
     ...given,
-    rules: createPolicySource(given.knex, given.config, given.audit, given.patterns),
+    rules: createPolicySource(given.knex, given.config, given.audit, given.roots, given.patterns),
     onTaskApproved() {
       given.onTaskApproved?.();
       for (const listener of approved) listener();

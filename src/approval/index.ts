@@ -23,6 +23,7 @@ export {
   createPatternPool,
   PolicyDoc,
   requirementOf,
+  sealUnsealedPolicy,
   type CompiledPolicy,
   type Decision,
   type PatternRunner,

@@ -40,6 +40,7 @@ export const AuditKind = z.enum([
   'upstream.classification_changed',
   'upstream.classification_accepted',
   'policy.changed',
+  'policy.tampered',
   'approval.reopened',
   'user.teams_changed',
   'approval.withdrawn',

@@ -48,6 +48,12 @@ const HostRootsFile = z.strictObject({
    * had no seal. From then on a record without its seal is TAMPERED, never sealed again by a start.
    */
   records_sealed: z.strictObject({ at: z.string() }).optional(),
+  /**
+   * When the stored approval policy was sealed (docs/policy.md, "The policy is sealed"): written once, by
+   * the first start (or `countersign migrate`) after the upgrade, after it sealed a stored policy that had
+   * no seal. From then on a stored policy without its seal is TAMPERED, never sealed again by a start.
+   */
+  policy_sealed: z.strictObject({ at: z.string() }).optional(),
 });
 export type HostRootsFile = z.infer<typeof HostRootsFile>;
 
@@ -61,7 +67,8 @@ export type KeyPurpose =
   | 'sign-in-attempt'
   | 'token-tag'
   | 'row'
-  | 'authority';
+  | 'authority'
+  | 'policy';
 
 export interface HostRoots {
   file: string;
@@ -82,6 +89,8 @@ export interface HostRoots {
   rowMacsFrom?: number;
   /** Whether the users' and agents' records were sealed at the upgrade (`records_sealed`). */
   recordsSealed: boolean;
+  /** Whether the stored approval policy was sealed at the upgrade (`policy_sealed`). */
+  policySealed: boolean;
 }
 
 const refuseFile = (file: string, why: string) =>
@@ -142,6 +151,7 @@ function rootsOf(file: string, parsed: HostRootsFile): HostRoots {
     tokensRecorded: parsed.agent_tokens !== undefined,
     ...(parsed.row_macs_from ? { rowMacsFrom: parsed.row_macs_from.seq } : {}),
     recordsSealed: parsed.records_sealed !== undefined,
+    policySealed: parsed.policy_sealed !== undefined,
   };
 }
 
@@ -165,6 +175,13 @@ export function markRecordsSealed(file: string): HostRoots {
   const parsed = HostRootsFile.parse(JSON.parse(fs.readFileSync(file, 'utf8')));
   if (parsed.records_sealed) return rootsOf(file, parsed);
   return rewrite(file, { ...parsed, records_sealed: { at: new Date().toISOString() } });
+}
+
+/** Records, once, that the stored approval policy is sealed (`policy_sealed`), as markRecordsSealed. */
+export function markPolicySealed(file: string): HostRoots {
+  const parsed = HostRootsFile.parse(JSON.parse(fs.readFileSync(file, 'utf8')));
+  if (parsed.policy_sealed) return rootsOf(file, parsed);
+  return rewrite(file, { ...parsed, policy_sealed: { at: new Date().toISOString() } });
 }
 
 function rewrite(file: string, content: HostRootsFile): HostRoots {

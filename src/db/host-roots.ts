@@ -3,6 +3,7 @@ import type { Knex } from 'knex';
 import { AppError } from '../core/errors.ts';
 import {
   createHostRoots,
+  markPolicySealed,
   markRecordsSealed,
   pinRowMacs,
   readHostRoots,
@@ -36,6 +37,8 @@ export async function openHostRoots(
   headSeq?: () => Promise<number>,
   /** Seals the users' and agents' records that have none, in `trx` (accounts'), once at the upgrade. */
   sealRecords?: SealRecords,
+  /** Seals the stored approval policy if it has no seal, in `trx` (approval's), once at the upgrade. */
+  sealPolicy?: SealPolicy,
 ): Promise<OpenedRoots> {
   let roots: HostRoots | undefined = readHostRoots(file);
   if (!roots) {
@@ -61,6 +64,7 @@ export async function openHostRoots(
   roots = await withLegacyTokens(knex, roots, tokenHashes, log);
   if (roots.rowMacsFrom === undefined && headSeq) roots = pinFirstMacRow(roots, await headSeq(), log);
   if (!roots.recordsSealed && sealRecords) roots = await sealRecordsOnce(knex, roots, sealRecords, log);
+  if (!roots.policySealed && sealPolicy) roots = await sealPolicyOnce(knex, roots, sealPolicy, log);
   register(knex, roots);
   const databaseOrigin = await sharedValue(knex, 'audit_origin', () => roots.origin);
   if (databaseOrigin !== roots.origin) {
@@ -198,6 +202,40 @@ async function sealRecordsOnce(
   return marked!;
 }
 
+export type SealPolicy = (trx: Knex.Transaction, roots: HostRoots) => Promise<{ sealed: boolean }>;
+
+/**
+ * Seals, once, a stored approval policy that carries no seal (docs/policy.md, "The policy is sealed"),
+ * and records in the roots file that it did so, as sealRecordsOnce: a file that cannot be written seals
+ * nothing and stops the start. From then on a stored policy without its seal is TAMPERED.
+ */
+async function sealPolicyOnce(
+  knex: Knex,
+  roots: HostRoots,
+  sealPolicy: SealPolicy,
+  log?: Logger,
+): Promise<HostRoots> {
+  let marked: HostRoots | undefined;
+  const result = await knex.transaction(async (trx) => {
+    const done = await sealPolicy(trx, roots);
+    try {
+      marked = markPolicySealed(roots.file);
+    } catch (err) {
+      throw new AppError(
+        'CONFIG_INVALID',
+        `secrets.host_roots_path: ${roots.file} does not yet say that the approval policy is sealed, and ` +
+          `cannot be rewritten to say so (${(err as Error).message}): run \`countersign migrate\` once ` +
+          'where the file is writable, then share it again (env COUNTERSIGN_HOST_ROOTS)',
+        'host_roots_unsealed',
+        { cause: err },
+      );
+    }
+    return done;
+  });
+  log?.warn({ file: roots.file, ...result }, 'host roots: the stored approval policy is sealed');
+  return marked!;
+}
+
 /** openHostRoots once, when first asked (a command's process may never need the keys). */
 export function lazyHostRoots(
   knex: Knex,
@@ -207,10 +245,11 @@ export function lazyHostRoots(
   /** The audit head, to pin the first row that must carry a row MAC (as openHostRoots). */
   headSeq?: () => Promise<number>,
   sealRecords?: SealRecords,
+  sealPolicy?: SealPolicy,
 ): () => Promise<HostRoots> {
   let opened: Promise<HostRoots> | undefined;
   const lazy = () => {
-    opened ??= openHostRoots(knex, file, log, tokenHashes, headSeq, sealRecords).then(
+    opened ??= openHostRoots(knex, file, log, tokenHashes, headSeq, sealRecords, sealPolicy).then(
       (o) => o.roots,
       (err: unknown) => {
         opened = undefined;

@@ -81,6 +81,7 @@ export function mountApprovalPages(router: Router, kit: PageKit, deps: ApprovalP
     kit.render(res, 200, 'policy.njk', {
       version: policy.version,
       origin: await deps.approvals.policy.origin(),
+      tampered: policy.tampered === true,
       policy: policy.doc,
       rules: policy.doc.rules.map((r) => ({ ...r, asks: describeRequirement(requirementOf(r)) })),
     });

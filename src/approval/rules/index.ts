@@ -18,3 +18,4 @@ export {
 export { createPatternPool, PatternRunFailed, type PatternPool } from './pattern-pool.ts';
 export { PolicyDoc, Rule, versionOf } from '../../core/approval-policy.ts';
 export { createPolicySource, POLICY_UNCHANGED_SQL, type HeldPolicy, type PolicySource } from './store.ts';
+export { sealUnsealedPolicy } from './seal.ts';

@@ -1,14 +1,20 @@
 import type { Knex } from 'knex';
 import type { AuditLog } from '../../audit/index.ts';
 import type { Config } from '../../config.ts';
+import type { HostRoots } from '../../core/host-roots.ts';
 import { readSetting, settingUnchangedSql, writeSetting } from '../../db/settings.ts';
 import { retryingTransaction } from '../../db/retry.ts';
 import { versionOf, type PolicyDoc } from '../../core/approval-policy.ts';
 import { compilePolicy, type CompiledPolicy } from './compile.ts';
 import type { PatternRunner } from './patterns.ts';
-
-/** The `settings` row that holds the policy every replica on one database applies. */
-const SETTING = 'approval_policy';
+import {
+  mostApprovers,
+  policyMac,
+  policySealed,
+  POLICY_SETTING as SETTING,
+  tamperedPolicy,
+  type StoredPolicy as Stored,
+} from './seal.ts';
 
 /**
  * SQL true while the stored policy document is still the one bound (`?`, a HeldPolicy's `stored`), or
@@ -22,6 +28,10 @@ export const POLICY_UNCHANGED_SQL = settingUnchangedSql(SETTING, 'doc');
 export type HeldPolicy = CompiledPolicy & {
   /** The stored document's JSON text as read, or `null` (JSON) for the config file's policy. */
   stored: string;
+  /**
+   * The stored policy does not carry its seal (seal.ts): what applies is tamperedPolicy, never the row.
+   */
+  tampered?: true;
 };
 
 /**
@@ -45,15 +55,6 @@ export interface PolicySource {
   origin(q?: Knex | Knex.Transaction): Promise<'database' | 'config'>;
 }
 
-/** A stored policy row: the document as the operator wrote it, its version, and who stored it when. */
-interface Stored {
-  doc: unknown;
-  /** As computed when stored; the version in force is always computed again from `doc`. */
-  version?: string;
-  changed_by: string;
-  changed_at: string;
-}
-
 /**
  * The policy source of one process. The config file's policy is compiled at once, so that a rule that
  * does not compile stops start-up; a stored one is compiled when read, and one that no longer compiles
@@ -63,23 +64,42 @@ export function createPolicySource(
   knex: Knex,
   config: Config,
   audit: AuditLog,
+  roots: () => Promise<HostRoots>,
   patterns?: PatternRunner,
 ): PolicySource {
   const required = config.approval.required_approvers;
   const fromConfig = compilePolicy(config.approval.rules, required, { patterns });
   const configHeld: HeldPolicy = { ...fromConfig, stored: 'null' };
-  let last: { policy: HeldPolicy; read_at: number } | undefined;
+  let last: { policy: HeldPolicy; key: string; read_at: number } | undefined;
+  // The most approvers a rule of the last sealed policy read or stored here asks for: a floor while tampered.
+  let floor = mostApprovers(fromConfig.doc);
+  // The tampered texts already recorded (policy.tampered), so that each is audited once per process.
+  const reported = new Set<string>();
 
+  const tampered = async (q: Knex | Knex.Transaction, stored: Stored, text: string): Promise<HeldPolicy> => {
+    if (!reported.has(text)) {
+      reported.add(text);
+      // Read inside a transaction, the row is appended once it ends: PGlite's one connection is its.
+      const recorded = auditTampered(audit, stored, floor);
+      if (q === knex) await recorded;
+    }
+    return { ...tamperedPolicy(required, floor), stored: text, tampered: true };
+  };
+
+  // The stored row is checked against its seal at every read (an HMAC, no statement): what a
+  // database administrator wrote without the host's key is never applied, whatever it says.
   const fresh = async (q: Knex | Knex.Transaction = knex): Promise<HeldPolicy> => {
     const stored = (await readSetting(q, SETTING)) as Stored | undefined;
     const text = stored === undefined ? 'null' : JSON.stringify(stored.doc);
-    const policy =
-      stored === undefined
-        ? configHeld
-        : last && last.policy.stored === text
-          ? last.policy
-          : { ...compilePolicy(stored.doc, required, { patterns }), stored: text };
-    last = { policy, read_at: Date.now() };
+    // What the seal covers, with the seal: the compiled policy is reused only while all of it is the same.
+    const key = stored === undefined ? 'null' : JSON.stringify([text, stored.version, stored.mac]);
+    let policy: HeldPolicy;
+    if (stored === undefined) policy = configHeld;
+    else if (last && last.key === key) policy = last.policy;
+    else if (!policySealed(await roots(), stored)) policy = await tampered(q, stored, text);
+    else policy = { ...compilePolicy(stored.doc, required, { patterns }), stored: text };
+    if (!policy.tampered) floor = mostApprovers(policy.doc);
+    last = { policy, key, read_at: Date.now() };
     return policy;
   };
 
@@ -89,25 +109,38 @@ export function createPolicySource(
     origin: async (q = knex) => ((await readSetting(q, SETTING)) === undefined ? 'config' : 'database'),
     set: async (doc, actor) => {
       const next = compilePolicy(doc, required, { patterns });
+      const key = await roots();
       const versions = await retryingTransaction(knex, async (trx) => {
         // Whatever is stored now is replaced, even a policy that no longer compiles.
-        const before = await versionStored(trx, fromConfig, required);
+        const before = await versionStored(trx, fromConfig, required, key);
         const row: Stored = {
           doc: next.doc,
           version: next.version,
           changed_by: actor,
           changed_at: new Date().toISOString(),
+          mac: policyMac(key, next.doc, next.version),
         };
         await writeSetting(trx, SETTING, row);
         await audit.appendIn(trx, {
           kind: 'policy.changed',
           actor,
           result: 'ok',
-          details: { version_before: before, version_after: next.version, rules: next.doc.rules.length },
+          details: {
+            version_before: before.version,
+            version_after: next.version,
+            rules: next.doc.rules.length,
+            // Stored over a policy that did not carry its seal: this change is what restored it.
+            ...(before.tampered ? { was_tampered: true } : {}),
+          },
         });
-        return { before, after: next.version, changed: before !== next.version };
+        return {
+          before: before.version,
+          after: next.version,
+          changed: before.version !== next.version || before.tampered,
+        };
       });
       last = undefined;
+      floor = mostApprovers(next.doc);
       return versions;
     },
   };
@@ -121,7 +154,31 @@ async function versionStored(
   trx: Knex.Transaction,
   fromConfig: CompiledPolicy,
   required: Readonly<Record<string, number>>,
-): Promise<string> {
+  roots: HostRoots,
+): Promise<{ version: string; tampered: boolean }> {
   const stored = (await readSetting(trx, SETTING)) as Stored | undefined;
-  return stored === undefined ? fromConfig.version : versionOf(stored.doc as PolicyDoc, required);
+  if (stored === undefined) return { version: fromConfig.version, tampered: false };
+  return {
+    version: versionOf(stored.doc as PolicyDoc, required),
+    tampered: !policySealed(roots, stored),
+  };
+}
+
+/** Records that the stored policy is TAMPERED and what applies instead (a failure to record is not fatal). */
+async function auditTampered(audit: AuditLog, stored: Stored, floor: number): Promise<void> {
+  await audit
+    .append({
+      kind: 'policy.tampered',
+      actor: 'system',
+      result: 'error',
+      error_code: 'TAMPERED',
+      details: {
+        reason: 'policy_tampered',
+        version_stored: typeof stored.version === 'string' ? stored.version : null,
+        sealed: typeof stored.mac === 'string',
+        applied: 'every write needs review',
+        approvers_at_least: Math.max(1, floor),
+      },
+    })
+    .catch(() => undefined);
 }
