@@ -45,11 +45,6 @@ describeOnPostgres('50 concurrent executions of one approval across 3 server pro
       content_text: 'Exactly once, across processes.',
     };
     const draft = await call(clients[0]!, 'isphere_send_message', args);
-    const chair = await createUser(direct.knex, {
-      name: 'chair',
-      roles: ['chair'],
-      password: 'race-password',
-    });
     const config = loadConfig(env, db.dataDir);
     const approvals = createApprovals({
       knex: direct.knex,
@@ -58,6 +53,12 @@ describeOnPostgres('50 concurrent executions of one approval across 3 server pro
       // The replicas' host roots file: a decision made here is checked by them.
       roots: lazyHostRoots(direct.knex, config.secrets.host_roots_path),
       reviewUrl: (id) => id,
+    });
+    // After the roots are known for this database: a user's record is sealed under them.
+    const chair = await createUser(direct.knex, {
+      name: 'chair',
+      roles: ['chair'],
+      password: 'race-password',
     });
     const approvalId = await approveAsChair({ approvals, user: chair }, draft);
 

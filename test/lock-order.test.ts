@@ -67,11 +67,6 @@ describeOnPostgres('executions racing across 3 server processes, with reads besi
   });
 
   it('never answers a deadlock: one write per approval, every answer structured and audited', async () => {
-    const chair = await createUser(direct.knex, {
-      name: 'chair',
-      roles: ['chair'],
-      password: 'race-password',
-    });
     const config = loadConfig(env, db.dataDir);
     const approvals = createApprovals({
       knex: direct.knex,
@@ -80,6 +75,12 @@ describeOnPostgres('executions racing across 3 server processes, with reads besi
       // The replicas' host roots file: a decision made here is checked by them.
       roots: lazyHostRoots(direct.knex, config.secrets.host_roots_path),
       reviewUrl: (id) => id,
+    });
+    // After the roots are known for this database: a user's record is sealed under them.
+    const chair = await createUser(direct.knex, {
+      name: 'chair',
+      roles: ['chair'],
+      password: 'race-password',
     });
     for (let round = 0; round < ROUNDS; round++) {
       const args = { target_type: 'group', target_id: 'gr_board', content_text: `lock order ${round}` };

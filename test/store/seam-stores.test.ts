@@ -12,6 +12,7 @@ import {
   importData,
 } from '../../src/connectors/index.ts';
 import { lazyHostRoots } from '../../src/db/host-roots.ts';
+import type { HostRoots } from '../../src/core/host-roots.ts';
 import type { Database } from '../../src/db/knex.ts';
 import { databaseKinds, openMigratedDatabase, type DbKind, type TestDatabase } from '../helpers/db.ts';
 import { approvalsContract, type ApprovalsUnderTest } from '../twins/contracts/approvals.ts';
@@ -26,9 +27,23 @@ import { rateLimiterContract } from '../twins/contracts/rate-limiter.ts';
  */
 
 /** One migrated database per kind, opened by the first case that needs it and shared by the rest. */
-const opened = new Map<DbKind, Promise<{ testDb: TestDatabase; db: Database }>>();
+const opened = new Map<
+  DbKind,
+  Promise<{ testDb: TestDatabase; db: Database; roots: () => Promise<HostRoots> }>
+>();
 const databaseOf = (kind: DbKind) => {
-  if (!opened.has(kind)) opened.set(kind, openMigratedDatabase(kind));
+  if (!opened.has(kind))
+    opened.set(
+      kind,
+      openMigratedDatabase(kind).then(async ({ testDb, db }) => {
+        // The host roots, opened before any record is made: users and agents are sealed under them (and
+        // PGlite's one connection must not be asked to open them from inside a record's transaction).
+        const config = loadConfig({ COUNTERSIGN_DATA_DIR: testDb.dataDir }, testDb.dataDir);
+        const roots = lazyHostRoots(db.knex, config.secrets.host_roots_path);
+        await roots();
+        return { testDb, db, roots };
+      }),
+    );
   return opened.get(kind)!;
 };
 after(async () => {
@@ -44,13 +59,13 @@ const agentNamed = async (db: Database) => (await createAgent(db.knex, { name: `
 
 /** The real approvals on the kind's database, two agents and a chair. */
 async function realApprovals(kind: DbKind): Promise<ApprovalsUnderTest> {
-  const { db, testDb } = await databaseOf(kind);
+  const { db, testDb, roots } = await databaseOf(kind);
   const config = loadConfig({ COUNTERSIGN_DATA_DIR: testDb.dataDir }, testDb.dataDir);
   const approvals = createApprovals({
     knex: db.knex,
     audit: createAuditLog(db.knex),
     config,
-    roots: lazyHostRoots(db.knex, config.secrets.host_roots_path),
+    roots,
     reviewUrl: (id) => `https://countersign.test/approvals/${id}`,
   });
   const chair = await createUser(db.knex, {
