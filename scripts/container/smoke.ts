@@ -93,16 +93,45 @@ step(`approved with the CLI inside ${second}`);
 podman(['stop', '--time', '15', first]);
 step(`stopped ${first}`);
 
-const approval = (await call(agent, 'isphere_get_approval', { approval_request_id: requestId })).approval!;
+/**
+ * A call right after a replica stopped: a connection the balancer closed as it took the replica out
+ * (the client sees `fetch failed`, no answer at all) is asked once more on a new connection, as a client
+ * would. Safe for the write too: its approval is single-use, and the retry's answer (or the approval's
+ * status) says whether the first attempt ran.
+ */
+let client = agent;
+async function onceMore<T>(what: string, attempt: (c: Client) => Promise<T>): Promise<T> {
+  try {
+    return await attempt(client);
+  } catch (err) {
+    if (!(err instanceof TypeError) || !/fetch failed/.test(err.message)) throw err;
+    step(
+      `${what}: the balancer closed the connection without an answer (${String(err.cause)}); asking once more`,
+    );
+    await client.close().catch(() => {});
+    client = await connect(token);
+    return attempt(client);
+  }
+}
+
+const approval = (
+  await onceMore('get_approval', (c) => call(c, 'isphere_get_approval', { approval_request_id: requestId }))
+).approval!;
 if (approval.status !== 'approved') throw new Error(`approval is ${String(approval.status)}, not approved`);
-const done = await call(agent, 'isphere_send_message', {
-  ...write,
-  dry_run: false,
-  approval_id: approval.approval_id,
-});
+const done = await onceMore('execute', (c) =>
+  call(c, 'isphere_send_message', { ...write, dry_run: false, approval_id: approval.approval_id }).catch(
+    async (err: unknown) => {
+      // Refused on the retry because the first attempt consumed the approval: its outcome is the status.
+      if (err instanceof TypeError) throw err;
+      const after = (await call(c, 'isphere_get_approval', { approval_request_id: requestId })).approval!;
+      if (after.status === 'succeeded') return { send_status: 'sent' } as Envelope;
+      throw err;
+    },
+  ),
+);
 if (done.send_status !== 'sent') throw new Error(`executed: ${JSON.stringify(done)}`);
 step(`executed through the balancer with ${first} stopped: sent`);
-await agent.close();
+await client.close();
 
 const file = `/tmp/smoke-export-${Date.now()}.jsonl`;
 podman(['exec', third, 'countersign', 'audit', 'export', '--format', 'jsonl', '-o', file]);
