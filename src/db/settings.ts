@@ -12,9 +12,18 @@ export async function sharedValue(knex: Knex, name: string, make: () => string):
 /** jsonb comes back parsed (pg) or as text (some PGlite paths). */
 const parsed = (value: unknown): unknown => (typeof value === 'string' ? JSON.parse(value) : value);
 
-/** A setting (table `settings`), or undefined when it was never written. */
-export async function readSetting(q: Query, name: string): Promise<unknown> {
-  const row = (await q('settings').where({ name }).first('value')) as { value: unknown } | undefined;
+/**
+ * A setting (table `settings`), or undefined when it was never written. `forUpdate` (in a transaction)
+ * also locks its row until the transaction ends.
+ */
+export async function readSetting(
+  q: Query,
+  name: string,
+  opts: { forUpdate?: boolean } = {},
+): Promise<unknown> {
+  const where = q('settings').where({ name });
+  const query = opts.forUpdate ? where.forUpdate() : where;
+  const row = (await query.first('value')) as { value: unknown } | undefined;
   return row === undefined ? undefined : parsed(row.value);
 }
 

@@ -53,8 +53,7 @@ export async function sealUnsealedPolicy(
   trx: Knex.Transaction,
   roots: HostRoots,
 ): Promise<{ sealed: boolean }> {
-  await trx('settings').where({ name: POLICY_SETTING }).forUpdate().first('name');
-  const stored = (await readSetting(trx, POLICY_SETTING)) as StoredPolicy | undefined;
+  const stored = (await readSetting(trx, POLICY_SETTING, { forUpdate: true })) as StoredPolicy | undefined;
   if (stored === undefined || stored.mac !== undefined) return { sealed: false };
   await writeSetting(trx, POLICY_SETTING, { ...stored, mac: policyMac(roots, stored.doc, stored.version) });
   return { sealed: true };
