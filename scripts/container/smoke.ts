@@ -18,11 +18,15 @@ const step = (line: string) => process.stderr.write(`smoke: ${line}\n`);
 
 function podman(args: string[], input?: string): string {
   let run = spawnSync('podman', args, { encoding: 'utf8', input });
-  // A CLI started by `podman exec` once waited more than its 10 s for a connection to the database
-  // container (pg's "timeout expired") while the replicas beside it were served: the container
-  // network, not countersign. Said, and tried once more; any other failure stands.
-  if (run.status !== 0 && args[0] === 'exec' && /timeout expired/.test(run.stderr)) {
-    step(`podman ${args[0]} ${args.at(-1)}: the database connection timed out; trying once more`);
+  // A CLI started by `podman exec` has waited more than its 10 s for a connection to the database
+  // container (pg's "timeout expired") while the replicas beside it were served, twice in a row once:
+  // the container network, not countersign (the cause is not pinned down; a name lookup that waits on
+  // an unreachable upstream resolver is the suspect). Said, and tried up to three times in all, a few
+  // seconds apart; any other failure stands.
+  for (let attempt = 2; attempt <= 3; attempt++) {
+    if (run.status === 0 || args[0] !== 'exec' || !/timeout expired/.test(run.stderr)) break;
+    step(`podman ${args[0]} ${args.at(-1)}: the database connection timed out; attempt ${attempt} of 3`);
+    spawnSync('sleep', ['3']);
     run = spawnSync('podman', args, { encoding: 'utf8', input });
   }
   if (run.status !== 0) throw new Error(`podman ${args.join(' ')}: exit ${run.status}\n${run.stderr}`);
