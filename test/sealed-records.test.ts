@@ -1,10 +1,12 @@
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
+import canonicalize from 'canonicalize';
 import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import knexFactory, { type Knex } from 'knex';
 import { createAgent } from '../src/accounts/agents.ts';
+import { userSealedText } from '../src/accounts/authority.ts';
 import { createUser, hashPassword } from '../src/accounts/users.ts';
 import { runAdminCommand } from '../src/admin/commands.ts';
 import { startHttpServer, type RunningServer } from '../src/app/serve-http.ts';
@@ -205,19 +207,95 @@ for (const kind of databaseKinds()) {
       }
     });
 
+    /** The record as it stands now, every column: what an administrator keeps to put back later. */
+    const snapshot = async (table: 'users' | 'agents', name: string) =>
+      (await knex()(table).where({ name }).first()) as Record<string, unknown>;
+    /** The administrator's SQL: every column of the record written back as `saved` had it, seal and all. */
+    const putBack = async (table: 'users' | 'agents', saved: Record<string, unknown>) => {
+      const { id, ...columns } = saved;
+      const values = Object.fromEntries(
+        Object.entries(columns).map(([k, v]) => [
+          k,
+          v !== null && typeof v === 'object' && !(v instanceof Date) ? JSON.stringify(v) : v,
+        ]),
+      );
+      await (dbaConnection ?? knex())(table)
+        .where({ id: id as string })
+        .update(values as Record<string, Knex.Value>);
+    };
+
     it('keeps a revoked agent revoked when its row is put back whole, seal included, as it was before', async () => {
       const made = await createAgent(knex(), { name: 'sr-rolled-back', profile: 'readonly' });
-      const saved = (await knex()('agents').where({ name: 'sr-rolled-back' }).first()) as Record<
-        string,
-        unknown
-      >;
+      const saved = await snapshot('agents', 'sr-rolled-back');
       await admin({ command: 'agent.revoke', name: 'sr-rolled-back', actor: 'test' });
-      await sql('update agents set revoked_at = null, authority_mac = ? where name = ?', [
-        saved.authority_mac,
-        'sr-rolled-back',
-      ]);
+      await putBack('agents', saved);
       const tried = await tryToken(server.url, made.token);
-      assert.deepEqual([tried.status, tried.reason], [401, 'revoked_token'], 'the log holds its revocation');
+      assert.deepEqual(
+        [tried.status, tried.reason],
+        [401, 'agent_record_tampered'],
+        'the log holds a change after the one its seal binds',
+      );
+    });
+
+    it('refuses a user put back whole as before a disable, a demotion or a password reset', async () => {
+      await user('sr-replay-off');
+      const beforeDisable = await snapshot('users', 'sr-replay-off');
+      await admin({ command: 'user.disable', name: 'sr-replay-off', actor: 'test' });
+      await putBack('users', beforeDisable);
+      assert.equal(await login('sr-replay-off', 'sr-replay-off password'), 401, 'disabled stays disabled');
+
+      await user('sr-replay-chair');
+      const asChair = await snapshot('users', 'sr-replay-chair');
+      await admin({ command: 'user.set', name: 'sr-replay-chair', roles: ['compliance'], actor: 'test' });
+      assert.equal(await login('sr-replay-chair', 'sr-replay-chair password'), 303, 'signs in as compliance');
+      await putBack('users', asChair);
+      assert.equal(await login('sr-replay-chair', 'sr-replay-chair password'), 401, 'not a chair again');
+
+      await user('sr-replay-pw');
+      const oldPassword = await snapshot('users', 'sr-replay-pw');
+      const reset = { command: 'user.reset_password', name: 'sr-replay-pw', actor: 'test' } as const;
+      await admin({ ...reset, password: 'a new password 1' });
+      await putBack('users', oldPassword);
+      assert.equal(
+        await login('sr-replay-pw', 'sr-replay-pw password'),
+        401,
+        'the old password opens nothing',
+      );
+
+      for (const name of ['sr-replay-off', 'sr-replay-chair', 'sr-replay-pw'])
+        assert.ok((await tamperedRows('user', name)).length >= 1, `${name}: user.record_tampered recorded`);
+    });
+
+    it('refuses an agent put back whole as before its token was rotated or its profile narrowed', async () => {
+      const made = await createAgent(knex(), { name: 'sr-replay-token', profile: 'all' });
+      const oldToken = await snapshot('agents', 'sr-replay-token');
+      await admin({ command: 'agent.rotate', name: 'sr-replay-token', actor: 'test' });
+      assert.equal((await tryToken(server.url, made.token)).status, 401, 'the old token ends at rotation');
+      await putBack('agents', oldToken);
+      assert.deepEqual(
+        (await tryToken(server.url, made.token)).reason,
+        'agent_record_tampered',
+        'the leaked token stays refused',
+      );
+
+      const wide = await createAgent(knex(), { name: 'sr-replay-profile', profile: 'all' });
+      const asWide = await snapshot('agents', 'sr-replay-profile');
+      await admin({ command: 'agent.set', name: 'sr-replay-profile', profile: 'readonly', actor: 'test' });
+      assert.equal((await tryToken(server.url, wide.token)).status, 200, 'the narrowed agent works');
+      await putBack('agents', asWide);
+      assert.equal((await tryToken(server.url, wide.token)).reason, 'agent_record_tampered');
+    });
+
+    it('binds each seal to the seq of its change: the record says which row sealed it', async () => {
+      await user('sr-seq');
+      await admin({ command: 'user.set_teams', name: 'sr-seq', teams: ['ops'], actor: 'test' });
+      const row = await snapshot('users', 'sr-seq');
+      const changed = await knex()('audit_events')
+        .where({ kind: 'user.teams_changed' })
+        .orderBy('seq', 'desc')
+        .first();
+      assert.equal(Number(row.sealed_seq), Number(changed.seq));
+      assert.equal(await login('sr-seq', 'sr-seq password'), 303, 'the change itself is no replay');
     });
 
     it("refuses a token whose hash was copied onto another agent's row", async () => {
@@ -402,6 +480,68 @@ for (const kind of databaseKinds()) {
       const row = await s.services.knex('users').where({ id: userId }).first();
       assert.equal(row.authority_mac, null, 'not sealed again by the start');
       assert.equal((await new WebClient(s.url).login('old-chair', 'old chair password')).res.status, 401);
+    });
+  });
+
+  describe(`records sealed before seals bound their change on ${kind}`, () => {
+    let testDb: TestDatabase;
+    let server: RunningServer | undefined;
+    let rootsFile: string;
+    let v1Row: Record<string, unknown>;
+    const userId = randomUUID();
+
+    before(async () => {
+      testDb = await createTestDatabase(kind);
+      const db = await openDatabase({
+        url: testDb.url,
+        pgliteDir: path.join(testDb.dataDir, 'pglite'),
+        command: 'test',
+      });
+      await migrateLatest(db.knex);
+      rootsFile = path.join(testDb.dataDir, 'host-roots.json');
+      // The roots file as the version before made it: records sealed, but not fresh.
+      const { roots } = createHostRoots(rootsFile, () => `countersign:${randomUUID()}`, {
+        agent_token_hashes: [],
+      });
+      const file = JSON.parse(fs.readFileSync(rootsFile, 'utf8')) as Record<string, unknown>;
+      fs.writeFileSync(
+        rootsFile,
+        JSON.stringify({ ...file, records_sealed: { at: new Date().toISOString() } }),
+      );
+      const record = {
+        id: userId,
+        name: 'v1-chair',
+        roles: ['chair'],
+        password_hash: await hashPassword('v1 chair password'),
+      };
+      // The seal of that version: the same fields, without the seq of a change.
+      const { sealed_seq: _s, ...fields } = JSON.parse(userSealedText(record)) as Record<string, unknown>;
+      const authority_mac = roots.mac('authority', canonicalize({ ...fields, v: 1 })!);
+      await db.knex('users').insert({ ...record, roles: JSON.stringify(record.roles), authority_mac });
+      v1Row = (await db.knex('users').where({ id: userId }).first()) as Record<string, unknown>;
+      await db.close();
+    });
+    after(async () => {
+      await server?.close();
+      await testDb?.drop();
+    });
+
+    it('seals them again once at the first start, binding the head, and says so in the roots file', async () => {
+      const config = loadConfig(testEnv(testDb), testDb.dataDir);
+      server = await startHttpServer(config, createLogger('silent'));
+      assert.equal(readHostRoots(rootsFile)!.recordsFresh, true);
+      const row = await server.services.knex('users').where({ id: userId }).first();
+      assert.notEqual(row.sealed_seq, null, 'bound to the head at the upgrade');
+      assert.equal((await new WebClient(server.url).login('v1-chair', 'v1 chair password')).res.status, 303);
+    });
+
+    it('refuses the record of that version put back by SQL after the upgrade', async () => {
+      const { id: _id, ...columns } = v1Row;
+      await server!.services
+        .knex('users')
+        .where({ id: userId })
+        .update({ ...columns, roles: JSON.stringify(columns.roles) } as Record<string, Knex.Value>);
+      assert.equal((await new WebClient(server!.url).login('v1-chair', 'v1 chair password')).res.status, 401);
     });
   });
 }

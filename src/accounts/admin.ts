@@ -3,7 +3,7 @@ import type { AuditInput, AuditLog } from '../audit/index.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import { hostRootsOf } from '../db/host-roots.ts';
 import { writeSetting } from '../db/settings.ts';
-import { auditTampered, recordOfTampered, resealAgent, resealUser } from './authority.ts';
+import { auditTampered, recordOfTampered, resealAgent, resealUser, sealAfterChange } from './authority.ts';
 import {
   activeAgentNamed,
   agentNamedForUpdate,
@@ -58,7 +58,10 @@ export interface AccountChanges {
   userNameOf: Rest<typeof userNameOf>;
   /** Records a setting that describes what this change made (the first run's record of its accounts). */
   writeSetting: (name: string, value: object) => Promise<void>;
-  /** Appends an audit row (result ok) that commits with the change, or not at all. */
+  /**
+   * Appends an audit row (result ok) that commits with the change, or not at all; a row that says a user
+   * or an agent changed seals that record again, binding the row's seq.
+   */
   audit: (row: AccountRow) => Promise<unknown>;
 }
 
@@ -95,7 +98,12 @@ function changesIn(trx: Knex.Transaction, audit: AuditLog, roots: HostRoots): Ac
     resealAgent: (name) => resealAgent(trx, roots, name),
     userNameOf: (id) => userNameOf(trx, id),
     writeSetting: (name, value) => writeSetting(trx, name, value),
-    audit: (row) => audit.appendIn(trx, { ...row, result: 'ok' }),
+    // A row that says a record changed seals the record again, binding the row's seq (sealAfterChange).
+    audit: async (row) => {
+      const appended = await audit.appendIn(trx, { ...row, result: 'ok' });
+      for (const r of appended) await sealAfterChange(trx, roots, r);
+      return appended;
+    },
   };
 }
 

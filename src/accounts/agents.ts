@@ -6,7 +6,7 @@ import { AgentName, type Agent } from '../core/identity.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import { hostRootsOf } from '../db/host-roots.ts';
 import { newTaggedToken, tokenTagKey } from './token-tag.ts';
-import { agentSealed, sealAgent, sealedAgentOr, type AgentSealed } from './authority.ts';
+import { AGENT_SUPERSEDED, agentSealed, sealAgent, sealedAgentOr, type AgentSealed } from './authority.ts';
 
 /** An agent token: 256 random bits, recognisable by its prefix, with its tag (token-tag.ts). */
 const newToken = (roots: HostRoots) => newTaggedToken(tokenTagKey(roots));
@@ -96,6 +96,8 @@ export async function listAgents(knex: Knex, roots?: HostRoots) {
       'a.revoked_at',
       'a.token_hash',
       'a.authority_mac',
+      'a.sealed_seq',
+      knex.raw(AGENT_SUPERSEDED('a')),
     )
     .orderBy('a.name');
   return rows.map((r: Record<string, unknown>) => ({
@@ -118,8 +120,12 @@ export async function listAgents(knex: Knex, roots?: HostRoots) {
  * carry it: a change never seals what SQL made of it); undefined when no active agent has the name.
  */
 async function activeSealedForUpdate(knex: Knex | Knex.Transaction, roots: HostRoots, name: string) {
-  const row = (await knex('agents').where({ name }).whereNull('revoked_at').forUpdate().first()) as
-    (AgentSealed & { id: string; name: string }) | undefined;
+  const row = (await knex('agents')
+    .select('*', knex.raw(AGENT_SUPERSEDED()))
+    .where({ name })
+    .whereNull('revoked_at')
+    .forUpdate()
+    .first()) as (AgentSealed & { id: string; name: string }) | undefined;
   return row && sealedAgentOr(roots, row);
 }
 
@@ -191,7 +197,9 @@ export async function agentRow(
       'revoked_at',
       'token_hash',
       'authority_mac',
+      'sealed_seq',
       knex.raw(REVOKED_IN_LOG),
+      knex.raw(AGENT_SUPERSEDED()),
     )
     .where(column, value)
     .first()) as (Agent & AgentSealed & { revoked_at: unknown; revoked_in_log: unknown }) | undefined;
@@ -270,8 +278,11 @@ export async function updateAgent(
   const defined = Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined));
   if (Object.keys(defined).length === 0) return true;
   const roots = await rootsFor(knex, hostRoots);
-  const row = (await knex('agents').where({ name }).forUpdate().first()) as
-    (AgentSealed & { id: string; name: string }) | undefined;
+  const row = (await knex('agents')
+    .select('*', knex.raw(AGENT_SUPERSEDED()))
+    .where({ name })
+    .forUpdate()
+    .first()) as (AgentSealed & { id: string; name: string }) | undefined;
   if (!row) return false;
   sealedAgentOr(roots, row);
   const owner = 'owner_id' in defined ? { owner_unresolved: null } : {};
@@ -297,9 +308,12 @@ export async function activeAgentNamed(q: Query, name: string) {
   return (await q('agents').where({ name }).whereNull('revoked_at').first()) as AgentRecord | undefined;
 }
 
-/** The agent with id `id`, revoked or not. */
+/**
+ * The agent with id `id`, revoked or not, with what checking its seal needs (`superseded`: agentSealed).
+ */
 export async function agentById(q: Query, id: string) {
-  return (await q('agents').where({ id }).first()) as AgentRecord | undefined;
+  return (await q('agents').select('*', q.raw(AGENT_SUPERSEDED())).where({ id }).first()) as
+    (AgentRecord & { superseded: unknown }) | undefined;
 }
 
 /** An agent's name with its owner's (null: none, or a name that resolved to nobody, kept as given). */

@@ -33,6 +33,7 @@ export const USER_SEALED_COLUMNS = [
   'oidc_subject',
   'disabled_at',
   'authority_mac',
+  'sealed_seq',
 ] as const;
 
 /** The agent columns the seal covers, with the seal. */
@@ -45,10 +46,61 @@ export const AGENT_SEALED_COLUMNS = [
   'token_hash',
   'revoked_at',
   'authority_mac',
+  'sealed_seq',
 ] as const;
 
-export type UserRecord = Record<(typeof USER_SEALED_COLUMNS)[number], unknown>;
-export type AgentSealed = Record<(typeof AGENT_SEALED_COLUMNS)[number], unknown>;
+/**
+ * A record read to be checked: the sealed columns, and `superseded` (userSupersededSql,
+ * agentSupersededSql), whether the log holds a change of it after the one its seal binds.
+ */
+export type UserRecord = Record<(typeof USER_SEALED_COLUMNS)[number] | 'superseded', unknown>;
+export type AgentSealed = Record<(typeof AGENT_SEALED_COLUMNS)[number] | 'superseded', unknown>;
+
+/**
+ * The audit rows that say a user's record changed (details.user names it), and an agent's (agent_id):
+ * each is appended in the transaction of its change, and the record is sealed again after it with its
+ * seq (sealAfterChange). Refusals (`*.record_tampered`) and sign-ins are not changes.
+ */
+export const USER_CHANGE_KINDS = [
+  'user.created',
+  'user.role_changed',
+  'user.password_reset',
+  'user.disabled',
+  'user.linked',
+  'user.email_changed',
+  'user.teams_changed',
+  'user.resealed',
+] as const;
+export const AGENT_CHANGE_KINDS = [
+  'agent.created',
+  'agent.owner_changed',
+  'agent.profile_changed',
+  'agent.rate_limit_changed',
+  'agent.token_rotated',
+  'agent.revoked',
+  'agent.resealed',
+] as const;
+
+const kindList = (kinds: readonly string[]) => kinds.map((k) => `'${k}'`).join(', ');
+
+/**
+ * SQL true when the log holds a change of the user `alias` after the one its seal binds (`sealed_seq`):
+ * the row was put back as it stood before that change, seal and all. For a select list, as `superseded`;
+ * the (kind, seq) index finds the few change rows after it.
+ */
+export const userSupersededSql = (alias: string) => `exists (select 1 from audit_events e
+  where e.kind in (${kindList(USER_CHANGE_KINDS)}) and e.seq > coalesce(${alias}.sealed_seq, 0)
+    and e.details->>'user' = ${alias}.name)`;
+
+/** The same for the agent `alias`, by its id (the (agent_id, seq) index). */
+export const agentSupersededSql = (alias: string) => `exists (select 1 from audit_events e
+  where e.agent_id = ${alias}.id::text and e.seq > coalesce(${alias}.sealed_seq, 0)
+    and e.kind in (${kindList(AGENT_CHANGE_KINDS)}))`;
+
+/** The select-list item of userSupersededSql over `alias`. */
+export const USER_SUPERSEDED = (alias = 'users') => `${userSupersededSql(alias)} as superseded`;
+/** The select-list item of agentSupersededSql over `alias`. */
+export const AGENT_SUPERSEDED = (alias = 'agents') => `${agentSupersededSql(alias)} as superseded`;
 
 /** A jsonb column as PostgreSQL or PGlite hand it back (parsed, or text), as a sorted set of strings. */
 function setOf(raw: unknown): unknown {
@@ -58,12 +110,14 @@ function setOf(raw: unknown): unknown {
 }
 
 const textOf = (v: unknown) => (v === null || v === undefined ? null : String(v));
+const seqOf = (v: unknown) => (v === null || v === undefined ? null : Number(v));
 
 /** The canonical text a user's seal is made over. */
 export function userSealedText(row: Partial<UserRecord>): string {
   return canonicalize({
-    v: 1,
+    v: 2,
     record: 'user',
+    sealed_seq: seqOf(row.sealed_seq),
     id: textOf(row.id),
     name: textOf(row.name),
     roles: setOf(row.roles),
@@ -80,8 +134,9 @@ export function userSealedText(row: Partial<UserRecord>): string {
 export function agentSealedText(row: Partial<AgentSealed>): string {
   const limit = row.rate_limit_per_min;
   return canonicalize({
-    v: 1,
+    v: 2,
     record: 'agent',
+    sealed_seq: seqOf(row.sealed_seq),
     id: textOf(row.id),
     name: textOf(row.name),
     profile: textOf(row.profile),
@@ -97,12 +152,23 @@ export const sealUser = (roots: HostRoots, row: Partial<UserRecord>) =>
 export const sealAgent = (roots: HostRoots, row: Partial<AgentSealed>) =>
   roots.mac('authority', agentSealedText(row));
 
-/** Whether the user's row carries the seal this server made over it as it stands. */
+/**
+ * Whether a read said the record is not superseded: `false` as the select item reads (a boolean, or
+ * JSON's inside json_build_object); a read that did not ask (undefined) is taken as superseded.
+ */
+const current = (superseded: unknown) => superseded === false || superseded === 'false';
+
+/**
+ * Whether the user's row carries the seal this server made over it as it stands, and is the newest the
+ * log knows of (its read selected USER_SUPERSEDED: a read that did not is refused).
+ */
 export const userSealed = (roots: HostRoots, row: Partial<UserRecord>) =>
-  roots.verify('authority', userSealedText(row), row.authority_mac as string | null | undefined);
-/** Whether the agent's row carries the seal this server made over it as it stands. */
+  roots.verify('authority', userSealedText(row), row.authority_mac as string | null | undefined) &&
+  current(row.superseded);
+/** The same for an agent's row (its read selected AGENT_SUPERSEDED). */
 export const agentSealed = (roots: HostRoots, row: Partial<AgentSealed>) =>
-  roots.verify('authority', agentSealedText(row), row.authority_mac as string | null | undefined);
+  roots.verify('authority', agentSealedText(row), row.authority_mac as string | null | undefined) &&
+  current(row.superseded);
 
 /** The refusal of a change to, or a use of, a record this server did not seal as it stands. */
 export const tamperedRecord = (kind: 'user' | 'agent', name: string) =>
@@ -138,51 +204,79 @@ export function sealedAgentOr<T extends Partial<AgentSealed>>(roots: HostRoots, 
 }
 
 /**
- * Reseals, in `trx`, the user's row by its id as it now stands, after the caller changed it (the row is
- * read back, so the seal covers exactly what was written). Returns the row.
+ * Seals again, in `trx`, the record an audit row just appended there says changed (its kind is one of
+ * USER_CHANGE_KINDS, naming the user in details.user, or AGENT_CHANGE_KINDS, naming the agent by
+ * agent_id), binding that row's seq: from then on a copy of the record from before this change meets
+ * this row in the log (superseded). The record is read back, so the seal covers exactly what is stored;
+ * the change itself checked the seal it had. Any other row: nothing to do.
  */
-export async function resealUserRow(trx: Knex.Transaction, roots: HostRoots, id: string) {
-  const row = (await trx('users').select(USER_SEALED_COLUMNS).where({ id }).first()) as UserRecord;
-  await trx('users')
-    .where({ id })
-    .update({ authority_mac: sealUser(roots, row) });
-  return row;
+export async function sealAfterChange(
+  trx: Knex.Transaction,
+  roots: HostRoots,
+  row: { kind: string; seq: number | string; agent_id?: string | null; details?: unknown },
+): Promise<void> {
+  const seq = Number(row.seq);
+  if ((USER_CHANGE_KINDS as readonly string[]).includes(row.kind)) {
+    const name = (row.details as { user?: unknown } | undefined)?.user;
+    if (typeof name !== 'string') throw new Error(`${row.kind} names no user: its record cannot be sealed`);
+    const user = (await trx('users').select(USER_SEALED_COLUMNS).where({ name }).first()) as
+      UserRecord | undefined;
+    if (!user) throw new Error(`${row.kind} names "${name}", who is not a user`);
+    await trx('users')
+      .where({ id: user.id as string })
+      .update({ sealed_seq: seq, authority_mac: sealUser(roots, { ...user, sealed_seq: seq }) });
+  } else if ((AGENT_CHANGE_KINDS as readonly string[]).includes(row.kind)) {
+    if (!row.agent_id) throw new Error(`${row.kind} names no agent: its record cannot be sealed`);
+    const agent = (await trx('agents').select(AGENT_SEALED_COLUMNS).where({ id: row.agent_id }).first()) as
+      AgentSealed | undefined;
+    if (!agent) throw new Error(`${row.kind} names agent ${row.agent_id}, which does not exist`);
+    await trx('agents')
+      .where({ id: row.agent_id })
+      .update({ sealed_seq: seq, authority_mac: sealAgent(roots, { ...agent, sealed_seq: seq }) });
+  }
 }
 
-/** The same for an agent's row. */
-export async function resealAgentRow(trx: Knex | Knex.Transaction, roots: HostRoots, id: string) {
-  const row = (await trx('agents').select(AGENT_SEALED_COLUMNS).where({ id }).first()) as AgentSealed;
-  await trx('agents')
-    .where({ id })
-    .update({ authority_mac: sealAgent(roots, row) });
-  return row;
-}
+/** The canonical text a record was sealed over before seals bound their change's seq (v1). */
+const v1Text = (text: string) => {
+  const { sealed_seq: _s, ...rest } = JSON.parse(text) as Record<string, unknown>;
+  return canonicalize({ ...rest, v: 1 })!;
+};
 
 /**
- * Seals, once at the upgrade, every record that has no seal yet (records with a seal, right or wrong,
- * are left as they are). Returns how many of each were sealed.
+ * Seals, once at the upgrade, the records that need it, binding `head` (the log's head, read in `trx`):
+ * no change row of theirs is after it. Before `records_sealed`, every record without a seal; before
+ * `records_fresh`, every record whose seal is the earlier kind (v1, no seq) and verifies as such. A
+ * record with a wrong seal is left as it is: it stays TAMPERED. Returns how many of each were sealed.
  */
 export async function sealUnsealedRecords(
   trx: Knex.Transaction,
   roots: HostRoots,
+  head: number,
 ): Promise<{ users: number; agents: number }> {
+  const due = (mac: unknown, v1: string) =>
+    (mac === null && !roots.recordsSealed) || roots.verify('authority', v1Text(v1), mac as string);
   const users = (await trx('users')
     .select(USER_SEALED_COLUMNS)
-    .whereNull('authority_mac')
+    .whereNull('sealed_seq')
     .forUpdate()) as UserRecord[];
-  for (const u of users)
-    await trx('users')
-      .where({ id: u.id as string })
-      .update({ authority_mac: sealUser(roots, u) });
   const agents = (await trx('agents')
     .select(AGENT_SEALED_COLUMNS)
-    .whereNull('authority_mac')
+    .whereNull('sealed_seq')
     .forUpdate()) as AgentSealed[];
-  for (const a of agents)
+  let counts = { users: 0, agents: 0 };
+  for (const u of users.filter((r) => due(r.authority_mac, userSealedText(r)))) {
+    await trx('users')
+      .where({ id: u.id as string })
+      .update({ sealed_seq: head, authority_mac: sealUser(roots, { ...u, sealed_seq: head }) });
+    counts = { ...counts, users: counts.users + 1 };
+  }
+  for (const a of agents.filter((r) => due(r.authority_mac, agentSealedText(r)))) {
     await trx('agents')
       .where({ id: a.id as string })
-      .update({ authority_mac: sealAgent(roots, a) });
-  return { users: users.length, agents: agents.length };
+      .update({ sealed_seq: head, authority_mac: sealAgent(roots, { ...a, sealed_seq: head }) });
+    counts = { ...counts, agents: counts.agents + 1 };
+  }
+  return counts;
 }
 
 /** Records a refused use of a tampered record (its own transaction; a failure to record is not fatal). */
@@ -217,29 +311,35 @@ export async function auditTampered(
  * sealed (never the password hash itself: whether there is one) and whether the record verified before.
  */
 export async function resealUser(trx: Knex.Transaction, roots: HostRoots, name: string) {
-  const row = (await trx('users').select(USER_SEALED_COLUMNS).where({ name }).forUpdate().first()) as
-    UserRecord | undefined;
+  const row = (await trx('users')
+    .select([...USER_SEALED_COLUMNS, trx.raw(USER_SUPERSEDED())])
+    .where({ name })
+    .forUpdate()
+    .first()) as UserRecord | undefined;
   if (!row) throw new AppError('NOT_FOUND', `no user named "${name}"`, 'unknown_user');
   const was = userSealed(roots, row);
   await trx('users')
     .where({ id: row.id as string })
     .update({ authority_mac: sealUser(roots, row) });
   const text = JSON.parse(userSealedText(row)) as Record<string, unknown>;
-  const { v: _v, record: _r, password_hash, ...fields } = text;
+  const { v: _v, record: _r, sealed_seq: _s, password_hash, ...fields } = text;
   return { sealed: { ...fields, password: password_hash !== null }, was_sealed: was };
 }
 
 /** The same for an agent (`countersign agent reseal NAME`); the token's MAC is named by its first 12 digits. */
 export async function resealAgent(trx: Knex.Transaction, roots: HostRoots, name: string) {
-  const row = (await trx('agents').select(AGENT_SEALED_COLUMNS).where({ name }).forUpdate().first()) as
-    AgentSealed | undefined;
+  const row = (await trx('agents')
+    .select([...AGENT_SEALED_COLUMNS, trx.raw(AGENT_SUPERSEDED())])
+    .where({ name })
+    .forUpdate()
+    .first()) as AgentSealed | undefined;
   if (!row) throw new AppError('NOT_FOUND', `no agent named "${name}"`, 'unknown_agent');
   const was = agentSealed(roots, row);
   await trx('agents')
     .where({ id: row.id as string })
     .update({ authority_mac: sealAgent(roots, row) });
   const text = JSON.parse(agentSealedText(row)) as Record<string, unknown>;
-  const { v: _v, record: _r, token_hash, ...fields } = text;
+  const { v: _v, record: _r, sealed_seq: _s, token_hash, ...fields } = text;
   return {
     sealed: { ...fields, token: String(token_hash).slice(0, 12) },
     was_sealed: was,

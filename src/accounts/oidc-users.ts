@@ -5,8 +5,9 @@ import type { AuditLog } from '../audit/index.ts';
 import type { OidcConfig } from '../config.ts';
 import { Role, UserName, type User } from '../core/identity.ts';
 import { claimAt, type OidcClaims, type OidcRefusal } from './oidc.ts';
+import type { AuditKind } from '../core/audit-kinds.ts';
 import type { HostRoots } from '../core/host-roots.ts';
-import { sealUser, userSealed, type UserRecord } from './authority.ts';
+import { USER_SUPERSEDED, sealAfterChange, sealUser, userSealed, type UserRecord } from './authority.ts';
 
 /** Who the verified claims say the person is, in countersign's terms. */
 export interface OidcIdentity {
@@ -68,6 +69,7 @@ async function userByEmail(
   const address = identity.email ?? identity.claimed_email;
   if (!address) return undefined;
   const rows = (await trx('users')
+    .select('*', trx.raw(USER_SUPERSEDED()))
     .whereRaw('lower(email) = lower(?)', [address])
     .orderBy('id')
     .forUpdate()
@@ -140,8 +142,14 @@ export async function signInWithOidc(
   const tampered = (trx: Knex.Transaction, row: UserRow) => refuseTampered(deps.audit, trx, identity, row);
   const actor = `oidc:${identity.issuer}`;
   const facts = { via: 'oidc', issuer: identity.issuer, subject: identity.subject };
+  // A change's row, committed with it; the user's record is sealed again binding its seq.
+  const changed = async (trx: Knex.Transaction, kind: AuditKind, details: Record<string, unknown>) => {
+    const [row] = await deps.audit.appendIn(trx, { kind, actor, result: 'ok', details });
+    await sealAfterChange(trx, roots, row!);
+  };
   const bySubject = (trx: Knex.Transaction) =>
     trx('users')
+      .select('*', trx.raw(USER_SUPERSEDED()))
       .where({ oidc_issuer: identity.issuer, oidc_subject: identity.subject })
       .forUpdate()
       .first() as Promise<UserRow | undefined>;
@@ -165,7 +173,7 @@ export async function signInWithOidc(
             .update({ ...linked, authority_mac: sealUser(roots, { ...row, ...linked }) });
           row = { ...row, ...linked };
           const details = { user: row.name, email: identity.email ?? null, ...facts };
-          await deps.audit.appendIn(trx, { kind: 'user.linked', actor, result: 'ok', details });
+          await changed(trx, 'user.linked', details);
         }
       }
     }
@@ -175,7 +183,7 @@ export async function signInWithOidc(
       const inserted = await insertUser(trx, roots, identity, user);
       if (inserted.length === 1) {
         const details = { user: user.name, roles: user.roles, email: identity.email ?? null, ...facts };
-        await deps.audit.appendIn(trx, { kind: 'user.created', actor, result: 'ok', details });
+        await changed(trx, 'user.created', details);
         return { user };
       }
       row = await bySubject(trx);
@@ -196,11 +204,11 @@ export async function signInWithOidc(
           roles: JSON.stringify(identity.roles),
           authority_mac: sealUser(roots, { ...row, roles: identity.roles }),
         });
-      await deps.audit.appendIn(trx, {
-        kind: 'user.role_changed',
-        actor,
-        result: 'ok',
-        details: { user: row.name, roles_before: before, roles_after: identity.roles, ...facts },
+      await changed(trx, 'user.role_changed', {
+        user: row.name,
+        roles_before: before,
+        roles_after: identity.roles,
+        ...facts,
       });
     }
     return { user: { id: row.id, name: row.name, roles: identity.roles } };

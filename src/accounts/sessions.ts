@@ -5,7 +5,7 @@ import { named } from '../db/knex.ts';
 import { Role, type User } from '../core/identity.ts';
 import type { AuditLog } from '../audit/index.ts';
 import type { HostRoots } from '../core/host-roots.ts';
-import { auditTampered, userSealed } from './authority.ts';
+import { USER_SUPERSEDED, auditTampered, userSealed } from './authority.ts';
 
 export interface WebSession {
   user: User;
@@ -68,6 +68,8 @@ export function createSessionStore(
           'u.oidc_subject',
           'u.disabled_at',
           'u.authority_mac',
+          'u.sealed_seq',
+          knex.raw(USER_SUPERSEDED('u')),
         )
         .first();
       const row = (await named(knex, 'countersign_web_session', query)) as

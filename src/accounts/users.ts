@@ -13,7 +13,14 @@ import { Role, UserName, type User } from '../core/identity.ts';
 import { limitConcurrency } from '../core/limit.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import { hostRootsOf } from '../db/host-roots.ts';
-import { USER_SEALED_COLUMNS, sealUser, sealedUserOr, userSealed, type UserRecord } from './authority.ts';
+import {
+  USER_SEALED_COLUMNS,
+  USER_SUPERSEDED,
+  sealUser,
+  sealedUserOr,
+  userSealed,
+  type UserRecord,
+} from './authority.ts';
 
 /** The roots given, else those opened for `knex` (the host's keys: db/host-roots.ts). */
 const rootsFor = async (knex: Knex | Knex.Transaction, roots: HostRoots | undefined) =>
@@ -119,6 +126,7 @@ export async function linkIdentity(
 ): Promise<{ user: string; before?: OidcSubject; unchanged: boolean }> {
   const roots = await rootsFor(trx, hostRoots);
   const row = (await trx('users')
+    .select('*', trx.raw(USER_SUPERSEDED()))
     .whereRaw('lower(name) = lower(?)', [name])
     .whereNull('disabled_at')
     .forUpdate()
@@ -158,7 +166,11 @@ export async function checkCredentials(
   hostRoots?: HostRoots,
 ): Promise<User | { tampered: string } | undefined> {
   const roots = await rootsFor(knex, hostRoots);
-  const row = (await knex('users').where({ name }).whereNull('disabled_at').first()) as
+  const row = (await knex('users')
+    .select('*', knex.raw(USER_SUPERSEDED()))
+    .where({ name })
+    .whereNull('disabled_at')
+    .first()) as
     (UserRecord & { id: string; name: string; roles: unknown; password_hash: string | null }) | undefined;
   // Hash even for an unknown name or a user without a password (single sign-on only), so timing does not
   // tell which names exist or how they sign in.
@@ -180,7 +192,7 @@ const rolesOf = (raw: unknown) => z.array(Role).parse(typeof raw === 'string' ? 
  */
 export async function listUsers(knex: Knex, roots?: HostRoots) {
   const rows = (await knex('users')
-    .select([...USER_SEALED_COLUMNS, 'created_at'])
+    .select([...USER_SEALED_COLUMNS, 'created_at', knex.raw(USER_SUPERSEDED())])
     .orderBy('name')) as (UserRecord & {
     name: string;
     roles: unknown;
@@ -215,7 +227,12 @@ export async function changeUser(
   hostRoots?: HostRoots,
 ): Promise<{ id: string; before: Role[]; after: Role[] }> {
   const roots = await rootsFor(trx, hostRoots);
-  const row = (await trx('users').where({ name }).whereNull('disabled_at').forUpdate().first()) as
+  const row = (await trx('users')
+    .select('*', trx.raw(USER_SUPERSEDED()))
+    .where({ name })
+    .whereNull('disabled_at')
+    .forUpdate()
+    .first()) as
     | (UserRecord & { id: string; roles: unknown; oidc_subject: string | null; password_hash: string | null })
     | undefined;
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
@@ -279,8 +296,12 @@ export async function setUserEmail(
 ): Promise<{ before: string | null; after: string | null }> {
   const roots = await rootsFor(trx, hostRoots);
   const after = email === null ? null : z.email().parse(email.trim());
-  const row = (await trx('users').where({ name }).whereNull('disabled_at').forUpdate().first()) as
-    (UserRecord & { id: string; email: string | null }) | undefined;
+  const row = (await trx('users')
+    .select('*', trx.raw(USER_SUPERSEDED()))
+    .where({ name })
+    .whereNull('disabled_at')
+    .forUpdate()
+    .first()) as (UserRecord & { id: string; email: string | null }) | undefined;
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
   sealedUserOr(roots, row);
   await trx('users')
@@ -306,8 +327,12 @@ export async function setUserTeams(
 ): Promise<{ before: string[]; after: string[] }> {
   const roots = await rootsFor(trx, hostRoots);
   const after = z.array(TeamName).parse([...new Set(teams)].sort());
-  const row = (await trx('users').where({ name }).whereNull('disabled_at').forUpdate().first()) as
-    (UserRecord & { id: string; teams: unknown }) | undefined;
+  const row = (await trx('users')
+    .select('*', trx.raw(USER_SUPERSEDED()))
+    .where({ name })
+    .whereNull('disabled_at')
+    .forUpdate()
+    .first()) as (UserRecord & { id: string; teams: unknown }) | undefined;
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
   sealedUserOr(roots, row);
   await trx('users')
@@ -329,7 +354,7 @@ export async function heldBy(
 ): Promise<Map<string, string[]>> {
   if (names.length === 0) return new Map();
   const rows = (await q('users')
-    .select(USER_SEALED_COLUMNS)
+    .select([...USER_SEALED_COLUMNS, q.raw(USER_SUPERSEDED())])
     .whereIn('name', names)
     .whereNull('disabled_at')) as (UserRecord & { name: string; roles: unknown; teams: unknown })[];
   return new Map(
@@ -357,7 +382,10 @@ export interface UserDirectory {
 }
 
 export function createUserDirectory(knex: Knex, roots?: HostRoots): UserDirectory {
-  const active = () => knex('users').select(USER_SEALED_COLUMNS).whereNull('disabled_at');
+  const active = () =>
+    knex('users')
+      .select([...USER_SEALED_COLUMNS, knex.raw(USER_SUPERSEDED())])
+      .whereNull('disabled_at');
   // A user whose record does not carry its seal (authority.ts) is no one's to act as: not found.
   const sealed = (rows: UserRecord[]) => rows.filter((r) => !roots || userSealed(roots, r));
   const userOf = (r: UserRecord): User => ({

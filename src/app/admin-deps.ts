@@ -43,7 +43,7 @@ export function adminDeps(
       config.secrets.host_roots_path,
       undefined,
       () => storedTokenHashes(knex),
-      () => headSeq(knex),
+      (q) => headSeq(q ?? knex),
       sealUnsealedRecords,
       sealUnsealedPolicy,
     );

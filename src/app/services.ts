@@ -276,7 +276,7 @@ async function openStorage(config: Config, log: Logger, command: string) {
   const db = await openMigrated(config, log, command);
   try {
     const tokenHashes = () => storedTokenHashes(db.knex);
-    const head = () => headSeq(db.knex);
+    const head = (q?: Knex | Knex.Transaction) => headSeq(q ?? db.knex);
     return {
       db,
       opened: await openHostRoots(

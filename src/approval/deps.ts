@@ -11,7 +11,7 @@ import {
 import { changeAndQueue, deliveriesFor } from './outbox.ts';
 import type { PatternRunner, PolicySource } from './rules/index.ts';
 import type { HostRoots } from '../core/host-roots.ts';
-import { userSealed } from '../accounts/index.ts';
+import { userSealed, userSupersededSql } from '../accounts/index.ts';
 
 export interface ApprovalDeps {
   knex: Knex;
@@ -85,7 +85,8 @@ export const approverDisabledOf = (alias: string) => `exists (select 1 from appr
 export const APPROVER_RECORDS_OF_R = `coalesce((select json_agg(json_build_object(
     'id', u.id, 'name', u.name, 'roles', u.roles, 'teams', u.teams, 'email', u.email,
     'password_hash', u.password_hash, 'oidc_issuer', u.oidc_issuer, 'oidc_subject', u.oidc_subject,
-    'disabled_at', u.disabled_at, 'authority_mac', u.authority_mac))
+    'disabled_at', u.disabled_at, 'authority_mac', u.authority_mac, 'sealed_seq', u.sealed_seq,
+    'superseded', ${userSupersededSql('u')}))
   from approval_decisions d join users u on u.name = d.user_name
   where d.approval_request_id = r.id and d.decision = 'approve'), '[]'::json) as approver_records`;
 

@@ -41,7 +41,7 @@ export async function checkpointDeps(
 ): Promise<CheckpointDeps> {
   const { roots, databaseOrigin } =
     opened ??
-    (await openHostRoots(knex, config.secrets.host_roots_path, log, undefined, () => headSeq(knex)));
+    (await openHostRoots(knex, config.secrets.host_roots_path, log, undefined, (q) => headSeq(q ?? knex)));
   // The log is the one the host pins, whatever the database says (a different value is TAMPERED).
   const origin = roots.origin;
   const { witness_dir: witnessDir, tsa_cert_path: certPath } = config.audit.anchors;

@@ -51,7 +51,7 @@ export async function auditRow(knex: Knex, seq: number): Promise<AuditRow | unde
   return raw === undefined ? undefined : rowFromDb(raw);
 }
 
-export async function headSeq(knex: Knex): Promise<number> {
+export async function headSeq(knex: Knex | Knex.Transaction): Promise<number> {
   const row = (await knex('audit_events').max({ m: 'seq' }).first()) as { m: unknown } | undefined;
   return Number(row?.m ?? 0);
 }

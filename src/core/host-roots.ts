@@ -54,6 +54,14 @@ const HostRootsFile = z.strictObject({
    * no seal. From then on a stored policy without its seal is TAMPERED, never sealed again by a start.
    */
   policy_sealed: z.strictObject({ at: z.string() }).optional(),
+  /**
+   * When the records' seals were made to bind the seq of their change (docs/identity.md, "Sealed records
+   * are fresh"): written once, by the first start after that upgrade, after it sealed again every record
+   * sealed before. From then on only a seal that binds its change's seq verifies.
+   */
+  records_fresh: z.strictObject({ at: z.string() }).optional(),
+  /** The same for the stored approval policy's seal (docs/policy.md, "The policy is sealed"). */
+  policy_fresh: z.strictObject({ at: z.string() }).optional(),
 });
 export type HostRootsFile = z.infer<typeof HostRootsFile>;
 
@@ -91,6 +99,10 @@ export interface HostRoots {
   recordsSealed: boolean;
   /** Whether the stored approval policy was sealed at the upgrade (`policy_sealed`). */
   policySealed: boolean;
+  /** Whether the records' seals bind their change's seq (`records_fresh`). */
+  recordsFresh: boolean;
+  /** Whether the stored approval policy's seal binds its change's seq (`policy_fresh`). */
+  policyFresh: boolean;
 }
 
 const refuseFile = (file: string, why: string) =>
@@ -152,6 +164,8 @@ function rootsOf(file: string, parsed: HostRootsFile): HostRoots {
     ...(parsed.row_macs_from ? { rowMacsFrom: parsed.row_macs_from.seq } : {}),
     recordsSealed: parsed.records_sealed !== undefined,
     policySealed: parsed.policy_sealed !== undefined,
+    recordsFresh: parsed.records_fresh !== undefined,
+    policyFresh: parsed.policy_fresh !== undefined,
   };
 }
 
@@ -173,15 +187,25 @@ export function pinRowMacs(file: string, seq: number): HostRoots {
  */
 export function markRecordsSealed(file: string): HostRoots {
   const parsed = HostRootsFile.parse(JSON.parse(fs.readFileSync(file, 'utf8')));
-  if (parsed.records_sealed) return rootsOf(file, parsed);
-  return rewrite(file, { ...parsed, records_sealed: { at: new Date().toISOString() } });
+  if (parsed.records_sealed && parsed.records_fresh) return rootsOf(file, parsed);
+  const at = { at: new Date().toISOString() };
+  return rewrite(file, {
+    ...parsed,
+    records_sealed: parsed.records_sealed ?? at,
+    records_fresh: parsed.records_fresh ?? at,
+  });
 }
 
 /** Records, once, that the stored approval policy is sealed (`policy_sealed`), as markRecordsSealed. */
 export function markPolicySealed(file: string): HostRoots {
   const parsed = HostRootsFile.parse(JSON.parse(fs.readFileSync(file, 'utf8')));
-  if (parsed.policy_sealed) return rootsOf(file, parsed);
-  return rewrite(file, { ...parsed, policy_sealed: { at: new Date().toISOString() } });
+  if (parsed.policy_sealed && parsed.policy_fresh) return rootsOf(file, parsed);
+  const at = { at: new Date().toISOString() };
+  return rewrite(file, {
+    ...parsed,
+    policy_sealed: parsed.policy_sealed ?? at,
+    policy_fresh: parsed.policy_fresh ?? at,
+  });
 }
 
 function rewrite(file: string, content: HostRootsFile): HostRoots {

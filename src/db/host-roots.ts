@@ -33,8 +33,11 @@ export async function openHostRoots(
   log?: Logger,
   /** The stored hashes of the agent tokens in use (accounts'), pinned when the file is made. */
   tokenHashes?: () => Promise<string[]>,
-  /** The audit log's head seq (audit's), to pin the first row that must carry a row MAC. */
-  headSeq?: () => Promise<number>,
+  /**
+   * The audit log's head seq (audit's), in `q` when given: to pin the first row that must carry a row
+   * MAC, and what the seals made at an upgrade bind.
+   */
+  headSeq?: (q?: Knex | Knex.Transaction) => Promise<number>,
   /** Seals the users' and agents' records that have none, in `trx` (accounts'), once at the upgrade. */
   sealRecords?: SealRecords,
   /** Seals the stored approval policy if it has no seal, in `trx` (approval's), once at the upgrade. */
@@ -63,8 +66,11 @@ export async function openHostRoots(
   }
   roots = await withLegacyTokens(knex, roots, tokenHashes, log);
   if (roots.rowMacsFrom === undefined && headSeq) roots = pinFirstMacRow(roots, await headSeq(), log);
-  if (!roots.recordsSealed && sealRecords) roots = await sealRecordsOnce(knex, roots, sealRecords, log);
-  if (!roots.policySealed && sealPolicy) roots = await sealPolicyOnce(knex, roots, sealPolicy, log);
+  const head = headSeq ?? (async () => 0);
+  if (!(roots.recordsSealed && roots.recordsFresh) && sealRecords)
+    roots = await sealRecordsOnce(knex, roots, sealRecords, head, log);
+  if (!(roots.policySealed && roots.policyFresh) && sealPolicy)
+    roots = await sealPolicyOnce(knex, roots, sealPolicy, head, log);
   register(knex, roots);
   const databaseOrigin = await sharedValue(knex, 'audit_origin', () => roots.origin);
   if (databaseOrigin !== roots.origin) {
@@ -167,7 +173,10 @@ function pinFirstMacRow(roots: HostRoots, head: number, log?: Logger): HostRoots
 export type SealRecords = (
   trx: Knex.Transaction,
   roots: HostRoots,
+  head: number,
 ) => Promise<{ users: number; agents: number }>;
+
+type HeadSeq = (q?: Knex | Knex.Transaction) => Promise<number>;
 
 /**
  * Seals, once, the users' and agents' records that carry no seal (docs/identity.md, "Sealed records"),
@@ -179,11 +188,12 @@ async function sealRecordsOnce(
   knex: Knex,
   roots: HostRoots,
   sealRecords: SealRecords,
+  head: HeadSeq,
   log?: Logger,
 ): Promise<HostRoots> {
   let marked: HostRoots | undefined;
   const sealed = await knex.transaction(async (trx) => {
-    const counts = await sealRecords(trx, roots);
+    const counts = await sealRecords(trx, roots, await head(trx));
     try {
       marked = markRecordsSealed(roots.file);
     } catch (err) {
@@ -202,7 +212,11 @@ async function sealRecordsOnce(
   return marked!;
 }
 
-export type SealPolicy = (trx: Knex.Transaction, roots: HostRoots) => Promise<{ sealed: boolean }>;
+export type SealPolicy = (
+  trx: Knex.Transaction,
+  roots: HostRoots,
+  head: number,
+) => Promise<{ sealed: boolean }>;
 
 /**
  * Seals, once, a stored approval policy that carries no seal (docs/policy.md, "The policy is sealed"),
@@ -213,11 +227,12 @@ async function sealPolicyOnce(
   knex: Knex,
   roots: HostRoots,
   sealPolicy: SealPolicy,
+  head: HeadSeq,
   log?: Logger,
 ): Promise<HostRoots> {
   let marked: HostRoots | undefined;
   const result = await knex.transaction(async (trx) => {
-    const done = await sealPolicy(trx, roots);
+    const done = await sealPolicy(trx, roots, await head(trx));
     try {
       marked = markPolicySealed(roots.file);
     } catch (err) {
@@ -243,7 +258,7 @@ export function lazyHostRoots(
   log?: Logger,
   tokenHashes?: () => Promise<string[]>,
   /** The audit head, to pin the first row that must carry a row MAC (as openHostRoots). */
-  headSeq?: () => Promise<number>,
+  headSeq?: (q?: Knex | Knex.Transaction) => Promise<number>,
   sealRecords?: SealRecords,
   sealPolicy?: SealPolicy,
 ): () => Promise<HostRoots> {
