@@ -149,6 +149,27 @@ for (const kind of databaseKinds()) {
       assert.equal((await show()).status, 'TAMPERED');
     });
 
+    it('refuses a sealed policy put back as it was before a later change, and a stored policy deleted', async () => {
+      await setPolicy(ALLOW_ALL);
+      const allowing = await stored();
+      await setPolicy([rule('Two for david', 'target.id == "ct_david"', { require: { approvers: 2 } })]);
+      await sql(`update settings set value = ?::jsonb where name = 'approval_policy'`, [
+        JSON.stringify(allowing),
+      ]);
+      await reread();
+      const replayed = await draft('let through by an earlier policy?');
+      assert.equal(replayed.approval.status, 'pending', 'the earlier policy, seal and all, is not applied');
+      assert.equal((await requestRow(replayed.approval.approval_request_id)).required_approvers, 2);
+      assert.equal((await show()).status, 'TAMPERED');
+
+      await setPolicy(ALLOW_ALL);
+      await sql(`delete from settings where name = 'approval_policy'`);
+      await reread();
+      assert.equal((await show()).status, 'TAMPERED', "not the config file's policy: the log holds a change");
+      const deleted = (await tamperedRows()).at(-1);
+      assert.equal(detailsOf(deleted).deleted, true);
+    });
+
     it('is restored by `policy set` on the host, audited', async () => {
       await setPolicy([]);
       await rewrite((v) => {
@@ -242,6 +263,30 @@ for (const kind of databaseKinds()) {
       const row = valueOf(await s.services.knex('settings').where({ name: 'approval_policy' }).first());
       assert.equal(row.mac, undefined, 'not sealed again by the start');
       assert.equal(await showStatus(s), 'TAMPERED');
+    });
+
+    it('keeps the approvers the last sealed policy asked for after a restart while the row is TAMPERED', async () => {
+      const s = server!;
+      const three = [rule('Three for david', 'target.id == "ct_david"', { require: { approvers: 3 } })];
+      await runAdminCommand(s.services.admin, {
+        command: 'policy.set',
+        policy: { rules: three },
+        actor: 'op',
+      });
+      const value = valueOf(await s.services.knex('settings').where({ name: 'approval_policy' }).first());
+      await s.services
+        .knex('settings')
+        .where({ name: 'approval_policy' })
+        .update({ value: JSON.stringify({ ...value, doc: { ...value.doc, rules: [] } }) });
+      await s.close();
+      server = undefined;
+      const restarted = await start();
+      const held = await restarted.services.approvals.policy.fresh();
+      assert.equal(held.tampered, true);
+      assert.deepEqual(held.defaultFor('isphere_send_message').requirement, {
+        kind: 'require',
+        approvers: 3,
+      });
     });
   });
 }

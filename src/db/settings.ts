@@ -27,6 +27,25 @@ export async function readSetting(
   return row === undefined ? undefined : parsed(row.value);
 }
 
+/**
+ * A setting (undefined when there is none) and, in the same statement, the value of `alsoSql` (a SQL
+ * expression of the caller's, e.g. what the log says of the setting's last change): one round trip
+ * where a check of the setting needs both.
+ */
+export async function readSettingWith(
+  q: Query,
+  name: string,
+  alsoSql: string,
+): Promise<{ value: unknown; also: unknown }> {
+  const row = (await q
+    .select(
+      q.raw('(select value from settings where name = ?) as value', [name]),
+      q.raw(`(${alsoSql}) as also`),
+    )
+    .first()) as { value: unknown; also: unknown };
+  return { value: row.value === null ? undefined : parsed(row.value), also: row.also };
+}
+
 /** Writes a setting, replacing any value it had. */
 export async function writeSetting(q: Query, name: string, value: object): Promise<void> {
   await q('settings')

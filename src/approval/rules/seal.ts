@@ -25,37 +25,89 @@ export interface StoredPolicy {
   version?: string;
   changed_by: string;
   changed_at: string;
-  /** policyMac over doc and version; absent only on a row stored before policies were sealed. */
+  /**
+   * The seq of the policy.changed row of the change that stored it (or the log's head when it was sealed
+   * at an upgrade): bound by the seal, so that a policy put back as it was before a later change meets
+   * that change's row (POLICY_LAST_CHANGE_SQL). Absent only on a row sealed before seals bound it.
+   */
+  seq?: number;
+  /** policyMac over doc, version and seq; absent only on a row stored before policies were sealed. */
   mac?: string;
 }
 
 /** The canonical text a stored policy's seal is made over. */
-export const policySealedText = (doc: unknown, version: string | undefined) =>
+export const policySealedText = (doc: unknown, version: string | undefined, seq: number | undefined) =>
+  canonicalize({ v: 2, setting: POLICY_SETTING, doc, version: version ?? null, seq: seq ?? null })!;
+
+/** The text of the seal before it bound the change's seq (v1): verified only by the upgrade. */
+const v1Text = (doc: unknown, version: string | undefined) =>
   canonicalize({ v: 1, setting: POLICY_SETTING, doc, version: version ?? null })!;
 
-export const policyMac = (roots: HostRoots, doc: unknown, version: string | undefined) =>
-  roots.mac('policy', policySealedText(doc, version));
+export const policyMac = (roots: HostRoots, doc: unknown, version: string | undefined, seq: number) =>
+  roots.mac('policy', policySealedText(doc, version, seq));
 
 /**
- * Whether a stored policy may be applied: it carries its seal, or it was stored before policies were
- * sealed and the host roots do not yet say they are (`policy_sealed`, written by the upgrade's start).
+ * SQL for what the log says of the policy's last change (a JSON object, or null when it was never
+ * changed by `policy set`): the seq of the newest policy.changed row and the most approvers a rule of
+ * the policy it stored asked for. Read in the statement that reads the policy (readSettingWith).
  */
-export function policySealed(roots: HostRoots, stored: StoredPolicy): boolean {
-  if (!roots.policySealed && stored.mac === undefined) return true;
-  return roots.verify('policy', policySealedText(stored.doc, stored.version), stored.mac);
+export const POLICY_LAST_CHANGE_SQL = `select json_build_object('seq', e.seq,
+    'most_approvers', e.details->'most_approvers')
+  from audit_events e where e.kind = 'policy.changed' order by e.seq desc limit 1`;
+
+/** POLICY_LAST_CHANGE_SQL's value, as read. */
+export interface LastPolicyChange {
+  seq: number;
+  /** Absent from rows appended before policy.changed recorded it. */
+  most_approvers?: number;
+}
+
+export function lastChangeOf(raw: unknown): LastPolicyChange | undefined {
+  const v = (typeof raw === 'string' ? JSON.parse(raw) : raw) as
+    { seq: unknown; most_approvers: unknown } | null | undefined;
+  if (v === null || v === undefined) return undefined;
+  return {
+    seq: Number(v.seq),
+    ...(typeof v.most_approvers === 'number' ? { most_approvers: v.most_approvers } : {}),
+  };
 }
 
 /**
- * Seals, once at the upgrade, a stored policy that has no seal (one with a seal, right or wrong, is left
- * as it is: a wrong one stays TAMPERED).
+ * Whether a stored policy (or none: undefined) may be applied: it carries its seal and no later change
+ * is in the log, or it was stored before policies were sealed and the host roots do not yet say they
+ * are (`policy_sealed`, written by the upgrade's start). No policy stored is right only while the log
+ * holds no policy.changed: a stored policy deleted by SQL would otherwise give way to the config file's.
+ */
+export function policySealed(
+  roots: HostRoots,
+  stored: StoredPolicy | undefined,
+  last: LastPolicyChange | undefined,
+): boolean {
+  if (stored === undefined) return last === undefined;
+  if (!roots.policySealed && stored.mac === undefined) return true;
+  if (!roots.verify('policy', policySealedText(stored.doc, stored.version, stored.seq), stored.mac))
+    return false;
+  return last === undefined || (stored.seq !== undefined && last.seq <= stored.seq);
+}
+
+/**
+ * Seals, once at the upgrade, a stored policy that has no seal (before `policy_sealed`), or whose seal
+ * is the earlier kind and verifies as such (before `policy_fresh`), binding `head`, the log's head. One
+ * with a wrong seal is left as it is: it stays TAMPERED.
  */
 export async function sealUnsealedPolicy(
   trx: Knex.Transaction,
   roots: HostRoots,
+  head: number,
 ): Promise<{ sealed: boolean }> {
   const stored = (await readSetting(trx, POLICY_SETTING, { forUpdate: true })) as StoredPolicy | undefined;
-  if (stored === undefined || stored.mac !== undefined) return { sealed: false };
-  await writeSetting(trx, POLICY_SETTING, { ...stored, mac: policyMac(roots, stored.doc, stored.version) });
+  if (stored === undefined || stored.seq !== undefined) return { sealed: false };
+  const due =
+    (stored.mac === undefined && !roots.policySealed) ||
+    roots.verify('policy', v1Text(stored.doc, stored.version), stored.mac);
+  if (!due) return { sealed: false };
+  const mac = policyMac(roots, stored.doc, stored.version, head);
+  await writeSetting(trx, POLICY_SETTING, { ...stored, seq: head, mac });
   return { sealed: true };
 }
 

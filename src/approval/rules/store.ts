@@ -2,13 +2,15 @@ import type { Knex } from 'knex';
 import type { AuditLog } from '../../audit/index.ts';
 import type { Config } from '../../config.ts';
 import type { HostRoots } from '../../core/host-roots.ts';
-import { readSetting, settingUnchangedSql, writeSetting } from '../../db/settings.ts';
+import { readSetting, readSettingWith, settingUnchangedSql, writeSetting } from '../../db/settings.ts';
 import { retryingTransaction } from '../../db/retry.ts';
 import { versionOf, type PolicyDoc } from '../../core/approval-policy.ts';
 import { compilePolicy, type CompiledPolicy } from './compile.ts';
 import type { PatternRunner } from './patterns.ts';
 import {
+  lastChangeOf,
   mostApprovers,
+  POLICY_LAST_CHANGE_SQL,
   policyMac,
   policySealed,
   POLICY_SETTING as SETTING,
@@ -76,7 +78,11 @@ export function createPolicySource(
   // The tampered texts already recorded (policy.tampered), so that each is audited once per process.
   const reported = new Set<string>();
 
-  const tampered = async (q: Knex | Knex.Transaction, stored: Stored, text: string): Promise<HeldPolicy> => {
+  const tampered = async (
+    q: Knex | Knex.Transaction,
+    stored: Stored | undefined,
+    text: string,
+  ): Promise<HeldPolicy> => {
     if (!reported.has(text)) {
       reported.add(text);
       // Read inside a transaction, the row is appended once it ends: PGlite's one connection is its.
@@ -86,17 +92,24 @@ export function createPolicySource(
     return { ...tamperedPolicy(required, floor), stored: text, tampered: true };
   };
 
-  // The stored row is checked against its seal at every read (an HMAC, no statement): what a
-  // database administrator wrote without the host's key is never applied, whatever it says.
+  // The stored row is checked against its seal at every read (an HMAC), and against the log's last
+  // policy.changed, read in the same statement: what a database administrator wrote without the host's
+  // key, or put back from before a later change, or deleted, is never applied, whatever it says.
   const fresh = async (q: Knex | Knex.Transaction = knex): Promise<HeldPolicy> => {
-    const stored = (await readSetting(q, SETTING)) as Stored | undefined;
+    const read = await readSettingWith(q, SETTING, POLICY_LAST_CHANGE_SQL);
+    const stored = read.value as Stored | undefined;
+    const lastChange = lastChangeOf(read.also);
+    // The last sealed policy asked for this many approvers at most: never fewer while tampered, also
+    // after a restart.
+    floor = Math.max(floor, lastChange?.most_approvers ?? 0);
     const text = stored === undefined ? 'null' : JSON.stringify(stored.doc);
-    // What the seal covers, with the seal: the compiled policy is reused only while all of it is the same.
-    const key = stored === undefined ? 'null' : JSON.stringify([text, stored.version, stored.mac]);
+    // What the seal covers, with the seal and the log's last change: the compiled policy is reused only
+    // while all of it is the same.
+    const key = JSON.stringify([text, stored?.version, stored?.seq, stored?.mac, lastChange?.seq ?? null]);
     let policy: HeldPolicy;
-    if (stored === undefined) policy = configHeld;
-    else if (last && last.key === key) policy = last.policy;
-    else if (!policySealed(await roots(), stored)) policy = await tampered(q, stored, text);
+    if (last && last.key === key) policy = last.policy;
+    else if (!policySealed(await roots(), stored, lastChange)) policy = await tampered(q, stored, text);
+    else if (stored === undefined) policy = configHeld;
     else policy = { ...compilePolicy(stored.doc, required, { patterns }), stored: text };
     if (!policy.tampered) floor = mostApprovers(policy.doc);
     last = { policy, key, read_at: Date.now() };
@@ -113,26 +126,7 @@ export function createPolicySource(
       const versions = await retryingTransaction(knex, async (trx) => {
         // Whatever is stored now is replaced, even a policy that no longer compiles.
         const before = await versionStored(trx, fromConfig, required, key);
-        const row: Stored = {
-          doc: next.doc,
-          version: next.version,
-          changed_by: actor,
-          changed_at: new Date().toISOString(),
-          mac: policyMac(key, next.doc, next.version),
-        };
-        await writeSetting(trx, SETTING, row);
-        await audit.appendIn(trx, {
-          kind: 'policy.changed',
-          actor,
-          result: 'ok',
-          details: {
-            version_before: before.version,
-            version_after: next.version,
-            rules: next.doc.rules.length,
-            // Stored over a policy that did not carry its seal: this change is what restored it.
-            ...(before.tampered ? { was_tampered: true } : {}),
-          },
-        });
+        await storeSealed(trx, audit, key, { next, before, actor });
         return {
           before: before.version,
           after: next.version,
@@ -147,6 +141,43 @@ export function createPolicySource(
 }
 
 /**
+ * Stores `next` in `trx` with policy.changed: the change's row first, then the policy with its seal
+ * binding that row's seq (so that an earlier policy put back meets this row in the log).
+ */
+async function storeSealed(
+  trx: Knex.Transaction,
+  audit: AuditLog,
+  key: HostRoots,
+  change: { next: CompiledPolicy; before: { version: string; tampered: boolean }; actor: string },
+): Promise<void> {
+  const { next, before, actor } = change;
+  const [changed] = await audit.appendIn(trx, {
+    kind: 'policy.changed',
+    actor,
+    result: 'ok',
+    details: {
+      version_before: before.version,
+      version_after: next.version,
+      rules: next.doc.rules.length,
+      // The floor of approvers while a later policy is TAMPERED (tamperedPolicy).
+      most_approvers: mostApprovers(next.doc),
+      // Stored over a policy that did not carry its seal: this change is what restored it.
+      ...(before.tampered ? { was_tampered: true } : {}),
+    },
+  });
+  const seq = Number(changed!.seq);
+  const row: Stored = {
+    doc: next.doc,
+    version: next.version,
+    changed_by: actor,
+    changed_at: new Date().toISOString(),
+    seq,
+    mac: policyMac(key, next.doc, next.version, seq),
+  };
+  await writeSetting(trx, SETTING, row);
+}
+
+/**
  * The version of the policy stored now (or of the config file's, when none is stored): the hash of its
  * text as stored, so that the audit row names what was there even if it was edited by hand.
  */
@@ -156,16 +187,15 @@ async function versionStored(
   required: Readonly<Record<string, number>>,
   roots: HostRoots,
 ): Promise<{ version: string; tampered: boolean }> {
-  const stored = (await readSetting(trx, SETTING)) as Stored | undefined;
-  if (stored === undefined) return { version: fromConfig.version, tampered: false };
-  return {
-    version: versionOf(stored.doc as PolicyDoc, required),
-    tampered: !policySealed(roots, stored),
-  };
+  const read = await readSettingWith(trx, SETTING, POLICY_LAST_CHANGE_SQL);
+  const stored = read.value as Stored | undefined;
+  const tampered = !policySealed(roots, stored, lastChangeOf(read.also));
+  if (stored === undefined) return { version: fromConfig.version, tampered };
+  return { version: versionOf(stored.doc as PolicyDoc, required), tampered };
 }
 
 /** Records that the stored policy is TAMPERED and what applies instead (a failure to record is not fatal). */
-async function auditTampered(audit: AuditLog, stored: Stored, floor: number): Promise<void> {
+async function auditTampered(audit: AuditLog, stored: Stored | undefined, floor: number): Promise<void> {
   await audit
     .append({
       kind: 'policy.tampered',
@@ -174,8 +204,9 @@ async function auditTampered(audit: AuditLog, stored: Stored, floor: number): Pr
       error_code: 'TAMPERED',
       details: {
         reason: 'policy_tampered',
-        version_stored: typeof stored.version === 'string' ? stored.version : null,
-        sealed: typeof stored.mac === 'string',
+        version_stored: typeof stored?.version === 'string' ? stored.version : null,
+        sealed: typeof stored?.mac === 'string',
+        ...(stored === undefined ? { deleted: true } : {}),
         applied: 'every write needs review',
         approvers_at_least: Math.max(1, floor),
       },
