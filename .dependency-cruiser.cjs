@@ -12,7 +12,7 @@ const FLOORS = [
   ['server', '^src/server/'],
   ['web/admin', '^src/(web|admin)/'],
   ['app', '^src/app/'],
-  ['cli', '^src/cli\\.ts$'],
+  ['cli', '^src/(cli\\.ts$|cli/)'],
 ];
 
 const upward = FLOORS.flatMap(([name, path], i) =>
