@@ -12,11 +12,12 @@ import { toNodeHandler } from '@modelcontextprotocol/node';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { createBlobStore } from '../src/connectors/local/blobs.ts';
+import { WRITE_FENCE } from '../src/approval/index.ts';
 import { createLocalConnector } from '../src/connectors/local/store.ts';
 import { openDatabase } from '../src/db/knex.ts';
 
 const db = await openDatabase({ url: process.env.DATABASE_URL!, pgliteDir: '', command: 'bare server' });
-const local = createLocalConnector(db.knex, createBlobStore('/nonexistent'));
+const local = createLocalConnector(db.knex, createBlobStore('/nonexistent'), WRITE_FENCE);
 
 function newServer(): McpServer {
   const server = new McpServer({ name: 'bare', version: '1.0.0' });

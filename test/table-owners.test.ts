@@ -8,7 +8,8 @@ import { it } from 'node:test';
  * table"). Anywhere else in src/, a query that starts from the table (`knex('users')`, `trx('users as
  * u')`) is a table read behind its owner's back, and fails here with where it is. A join inside an
  * owner's query may name another folder's table (a view that shows an agent's name), and two reads
- * are across owners on purpose (ALLOWED, each with its reason).
+ * are across owners on purpose (ALLOWED, each with its reason). SQL text is read too: a raw query or
+ * subquery naming another folder's table is refused unless RAW_ACROSS_OWNERS lists it with its reason.
  */
 const OWNERS: Record<string, string> = {
   agents: 'accounts',
@@ -89,6 +90,60 @@ it('has every table read and written only by the folder that owns it', () => {
     }
   }
   assert.deepEqual(found, []);
+});
+
+/**
+ * SQL text in src/ (a raw query, a subquery, a select-list item) that names another folder's table, on
+ * purpose: the file, the tables, and why. Each reads inside its owner's own statement, so that a check
+ * costs no round trip of its own; anything else that names another owner's table in SQL fails below.
+ */
+const RAW_ACROSS_OWNERS: Record<string, string[]> = {
+  // Whether the log holds a change of a record after the one its seal binds, and an agent's revocation,
+  // read with the record (docs/identity.md, "Sealed records are fresh").
+  'src/accounts/authority.ts': ['audit_events'],
+  'src/accounts/agents.ts': ['audit_events'],
+  // The approvers' sealed records, their freshness and whether one is disabled, read with the request
+  // at execution; the agent's owner and name with the decision.
+  'src/approval/deps.ts': ['agents', 'users', 'audit_events'],
+  'src/approval/guarded.ts': ['agents', 'users'],
+  'src/approval/outbox.ts': ['agents'],
+  // The log's last policy.changed, read with the stored policy (docs/policy.md, "The policy is sealed").
+  'src/approval/rules/seal.ts': ['audit_events'],
+  // An agent's name beside its rows in the audit views.
+  'src/audit/query.ts': ['agents'],
+};
+
+/** A table named after from, join, update or into inside a string or template literal. */
+const SQL_TABLE = /\b(?:from|join|update|into)\s+([a-z_]+)\b/gi;
+
+it("reads raw SQL too: another owner's table is named in SQL text only where listed, with its reason", () => {
+  const found: string[] = [];
+  for (const file of files(SRC)) {
+    const rel = path.relative(path.dirname(SRC), file);
+    if ((ALLOWED[rel] ?? []).includes('*')) continue;
+    const folder = rel.split(path.sep)[1]!;
+    const allowed = RAW_ACROSS_OWNERS[rel] ?? [];
+    const text = fs.readFileSync(file, 'utf8');
+    for (const literal of text.matchAll(/`[^`]*`|'[^'\n]*'/g)) {
+      for (const m of literal[0].matchAll(SQL_TABLE)) {
+        const table = m[1]!.toLowerCase();
+        const owner = OWNERS[table];
+        if (!owner || owner === folder || allowed.includes(table)) continue;
+        const line = text.slice(0, literal.index + m.index).split('\n').length;
+        found.push(`${rel}:${line} ${table} (owned by ${owner}/)`);
+      }
+    }
+  }
+  assert.deepEqual(found, []);
+});
+
+it('lists no raw read across owners that is not there', () => {
+  const stale = Object.entries(RAW_ACROSS_OWNERS).flatMap(([rel, tables]) => {
+    const text = fs.readFileSync(path.join(path.dirname(SRC), rel), 'utf8');
+    const named = new Set([...text.matchAll(SQL_TABLE)].map((m) => m[1]!.toLowerCase()));
+    return tables.filter((t) => !named.has(t)).map((t) => `${rel} ${t}`);
+  });
+  assert.deepEqual(stale, []);
 });
 
 it('knows an owner for every table the migrations create', () => {

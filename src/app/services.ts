@@ -11,6 +11,7 @@ import {
   sealUnsealedPolicy,
   TASK_POLL_INTERVAL_MS,
   type Approvals,
+  WRITE_FENCE,
 } from '../approval/index.ts';
 import {
   createAuditLog,
@@ -452,7 +453,8 @@ function openApprovals(tracer: Tracer | undefined, deps: Parameters<typeof creat
  */
 async function openConnectors(db: Database, blobs: BlobStore, config: Config, log: Logger, tracer?: Tracer) {
   await fillNameSkeletons(db.knex);
-  const local = createLocalConnector(db.knex, blobs);
+  // The fence every local write passes is approval's: the approval must still be executing.
+  const local = createLocalConnector(db.knex, blobs, WRITE_FENCE);
   const bridge = config.bridge ? createBridgeConnector(config.bridge, log) : undefined;
   const set = { local, ...(bridge ? { bridge } : {}) };
   // A bridge target's name is compared with the directory's (one statement per resolved bridge target).

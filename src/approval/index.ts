@@ -5,6 +5,7 @@
  */
 export { DECISION_CODE, isDecisionRefusal, type DecisionRefusal } from './decide.ts';
 export { runWrite, type PreparedWrite, type WriteResult } from './gate.ts';
+export { WRITE_FENCE } from './fence.ts';
 export {
   claimDueNotices,
   noticeWarnings,

@@ -28,5 +28,5 @@ export {
 export { createPinAdmin, unknownUpstream, type Accepted, type PinAdmin } from './mcp/pin-accept.ts';
 export { upstreamValidator } from './mcp/schemas.ts';
 export { connectUpstream, errorText, type Upstream, type UpstreamTool } from './mcp/upstream.ts';
-export type { Connector, FileRecord, ResolvedTarget } from './types.ts';
+export type { Connector, FileRecord, ResolvedTarget, WriteFence } from './types.ts';
 export { createConnectorSet, SourcePreference, type ConnectorSet } from './set.ts';

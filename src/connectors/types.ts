@@ -1,6 +1,16 @@
 import type { MessageTargetType } from '../core/schemas.ts';
 /** What a connector returns; tools shape these into the contract's output fields. */
 
+/**
+ * The fence a local write passes before it lands, given by approval (which owns the approval's row):
+ * a query with one binding, the write key (the approval_id), that returns a row only while the write may
+ * still land, locking what it reads until the write commits. The local store runs it in the write's
+ * own statement or transaction, so a write that reconciliation settled meanwhile writes nothing.
+ */
+export interface WriteFence {
+  sql: string;
+}
+
 export interface ContactRecord {
   contact_id: string;
   display_name: string;

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { after } from 'node:test';
 import { createAgent, createRateLimiter, createUser } from '../../src/accounts/index.ts';
-import { createApprovals } from '../../src/approval/index.ts';
+import { createApprovals, WRITE_FENCE } from '../../src/approval/index.ts';
 import { createAuditLog } from '../../src/audit/index.ts';
 import { loadConfig } from '../../src/config.ts';
 import {
@@ -98,7 +98,7 @@ for (const kind of databaseKinds()) {
     imported ??= importData(db.knex, blobs, { contacts: CONTRACT_CONTACTS });
     await imported;
     return {
-      set: createConnectorSet({ local: createLocalConnector(db.knex, blobs) }, 'local'),
+      set: createConnectorSet({ local: createLocalConnector(db.knex, blobs, WRITE_FENCE) }, 'local'),
       /** An approval executing, as the gate leaves it before it performs: its approval_id is the key. */
       async executingKey() {
         const { approvals, agents, approve } = await realApprovals(kind);

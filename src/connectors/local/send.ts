@@ -3,7 +3,7 @@ import type { Knex } from 'knex';
 import { AppError } from '../../core/errors.ts';
 import { named } from '../../db/knex.ts';
 import { skeletonOf } from '../../core/visible.ts';
-import type { OutgoingFile, ResolvedTarget, TargetType } from '../types.ts';
+import type { OutgoingFile, ResolvedTarget, TargetType, WriteFence } from '../types.ts';
 import { searchKey } from './keys.ts';
 
 type Row = Record<string, unknown>;
@@ -162,15 +162,6 @@ function messageRow(w: LocalWrite, id: string, now: string) {
   };
 }
 
-/**
- * The fence every local write passes (the key is the approval_id): the approval must still be
- * `executing`, and its row stays locked (shared) until the write commits. Reconciliation locks the
- * same row before it looks for the write (src/approval/maintenance.ts), so a write it cannot see
- * cannot land after it either: a stalled insert that outlives the call's deadline keeps the row
- * locked (and reconciliation waits), or finds the approval settled and writes nothing.
- */
-const FENCE = `select 1 from approval_requests where approval_id = ?::uuid and status = 'executing' for share`;
-
 /** The refusal of a write whose approval is no longer executing (reconciliation settled it). */
 const fenced = () =>
   new AppError(
@@ -185,7 +176,7 @@ const fenced = () =>
  * no conversation yet, the key names a write already made, or the fence holds: the transaction below
  * handles each.
  */
-async function sendTextAtOnce(knex: Knex, w: LocalWrite): Promise<string | undefined> {
+async function sendTextAtOnce(knex: Knex, w: LocalWrite, fence: WriteFence): Promise<string | undefined> {
   const row = messageRow(w, `ms_${randomUUID()}`, new Date().toISOString());
   const columns = Object.keys(row);
   const conversation =
@@ -196,7 +187,7 @@ async function sendTextAtOnce(knex: Knex, w: LocalWrite): Promise<string | undef
           binding: w.target.target_id,
         };
   const result = (await knex.raw(
-    `with fence as materialized (${FENCE}),
+    `with fence as materialized (${fence.sql}),
      conv as (${conversation.sql}),
      ins as (insert into messages (conversation_id, ${columns.join(', ')})
        select conv.id, ${columns.map((c) => `r.${c}`).join(', ')}
@@ -210,18 +201,20 @@ async function sendTextAtOnce(knex: Knex, w: LocalWrite): Promise<string | undef
 
 /**
  * Inserts the outgoing message unless one with this write key exists; returns its id either way. Only
- * while the approval the key names is executing (FENCE); otherwise CONNECTOR_FAILED `write_fenced`.
+ * while `fence` (approval's: the approval the key names is executing) holds; otherwise CONNECTOR_FAILED
+ * `write_fenced`.
  */
 export async function sendLocal(
   knex: Knex,
   w: LocalWrite,
+  fence: WriteFence,
 ): Promise<{ ref: string; file_ref: string | null }> {
   if (!w.file) {
-    const id = await sendTextAtOnce(knex, w);
+    const id = await sendTextAtOnce(knex, w, fence);
     if (id) return { ref: id, file_ref: null };
   }
   return knex.transaction(async (trx) => {
-    if (((await trx.raw(FENCE, [w.key])) as { rows: unknown[] }).rows.length === 0) throw fenced();
+    if (((await trx.raw(fence.sql, [w.key])) as { rows: unknown[] }).rows.length === 0) throw fenced();
     const prior = (await trx('messages').where({ write_key: w.key }).first()) as Row | undefined;
     if (prior) {
       const f = (await trx('files').where({ message_id: prior.id }).first()) as Row | undefined;
@@ -249,7 +242,7 @@ export async function sendLocal(
   });
 }
 
-/** The write keyed `key`, if it was made; certain only under the approval's row lock (FENCE). */
+/** The write keyed `key`, if it was made; certain only under the approval's row lock (the fence). */
 export async function findLocalWrite(knex: Knex, key: string) {
   const row = (await knex('messages').where({ write_key: key }).first()) as Row | undefined;
   return row ? { found: true as const, ref: String(row.id) } : { found: false as const };

@@ -10,6 +10,7 @@ import type {
   GroupRecord,
   MessageRecord,
   Page,
+  WriteFence,
 } from '../types.ts';
 import type { BlobStore } from './blobs.ts';
 import { likeContains, likePrefix, searchKey } from './keys.ts';
@@ -261,7 +262,7 @@ async function openFile(knex: Knex, blobs: BlobStore, fileId: string) {
 }
 
 /** The built-in store: contacts, groups, conversations, messages and files in countersign's own database. */
-export function createLocalConnector(knex: Knex, blobs: BlobStore): Connector {
+export function createLocalConnector(knex: Knex, blobs: BlobStore, fence: WriteFence): Connector {
   return {
     source: 'local',
     searchContacts: (q) => searchContacts(knex, q),
@@ -279,10 +280,10 @@ export function createLocalConnector(knex: Knex, blobs: BlobStore): Connector {
     listFiles: (q) => listFiles(knex, q),
     resolveTarget: (type, ref) => resolveLocalTarget(knex, type, ref),
     sendMessage: async ({ target, text, key }) => ({
-      ref: (await sendLocal(knex, { target, text, key })).ref,
+      ref: (await sendLocal(knex, { target, text, key }, fence)).ref,
     }),
     async sendFile({ target, file, caption, key }) {
-      const sent = await sendLocal(knex, { target, text: caption ?? '', key, file });
+      const sent = await sendLocal(knex, { target, text: caption ?? '', key, file }, fence);
       return { ref: sent.ref, file_ref: sent.file_ref! };
     },
     findWrite: (key) => findLocalWrite(knex, key),
