@@ -163,6 +163,30 @@ for (const kind of databaseKinds()) {
       assert.equal(text.res.headers.get('x-content-type-options'), 'nosniff');
     });
 
+    it('says after a decision what became of the request, in words', async () => {
+      const id = await draft('worded');
+      const chair = new WebClient(server.url);
+      await chair.login('ada', 'ada password');
+      const csrf = WebClient.field((await chair.get(`/approvals/${id}`)).html, '_csrf');
+      const posted = await chair.post(`/approvals/${id}/decision`, { decision: 'approve', _csrf: csrf });
+      assert.equal(posted.res.status, 303);
+      const after = await chair.get(`/approvals/${id}?done=approved`);
+      assert.match(after.html, /Recorded: the request is approved\. The agent can now execute it\./);
+      // A write that ran before the page answered (a task) is said as such, not "now succeeded".
+      const view = await call(agent, 'isphere_get_approval', { approval_request_id: id });
+      const ran = await call(agent, 'isphere_send_message', {
+        target_type: 'contact',
+        target_id: 'ct_david',
+        content_text: 'worded',
+        dry_run: false,
+        approval_id: view.approval.approval_id,
+      });
+      assert.equal(ran.ok, true, JSON.stringify(ran.error));
+      const done = await chair.get(`/approvals/${id}?done=approved`);
+      assert.match(done.html, /its write has already run and succeeded/);
+      assert.doesNotMatch(done.html, /is now succeeded/);
+    });
+
     it('refuses decisions without a session, without or with a wrong CSRF token, by GET, or by non-chairs', async () => {
       const id = await draft('guarded');
       const anonymous = await new WebClient(server.url).post(`/approvals/${id}/decision`, {
