@@ -156,19 +156,25 @@ await section('f', 'warm start to the first served call on PGlite', () =>
 );
 
 await section('h', 'countersign vs supergateway and mcp-proxy, proxying a 1 KiB read_text_file', () =>
-  withSeeded('gateway', (url, dataDir, token) =>
-    gatewayFigures({
-      url,
-      dataDir,
-      token,
-      clients: num(flags.clients, 16, 16),
-      seconds: num(flags['gateway-seconds'], 30, 6),
-      // Short segments, many of them: the machine's drift lands on both gateways alike.
-      segments: quick ? 4 : 10,
-      sequentialCalls: quick ? 200 : 800,
-      log,
-    }),
-  ),
+  withSeeded('gateway', async (url, dataDir, token) => {
+    const pgliteDir = fs.mkdtempSync(path.join(os.tmpdir(), 'countersign-bench-gateway-pglite-'));
+    try {
+      return await gatewayFigures({
+        url,
+        dataDir,
+        token,
+        clients: num(flags.clients, 16, 16),
+        seconds: num(flags['gateway-seconds'], 30, 6),
+        // Short segments, many of them: the machine's drift lands on both gateways alike.
+        segments: quick ? 4 : 10,
+        sequentialCalls: quick ? 200 : 800,
+        pgliteDir,
+        log,
+      });
+    } finally {
+      fs.rmSync(pgliteDir, { recursive: true, force: true });
+    }
+  }),
 );
 
 await section('i', 'idle: CPU a second with no calls, PostgreSQL and PGlite', () =>

@@ -20,6 +20,11 @@ export interface GatewayOptions {
   segments: number;
   /** Sequential calls per side for the 1-client p50 (interleaved over the sides). */
   sequentialCalls: number;
+  /**
+   * A fresh data directory: countersign on its embedded database (PGlite, the default) runs beside the
+   * others, made there by a first start with the demo (its token read from the banner).
+   */
+  pgliteDir?: string;
   log(line: string): void;
 }
 
@@ -154,6 +159,15 @@ export async function gatewayFigures(o: GatewayOptions): Promise<Figure[]> {
     stops.push(() => sg.stop());
     const mp = await spawnMcpProxy([process.execPath, FS_SERVER, ws.root]);
     stops.push(() => mp.stop());
+    const lite = o.pgliteDir
+      ? await spawnCountersign({
+          COUNTERSIGN_DATA_DIR: o.pgliteDir,
+          COUNTERSIGN_DEMO: 'true',
+          COUNTERSIGN_CONFIG: ws.config,
+        })
+      : undefined;
+    if (lite) stops.push(() => lite.stop());
+    const liteToken = lite && (await lite.waitFor(/demo agent token \(shown once\): (\S+)/))[1]!;
     const connectAll = (url: string, token?: string) =>
       Promise.all(Array.from({ length: o.clients }, () => connect(url, token)));
     const peer = async (name: string, g: { pid: number; url: string }): Promise<Side> => ({
@@ -175,6 +189,18 @@ export async function gatewayFigures(o: GatewayOptions): Promise<Figure[]> {
       },
       await peer('supergateway', sg),
       await peer('mcp-proxy', mp),
+      ...(lite
+        ? [
+            {
+              name: 'cs-pglite',
+              pid: lite.pid,
+              clients: await connectAll(lite.url, liteToken),
+              results: [],
+              cpu: 0,
+              call: (c: Client) => readThroughCountersign(c, `${ws.name}__read_text_file`, ws.file),
+            },
+          ]
+        : []),
     ];
     stops.push(() =>
       Promise.allSettled(sides.flatMap((s) => s.clients.map((c) => c.close()))).then(() => {}),
@@ -277,5 +303,56 @@ function figures(
   return [
     ...peerFigures('supergateway', 'supergateway', cs, sg, o, sequential.failure),
     ...peerFigures('mcp_proxy', 'mcp-proxy', cs, mp, o, sequential.failure),
+    ...(sides[3] ? pgliteFigures(of(3), cs, o, sequential.failure) : []),
+  ];
+}
+
+/**
+ * The embedded database beside PostgreSQL, the same server in front of the same read: throughput at
+ * `clients`, the added p50 of one sequential client, and the peak RSS of its process tree (issue
+ * targets: ≥ 0.8× PostgreSQL's throughput, ≤ 1.2× its added latency, ≤ 200 MB).
+ */
+function pgliteFigures(
+  lite: { t: ReturnType<typeof throughput>; added: number; rss: { mb: number; processes: number } },
+  pg: { t: ReturnType<typeof throughput>; added: number },
+  o: GatewayOptions,
+  failure: string | undefined,
+): Figure[] {
+  const failed = lite.t.failures + pg.t.failures;
+  return [
+    figure({
+      id: 'h_pglite_vs_postgres_throughput',
+      unit: 'calls/s',
+      value: failed > 0 ? Number.NaN : lite.t.perSecond,
+      baseline: pg.t.perSecond,
+      baseline_label: `countersign on PostgreSQL, same read, ${o.clients} clients`,
+      check: { ratioAtLeast: 0.8 },
+      note: failed > 0 ? `${lite.t.failures} PGlite and ${pg.t.failures} PostgreSQL calls failed` : undefined,
+    }),
+    figure({
+      id: 'h_pglite_vs_postgres_added_p50',
+      unit: 'ms',
+      value: failure ? Number.NaN : lite.added,
+      baseline: pg.added,
+      baseline_label:
+        'countersign on PostgreSQL: added p50 (ms) over the direct read, one client, sequential',
+      ratio: lite.added / pg.added,
+      check: { ratioAtMost: 1.2 },
+    }),
+    figure({
+      id: 'h_pglite_cpu_ms_per_call',
+      unit: 'ms',
+      value: lite.t.cpuMsPerCall,
+      baseline: pg.t.cpuMsPerCall,
+      baseline_label: `countersign on PostgreSQL, its process tree without the database server, at ${o.clients} clients`,
+      check: null,
+    }),
+    figure({
+      id: 'h_pglite_tree_peak_rss_mb',
+      unit: 'MB',
+      value: lite.rss.mb,
+      baseline_label: `countersign on PGlite: its process tree (${lite.rss.processes} processes), VmHWM summed`,
+      check: { valueAtMost: 200 },
+    }),
   ];
 }
