@@ -169,12 +169,13 @@ export async function rotateAgentToken(
 }
 
 /**
- * A select-list item for a query over `agents`: whether the audit log holds an `agent.revoked` row of
+ * A select-list item for a query over `agents` (by the (kind, seq) index: agentSupersededSql says why
+ * `agent_id || ''`): whether the audit log holds an `agent.revoked` row of
  * this agent (rows the server appended, each with its row MAC: deleting one breaks the chain and its
  * MACs). Few such rows exist, found by the (kind, seq) index; part of the one statement.
  */
 const REVOKED_IN_LOG = `exists (select 1 from audit_events e where e.kind = 'agent.revoked'
-  and e.agent_id = agents.id::text) as revoked_in_log`;
+  and (e.agent_id || '') = agents.id::text) as revoked_in_log`;
 
 /**
  * The agent whose `column` is `value`, whether it is revoked, and whether its record carries its seal
