@@ -28,9 +28,11 @@ const MAX_ENTRIES = 10_000;
 type Lookup<F> = { agent: Agent } | { failure: F; agent?: Agent };
 
 /**
- * Key → agent, cached per replica only while PostgreSQL can tell this replica that an agent changed: a
- * trigger on `agents` announces every change on LISTEN/NOTIFY (src/cluster/bus.ts), which drops the
- * agent's entries. While the listening connection is down nothing is served from the cache; an entry is
+ * Key → agent, cached per replica only while every change to an agent reaches it
+ * (ClusterBus.agentChangesAnnounced): on PostgreSQL a trigger on `agents` announces every change on
+ * LISTEN/NOTIFY (src/cluster/bus.ts), which drops the agent's entries, and while the listening
+ * connection is down nothing is served from the cache; on the embedded database every change is this
+ * process's own command, which drops them as it commits (agentChangedHere). An entry is
  * never trusted for longer than TRUST_MS. So a revocation, a profile or rate-limit change holds from
  * the agent's next call after PostgreSQL delivered the notification (a few milliseconds after commit),
  * and at once on the replica whose command made it (`ClusterBus.agentChangedHere`).
@@ -47,10 +49,11 @@ function agentCache(bus: ClusterBus) {
   });
   return async <F>(key: string, load: () => Promise<Lookup<F>>): Promise<Lookup<F>> => {
     const hit = cache.get(key);
-    if (hit && bus.listening() && performance.now() - hit.at < TRUST_MS) return { agent: hit.agent };
+    if (hit && bus.agentChangesAnnounced() && performance.now() - hit.at < TRUST_MS)
+      return { agent: hit.agent };
     const seen = generation;
     const result = await load();
-    if (!('failure' in result) && bus.listening() && seen === generation) {
+    if (!('failure' in result) && bus.agentChangesAnnounced() && seen === generation) {
       if (cache.size >= MAX_ENTRIES) cache.delete(cache.keys().next().value!);
       cache.set(key, { agent: result.agent, at: performance.now() });
     }

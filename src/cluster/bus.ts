@@ -39,6 +39,13 @@ export interface ClusterBus extends ServerEventBus {
   onTaskChanged(listener: (taskId: string) => void): () => void;
   /** Whether change announcements reach this replica right now (the listening connection is up). */
   listening(): boolean;
+  /**
+   * Whether every change to an agent reaches onAgentChanged right now: on PostgreSQL while listening
+   * (the `agents` trigger announces changes made anywhere, SQL included); on the embedded database
+   * always, since its files are this process's alone while it runs (the data directory's lock: a
+   * command run meanwhile is sent to this process, whose commands say so through agentChangedHere).
+   */
+  agentChangesAnnounced(): boolean;
   close(): Promise<void>;
 }
 
@@ -179,6 +186,7 @@ export async function createPgBus(knex: Knex, url: string, log: Logger): Promise
       return () => bus.taskListeners.delete(l);
     },
     listening: () => bus.listener !== undefined,
+    agentChangesAnnounced: () => bus.listener !== undefined,
     async close() {
       bus.closed = true;
       clearTimeout(bus.retry);
@@ -207,9 +215,10 @@ export function createLocalBus(log: Logger): ClusterBus {
     },
     // Nothing announces task changes here: listen streams read their tasks again each poll interval.
     onTaskChanged: () => () => undefined,
-    // A command run outside this process (the CLI on a stopped server's files) is not announced, so
-    // nothing may be cached on the strength of the announcements.
+    // Task changes are not announced here, so nothing that waits on them may count on announcements.
     listening: () => false,
+    // Agent changes are: no other process can open the embedded database while this one holds it.
+    agentChangesAnnounced: () => true,
     async close() {},
   };
 }
