@@ -5,6 +5,7 @@ import { positiveInt, positiveIntOrDefault } from '../admin/cli-input.ts';
 import type { Config } from '../config.ts';
 import { AppError } from '../core/errors.ts';
 import { cliActor, config, err, out, profile, tampered, usageError } from './io.ts';
+import { addResealCommand } from './reseal.ts';
 import { runData } from './run-data.ts';
 
 /**
@@ -154,23 +155,5 @@ export function addAgentCommands(cli: Command): void {
       await runData(config(), { command: 'agent.revoke', name, actor: cliActor() });
       out(`agent "${name}" revoked`);
     });
-  addAgentReseal(agent);
-}
-
-/**
- * `agent reseal`: the operator on the host accepts a record as it now stands (docs/identity.md,
- * "Sealed records"); what was sealed is printed and audited.
- */
-function addAgentReseal(agent: Command): void {
-  agent
-    .command('reseal')
-    .argument('<name>')
-    .description(
-      "accept an agent's record as it now stands (after checking it): seal its profile, limit, owner, token and revocation again",
-    )
-    .action(async (name: string) => {
-      const result = await runData(config(), { command: 'agent.reseal', name, actor: cliActor() });
-      out(`agent "${name}" sealed as it stands${result.was_sealed ? ' (it was already sealed)' : ''}:`);
-      out(JSON.stringify(result.sealed, null, 2));
-    });
+  addResealCommand(agent, 'agent', 'profile, limit, owner, token and revocation');
 }

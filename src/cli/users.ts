@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { roles } from '../admin/cli-input.ts';
 import type { Role } from '../core/identity.ts';
 import { cliActor, config, out, readSecretLine, tampered, usageError } from './io.ts';
+import { addResealCommand } from './reseal.ts';
 import { runData } from './run-data.ts';
 
 /** The people's commands (docs/identity.md): roles, teams, e-mail, passwords, single sign-on, seals. */
@@ -56,7 +57,7 @@ export function addUserCommands(cli: Command): void {
       await runData(config(), { command: 'user.disable', name, actor: cliActor() });
       out(`user "${name}" disabled`);
     });
-  addUserReseal(user);
+  addResealCommand(user, 'user', 'roles, teams, e-mail, password and identity');
   addUserLinkCommand(user);
 }
 
@@ -84,24 +85,6 @@ function addUserLinkCommand(user: Command): void {
           ? `user "${result.user}" is already linked to ${what}`
           : `user "${result.user}" linked to ${what}`,
       );
-    });
-}
-
-/**
- * `user reseal`: the operator on the host accepts a record as it now stands (docs/identity.md,
- * "Sealed records"); what was sealed is printed and audited.
- */
-function addUserReseal(user: Command): void {
-  user
-    .command('reseal')
-    .argument('<name>')
-    .description(
-      "accept a user's record as it now stands (after checking it): seal its roles, teams, e-mail, password and identity again",
-    )
-    .action(async (name: string) => {
-      const result = await runData(config(), { command: 'user.reseal', name, actor: cliActor() });
-      out(`user "${name}" sealed as it stands${result.was_sealed ? ' (it was already sealed)' : ''}:`);
-      out(JSON.stringify(result.sealed, null, 2));
     });
 }
 
