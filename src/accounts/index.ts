@@ -23,7 +23,7 @@ export {
   type OidcClient,
   type OidcRefusal,
 } from './oidc.ts';
-export { createRateLimiter, type RateLimiter } from './rate-limit.ts';
+export { createMemoryRateLimiter, createRateLimiter, type RateLimiter } from './rate-limit.ts';
 export { SIGN_IN_WINDOW_MINUTES, createSignIn, type SignIn, type SignInLimits } from './sign-in.ts';
 export {
   changeUser,

@@ -70,6 +70,7 @@ import {
   type Authenticate,
   type OAuthAgents,
   createOAuthVerifier,
+  createMemoryRateLimiter,
   createRateLimiter,
   agentById,
   agentSealed,
@@ -182,7 +183,8 @@ export async function openServices(
     const notifications = startNotifications({ knex: db.knex, audit, config, log }, cluster.leadership);
     if (notifications) closers.push(() => notifications.close());
     const lifecycle = createLifecycle({ config, log, audit, db, signer: cluster.checkpoints.signer });
-    const limiter = createRateLimiter(db.knex);
+    // On the embedded database one process counts every call: in memory, without a statement each.
+    const limiter = config.database_url ? createRateLimiter(db.knex) : createMemoryRateLimiter();
     const rateLimitedPace = paceUntilStop(config.policy.rate_limited_per_second, closers);
     const { local, bridge, connectors } = await openConnectors(db, blobs, config, log, tracer);
     const cursors = createCursorCodec(opened.roots.key('cursor').toString('base64url'));
