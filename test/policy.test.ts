@@ -199,6 +199,21 @@ for (const kind of databaseKinds()) {
       assert.ok(took >= 1400, `${Math.round(took)} ms for 25 refusals`);
     });
 
+    it(`counts an agent's calls at the default 60 a minute ${kind === 'pglite' ? 'in memory, without a statement each' : 'in the database every replica shares'}`, async () => {
+      const c = await agentWith('default-limit', { rate_limit_per_min: 60 });
+      let counted = 0;
+      const count = (q: { sql?: string }) => (counted += q.sql?.includes('rate_windows') ? 1 : 0);
+      server.services.knex.on('query', count);
+      try {
+        for (let i = 0; i < 5; i++)
+          assert.equal((await call(c, 'isphere_search_groups', { query: 'board' })).ok, true);
+      } finally {
+        server.services.knex.off('query', count);
+      }
+      // The embedded database is this process's alone; PostgreSQL's replicas share one count.
+      assert.equal(counted, kind === 'pglite' ? 0 : 5);
+    });
+
     it("counts an agent's racing calls exactly, in the database every replica shares", async () => {
       const limiter = createRateLimiter(server.services.knex);
       const { agent } = await createAgent(server.services.knex, { name: 'racer' });
