@@ -17,7 +17,7 @@ const BUDGET = { dry_run: 3, approve: 2, get_approval: 2, execute: 6 } as const;
  * The same on both databases: on the embedded one the agent is cached too (every change to an agent
  * there is this process's own command, src/accounts/agent-cache.ts), so no MCP call reads its row.
  */
-const budgetOn = (_kind: string) => BUDGET;
+const budgetOn = (_kind: string): Counts => ({ ...BUDGET });
 
 type Counts = Record<keyof typeof BUDGET, number>;
 
