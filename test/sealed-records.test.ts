@@ -20,7 +20,7 @@ import { createLogger } from '../src/log.ts';
 import { approveAsChair } from './helpers/approvals.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { detailsOf } from './helpers/audit-rows.ts';
-import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
+import { createTestDatabase, databaseKinds, type DbKind, type TestDatabase } from './helpers/db.ts';
 import { call, connectHttp, startTestServer, testEnv, type TestServer } from './helpers/server.ts';
 
 const INIT = {
@@ -51,6 +51,22 @@ async function tryToken(url: string, token: string) {
  * do to the users' and agents' records (docs/identity.md, "Sealed records"): each attack is plain SQL,
  * through a connection of its own on PostgreSQL (PGlite has one connection: the server's).
  */
+/** A database as an earlier version left it: migrated, with its host roots file, and no server yet. */
+async function earlierInstall(kind: DbKind) {
+  const testDb = await createTestDatabase(kind);
+  const db = await openDatabase({
+    url: testDb.url,
+    pgliteDir: path.join(testDb.dataDir, 'pglite'),
+    command: 'test',
+  });
+  await migrateLatest(db.knex);
+  const rootsFile = path.join(testDb.dataDir, 'host-roots.json');
+  const { roots } = createHostRoots(rootsFile, () => `countersign:${randomUUID()}`, {
+    agent_token_hashes: [],
+  });
+  return { testDb, db, rootsFile, roots };
+}
+
 for (const kind of databaseKinds()) {
   describe(`sealed user and agent records on ${kind}`, () => {
     let server: TestServer;
@@ -426,18 +442,9 @@ for (const kind of databaseKinds()) {
     const userId = randomUUID();
 
     before(async () => {
-      testDb = await createTestDatabase(kind);
-      const db = await openDatabase({
-        url: testDb.url,
-        pgliteDir: path.join(testDb.dataDir, 'pglite'),
-        command: 'test',
-      });
-      await migrateLatest(db.knex);
-      rootsFile = path.join(testDb.dataDir, 'host-roots.json');
       // The roots file as the version before the seals made it (no records_sealed), and its records.
-      const { roots } = createHostRoots(rootsFile, () => `countersign:${randomUUID()}`, {
-        agent_token_hashes: [],
-      });
+      const { db, roots, ...made } = await earlierInstall(kind);
+      ({ testDb, rootsFile } = made);
       await db.knex('users').insert({
         id: userId,
         name: 'old-chair',
@@ -492,18 +499,9 @@ for (const kind of databaseKinds()) {
     const userId = randomUUID();
 
     before(async () => {
-      testDb = await createTestDatabase(kind);
-      const db = await openDatabase({
-        url: testDb.url,
-        pgliteDir: path.join(testDb.dataDir, 'pglite'),
-        command: 'test',
-      });
-      await migrateLatest(db.knex);
-      rootsFile = path.join(testDb.dataDir, 'host-roots.json');
       // The roots file as the version before made it: records sealed, but not fresh.
-      const { roots } = createHostRoots(rootsFile, () => `countersign:${randomUUID()}`, {
-        agent_token_hashes: [],
-      });
+      const { db, roots, ...made } = await earlierInstall(kind);
+      ({ testDb, rootsFile } = made);
       const file = JSON.parse(fs.readFileSync(rootsFile, 'utf8')) as Record<string, unknown>;
       fs.writeFileSync(
         rootsFile,
