@@ -1,6 +1,10 @@
 // @ts-check
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
+import fs from 'node:fs';
+
+/** Store modules, and the files not yet moved into one (scripts/store-modules.json). */
+const storeModules = JSON.parse(fs.readFileSync(new URL('./scripts/store-modules.json', import.meta.url), 'utf8'));
 
 export default tseslint.config(
   { ignores: ['dist/', 'data/', 'node_modules/', 'test-results/', 'bench/results/'] },
@@ -24,5 +28,24 @@ export default tseslint.config(
   {
     files: ['src/**/*.ts'],
     rules: { 'max-lines-per-function': ['error', { max: 80, skipBlankLines: true, skipComments: true }] },
+  },
+  // SQL lives in store modules: only they and db/ import knex, types included (CONTRIBUTING.md, "Stores").
+  {
+    files: ['src/**/*.ts'],
+    ignores: [...storeModules.stores, ...storeModules.notYetStores],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          paths: [
+            {
+              name: 'knex',
+              message:
+                "statements belong in the owner's store module (a store/ folder or a *store.ts file); pass a Queryable or Transaction from src/db/knex.ts",
+            },
+          ],
+        },
+      ],
+    },
   },
 );

@@ -104,11 +104,11 @@ const RAW_ACROSS_OWNERS: Record<string, string[]> = {
   'src/accounts/agents.ts': ['audit_events'],
   // The approvers' sealed records, their freshness and whether one is disabled, read with the request
   // at execution; the agent's owner and name with the decision.
-  'src/approval/deps.ts': ['agents', 'users', 'audit_events'],
-  'src/approval/guarded.ts': ['agents', 'users'],
-  'src/approval/outbox.ts': ['agents'],
+  'src/approval/store/sql.ts': ['agents', 'users', 'audit_events'],
+  'src/approval/store/guarded.ts': ['agents', 'users'],
+  'src/approval/store/outbox.ts': ['agents'],
   // The log's last policy.changed, read with the stored policy (docs/policy.md, "The policy is sealed").
-  'src/approval/rules/seal.ts': ['audit_events'],
+  'src/approval/rules/store.ts': ['audit_events'],
   // An agent's name beside its rows in the audit views.
   'src/audit/query.ts': ['agents'],
 };
@@ -156,4 +156,67 @@ it('knows an owner for every table the migrations create', () => {
     created.filter((t) => !(t in OWNERS)),
     [],
   );
+});
+
+/**
+ * Statements are built in store modules only (scripts/store-modules.json, CONTRIBUTING.md "Stores"):
+ * a rule file hands a connection or its transaction to a store and never names a table itself. The
+ * files not yet moved into a store are listed there; an entry that no longer builds a statement fails
+ * too, so the list only shrinks.
+ */
+const STORE_LIST = JSON.parse(
+  fs.readFileSync(path.resolve(import.meta.dirname, '../scripts/store-modules.json'), 'utf8'),
+) as { stores: string[]; notYetStores: string[] };
+
+/** A glob of the list as a regular expression: `**` any path, `*` any name part. */
+const globRegExp = (glob: string) =>
+  new RegExp(
+    `^${glob
+      .replace(/[.+?^${}()|[\]\\]/g, '\\$&')
+      .replace(/\*\*\//g, '\u0000')
+      .replace(/\*\*/g, '.*')
+      .replace(/\*/g, '[^/]*')
+      .replace(/\u0000/g, '(?:.*/)?')}$`,
+  );
+const isStore = (rel: string) => STORE_LIST.stores.some((g) => globRegExp(g).test(rel));
+
+/** Where a file starts a statement on a table or imports knex: `line what` for each. */
+function statementsIn(text: string): string[] {
+  const found: string[] = [];
+  const lineOf = (index: number) => text.slice(0, index).split('\n').length;
+  for (const m of text.matchAll(QUERY_START)) if (m[1] ?? m[2]) found.push(`${lineOf(m.index)} ${m[0]}`);
+  for (const m of text.matchAll(/from 'knex'/g)) found.push(`${lineOf(m.index)} imports knex`);
+  for (const literal of text.matchAll(/`[^`]*`|'[^'\n]*'/g))
+    for (const m of literal[0].matchAll(SQL_TABLE))
+      if (m[1]!.toLowerCase() in OWNERS) found.push(`${lineOf(literal.index + m.index)} ${m[0]}`);
+  return found;
+}
+
+it('builds statements only in store modules and db/, apart from the files listed as not yet moved', () => {
+  const found = files(SRC)
+    .map((file) => path.relative(path.dirname(SRC), file).split(path.sep).join('/'))
+    .filter((rel) => !isStore(rel) && !STORE_LIST.notYetStores.includes(rel))
+    .flatMap((rel) =>
+      statementsIn(fs.readFileSync(path.join(path.dirname(SRC), rel), 'utf8')).map((s) => `${rel}:${s}`),
+    );
+  assert.deepEqual(found, []);
+});
+
+it('lists as not yet moved only files that still build statements outside a store', () => {
+  const stale = STORE_LIST.notYetStores.filter(
+    (rel) =>
+      isStore(rel) ||
+      !fs.existsSync(path.join(path.dirname(SRC), rel)) ||
+      statementsIn(fs.readFileSync(path.join(path.dirname(SRC), rel), 'utf8')).length === 0,
+  );
+  assert.deepEqual(stale, []);
+});
+
+it('knows a store module by its place', () => {
+  assert.equal(isStore('src/approval/store/requests.ts'), true);
+  assert.equal(isStore('src/approval/rules/store.ts'), true);
+  assert.equal(isStore('src/notify/slack-store.ts'), true);
+  assert.equal(isStore('src/db/settings.ts'), true);
+  assert.equal(isStore('src/approval/decide.ts'), false);
+  assert.equal(isStore('src/approval/storefront.ts'), false);
 });

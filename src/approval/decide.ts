@@ -1,18 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import type { Knex } from 'knex';
 import { AppError, type AppErrorCode } from '../core/errors.ts';
 import type { User } from '../core/identity.ts';
-import {
-  APPROVERS_OF_R,
-  approversColumn,
-  approversOf,
-  expireRows,
-  loadRow,
-  viewOf,
-  type ApprovalDeps,
-} from './deps.ts';
-import { chain, insertFromGuard, lockingRow, updateFromGuard, withQueued } from './guarded.ts';
-import { changeAndQueue, deliveriesFor } from './outbox.ts';
+import { expireRows, viewOf, type ApprovalDeps } from './deps.ts';
+import { lockingRow } from './store/guarded.ts';
+import { approversColumn, decisions, requests, withQueued } from './store/index.ts';
+import { deliveriesFor } from './outbox.ts';
 import {
   namedRequestFromDb,
   toView,
@@ -21,7 +13,7 @@ import {
   type RequestRow,
 } from './view.ts';
 import { isUuid } from '../core/ids.ts';
-import { named } from '../db/knex.ts';
+import type { Transaction } from '../db/knex.ts';
 import { retryingTransaction } from '../db/retry.ts';
 import { agentById, agentSealed, tamperedRecord } from '../accounts/index.ts';
 import { eligibleApprovers, restrictionOf, whoMayApprove } from './eligible.ts';
@@ -97,7 +89,7 @@ export async function decide(deps: ApprovalDeps, opts: Decision): Promise<Approv
   // Row lock first, the chain's lock (appendIn) last; a deadlock or serialization failure rolls the
   // whole decision back, audit row included, and it is taken again from the start.
   const outcome = await retryingTransaction<Outcome>(deps.knex, async (trx) => {
-    const row = await loadRow(trx, { id: opts.id }, true);
+    const row = await requests.loadRow(trx, { id: opts.id }, true);
     if (!row) throw refused('not_found', `no approval request ${opts.id}`);
     const early = await refusalOrRepeat(deps, trx, row, opts);
     const now = new Date().toISOString();
@@ -113,7 +105,7 @@ export async function decide(deps: ApprovalDeps, opts: Decision): Promise<Approv
     }
     if (early) return early;
 
-    await trx('approval_decisions').insert({
+    await decisions.insertDecision(trx, {
       id: randomUUID(),
       approval_request_id: row.id,
       user_name: opts.user.name,
@@ -131,7 +123,7 @@ export async function decide(deps: ApprovalDeps, opts: Decision): Promise<Approv
   if (outcome.settled) {
     return toView(outcome.settled.row, outcome.settled.approvers, deps.reviewUrl(outcome.settled.row.id));
   }
-  return viewOf(deps, deps.knex, (await loadRow(deps.knex, { id: outcome.row.id }))!);
+  return viewOf(deps, deps.knex, (await requests.loadRow(deps.knex, { id: outcome.row.id }))!);
 }
 
 /**
@@ -140,13 +132,11 @@ export async function decide(deps: ApprovalDeps, opts: Decision): Promise<Approv
  */
 async function refusalOrRepeat(
   deps: ApprovalDeps,
-  trx: Knex.Transaction,
+  trx: Transaction,
   row: NamedRequestRow,
   opts: Decision,
 ): Promise<Outcome | undefined> {
-  const mine = (await trx('approval_decisions')
-    .where({ approval_request_id: row.id, user_name: opts.user.name })
-    .first()) as { decision: string } | undefined;
+  const mine = await decisions.decisionBy(trx, row.id, opts.user.name);
   if (mine) {
     if (mine.decision === opts.decision) return { row, refusal: undefined, repeat: true };
     throw refused('already_decided', `${opts.user.name} already decided: ${mine.decision}`);
@@ -203,7 +193,7 @@ const decisionFacts = (row: NamedRequestRow, user: User, details: Record<string,
 /** A decision being recorded: on this locked row, by this user, in this transaction. */
 interface Recording {
   deps: ApprovalDeps;
-  trx: Knex.Transaction;
+  trx: Transaction;
   row: NamedRequestRow;
   user: User;
   now: string;
@@ -213,13 +203,12 @@ interface Recording {
 }
 
 async function reject({ deps, trx, row, user, now, note }: Recording): Promise<Outcome> {
-  const update = trx('approval_requests')
-    .where({ id: row.id })
-    .update({ status: 'rejected', decided_at: now, note });
   const decision = { approvers: [], decided_by: user.name };
-  await changeAndQueue(
+  await requests.changeRequest(
     trx,
-    update,
+    row.id,
+    undefined,
+    { status: 'rejected', decided_at: now, note },
     deliveriesFor(deps, 'decided', { ...row, status: 'rejected', note }, decision),
   );
   await deps.audit.appendIn(trx, {
@@ -241,26 +230,7 @@ async function reject({ deps, trx, row, user, now, note }: Recording): Promise<O
  * inserted only with the change that its audit row records, never alone.
  */
 async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | null) {
-  const query = deps
-    .knex('approval_requests as r')
-    .join('agents as a', 'a.id', 'r.agent_id')
-    .select(
-      'r.*',
-      'a.name as agent_name',
-      'a.owner_id as agent_owner_id',
-      'a.owner_unresolved as agent_owner_unresolved',
-      deps.knex.raw(APPROVERS_OF_R),
-      deps.knex.raw(
-        'exists (select 1 from approval_decisions m where m.approval_request_id = r.id and m.user_name = ?) as mine',
-        [opts.user.name],
-      ),
-      // Whether a task follows the request: its approval then runs the task's write (tasks.ts).
-      deps.knex.raw('exists (select 1 from approval_tasks k where k.approval_request_id = r.id) as has_task'),
-    )
-    .where('r.id', opts.id)
-    .first();
-  const raw = (await named(deps.knex, 'countersign_approval_to_decide', query)) as
-    Record<string, unknown> | undefined;
+  const raw = await requests.readToDecide(deps.knex, opts.id, opts.user.name);
   if (!raw || raw.mine === true || raw.agent_owner_id === opts.user.id || raw.agent_owner_unresolved !== null)
     return;
   const row = namedRequestFromDb(raw);
@@ -275,7 +245,7 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
     id: randomUUID(),
     approval_request_id: row.id,
     user_name: opts.user.name,
-    decision: 'approve',
+    decision: 'approve' as const,
     note,
     created_at: now.toISOString(),
   };
@@ -289,7 +259,7 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
         expires_at: new Date(now.getTime() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
       })
     : undefined;
-  const step = decisionStep(row.id, before.length, decision, change);
+  const step = requests.decisionChange(row.id, before.length, decision, change);
   const notices = change
     ? deliveriesFor(deps, 'decided', { ...row, ...change }, { approvers, decided_by: opts.user.name })
     : [];
@@ -309,41 +279,9 @@ async function approveAtOnce(deps: ApprovalDeps, opts: Decision, note: string | 
   return toView({ ...row, ...change }, approvers, deps.reviewUrl(row.id));
 }
 
-/**
- * The at-once approval's change: the last approval changes the status first and inserts the decision
- * only with it (a request another chair approved meanwhile changes nothing, so no decision row is left
- * without its audit row); any other inserts it alone. Counted where it commits: either changes nothing
- * unless the request still has exactly the `decided` decisions read before. The statement's snapshot
- * holds every decision up to the chain's head (each commits with its audit row), so a racing decision
- * committed since the read sends this one to the transaction, which counts it with the others under
- * the row lock: whichever commits last sees them all.
- */
-function decisionStep(
-  id: string,
-  decided: number,
-  decision: Record<string, unknown>,
-  change: Record<string, unknown> | undefined,
-) {
-  const unchanged = {
-    sql: `(select count(*) from approval_decisions d where d.approval_request_id = ?) = ?`,
-    bindings: [id, decided],
-  };
-  const insert = insertFromGuard('decided', 'approval_decisions', decision, { from: 'change' });
-  if (change) {
-    const where = { sql: `t.status = 'pending' and ${unchanged.sql}`, bindings: unchanged.bindings };
-    return chain(updateFromGuard('change', 'approval_requests', id, change, where), insert);
-  }
-  const pending = {
-    sql: `change as (select t.id from approval_requests t where t.id = ? and t.status = 'pending'
-      and ${unchanged.sql} and exists (select 1 from guard))`,
-    bindings: [id, ...unchanged.bindings],
-  };
-  return chain(pending, insert);
-}
-
 /** One more approval; the last one required issues the approval_id, valid for approval.execute_ttl_s. */
 async function approve({ deps, trx, row, user, now, note, repeat }: Recording): Promise<Outcome> {
-  const approvers = await approversOf(trx, row.id);
+  const approvers = await decisions.approversOf(trx, row.id);
   // Under a rule that names who may approve, only approvals by those it names count (a request sent back
   // to pending under such a rule keeps the approvals given before, and may not count them all).
   const restriction = restrictionOf(row);
@@ -367,9 +305,14 @@ async function approve({ deps, trx, row, user, now, note, repeat }: Recording): 
     note,
     expires_at: new Date(Date.now() + deps.config.approval.execute_ttl_s * 1000).toISOString(),
   });
-  const update = trx('approval_requests').where({ id: row.id }).update(change);
   const decision = { approvers, decided_by: user.name };
-  await changeAndQueue(trx, update, deliveriesFor(deps, 'decided', { ...row, ...change }, decision));
+  await requests.changeRequest(
+    trx,
+    row.id,
+    undefined,
+    change,
+    deliveriesFor(deps, 'decided', { ...row, ...change }, decision),
+  );
   await deps.audit.appendIn(trx, {
     ...decisionFacts(row, user, { final: true, ...tally, ...(repeat ? { repeated: true } : {}) }),
     kind: 'approval.approved',

@@ -1,4 +1,4 @@
-import type { Knex } from 'knex';
+import type { Queryable } from '../db/knex.ts';
 import { heldBy } from '../accounts/index.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import type { Requirement } from './rules/index.ts';
@@ -18,7 +18,7 @@ export function restrictionOf(row: Pick<RequestRow, 'policy_requirement'>): Rest
 
 /** Of `names` (in order), those the restriction accepts, as active users now. */
 export async function eligibleApprovers(
-  q: Knex | Knex.Transaction,
+  q: Queryable,
   restriction: Restriction,
   names: string[],
   roots: HostRoots,
@@ -63,7 +63,7 @@ export interface RuleSummary {
 
 /** The summary of a request with these approvers (in decision order). */
 export async function ruleSummaryOf(
-  q: Knex | Knex.Transaction,
+  q: Queryable,
   row: Pick<RequestRow, 'policy_rule' | 'policy_requirement' | 'policy_version' | 'required_approvers'>,
   approvers: string[],
   roots: HostRoots,
@@ -95,7 +95,7 @@ export async function ruleSummaryOf(
  * chair the request read-only with this reason.
  */
 export async function mayDecide(
-  q: Knex | Knex.Transaction,
+  q: Queryable,
   row: Pick<RequestRow, 'policy_rule' | 'policy_requirement'>,
   userName: string,
   roots: HostRoots,

@@ -1,24 +1,7 @@
-import type { Knex } from 'knex';
 import type { Agent } from '../core/identity.ts';
 import { AppError } from '../core/errors.ts';
-import {
-  AGENT_NAME_OF_R,
-  APPROVER_DISABLED_OF_R,
-  APPROVER_NOT_ELIGIBLE_OF_R,
-  APPROVERS_OF_R,
-  APPROVER_RECORDS_OF_R,
-  unsealedApprovers,
-  STARTED_OF_R,
-  approverDisabledOf,
-  approverNotEligibleOf,
-  approversColumn,
-  approversOf,
-  expireRows,
-  loadRow,
-  requestFacts,
-  type ApprovalDeps,
-} from './deps.ts';
-import { updateFromGuard } from './guarded.ts';
+import { unsealedApprovers, expireRows, requestFacts, type ApprovalDeps } from './deps.ts';
+import { approversColumn, decisions, keys, requests } from './store/index.ts';
 import type { z } from 'zod';
 import {
   namedRequestFromDb,
@@ -29,10 +12,10 @@ import {
   type Target,
 } from './view.ts';
 import { isUuid } from '../core/ids.ts';
-import { named } from '../db/knex.ts';
+import type { Queryable, Transaction } from '../db/knex.ts';
 import { retryingTransaction, withRetries } from '../db/retry.ts';
 import { policyChange, policyChanged, reopen, type DraftFacts } from './ruling.ts';
-import { POLICY_UNCHANGED_SQL, type HeldPolicy } from './rules/index.ts';
+import type { HeldPolicy } from './rules/index.ts';
 import { sealProblem, tamperedDecision } from './seal.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 
@@ -108,18 +91,12 @@ export function refuseOtherContent(
   }
 }
 
-async function checkIdempotencyKey(
-  trx: Knex.Transaction,
-  req: ExecutionRequest,
-): Promise<Replay | undefined> {
+async function checkIdempotencyKey(trx: Transaction, req: ExecutionRequest): Promise<Replay | undefined> {
   if (!req.idempotency_key) return undefined;
-  const prior = (await trx('idempotency_keys')
-    .where({ agent_id: req.agent.id, key: req.idempotency_key })
-    .forUpdate()
-    .first()) as { tool: string; content_sha256: string; approval_request_id: string } | undefined;
+  const prior = await keys.keyOf(trx, req.agent.id, req.idempotency_key, { forUpdate: true });
   if (!prior) return undefined;
   refuseOtherContent(prior, req);
-  return { row: (await loadRow(trx, { id: prior.approval_request_id }))! };
+  return { row: (await requests.loadRow(trx, { id: prior.approval_request_id }))! };
 }
 
 /**
@@ -146,7 +123,7 @@ export async function beginExecution(
       const replay = await checkIdempotencyKey(trx, req);
       if (replay) return { row: replay.row, replay: true };
       const { approvers: _unread, ...row } = await lockApproval(trx, req, await deps.roots());
-      const approvers = await approversOf(trx, row.id);
+      const approvers = await decisions.approversOf(trx, row.id);
       if (new Date(row.expires_at) <= new Date()) {
         await expireRows(deps, trx, [row]);
         return { refusal: approvalRequired('expired') };
@@ -182,7 +159,7 @@ export async function beginExecution(
  * with the reason. An approval_request_id passed as approval_id tells the agent where its request stands.
  */
 async function lockApproval(
-  trx: Knex | Knex.Transaction,
+  trx: Queryable,
   req: ExecutionRequest,
   roots: HostRoots,
   lock = true,
@@ -190,7 +167,7 @@ async function lockApproval(
   const row = isUuid(req.approval_id) ? await loadApproval(trx, req.approval_id, lock, roots) : undefined;
   if (!row) {
     const asRequest = isUuid(req.approval_id)
-      ? await loadRow(trx, { id: req.approval_id, agent_id: req.agent.id })
+      ? await requests.loadRow(trx, { id: req.approval_id, agent_id: req.agent.id })
       : undefined;
     if (asRequest?.status === 'pending') throw approvalRequired('pending');
     if (asRequest?.status === 'rejected') throw approvalRequired('rejected', asRequest.note ?? undefined);
@@ -222,27 +199,9 @@ async function lockApproval(
  * The request an approval_id names, with its agent's name and whether one of its approvers is now
  * disabled, in one statement; `lock` locks the request alone (the rest are sub-selects).
  */
-async function loadApproval(
-  trx: Knex | Knex.Transaction,
-  approval_id: string,
-  lock: boolean,
-  roots: HostRoots,
-) {
-  const query = trx('approval_requests as r')
-    .select(
-      'r.*',
-      trx.raw(AGENT_NAME_OF_R),
-      trx.raw(APPROVER_DISABLED_OF_R),
-      trx.raw(APPROVER_NOT_ELIGIBLE_OF_R),
-      trx.raw(STARTED_OF_R),
-      trx.raw(APPROVER_RECORDS_OF_R),
-      // Read without a lock (a dry run's check), the approvers come with the row.
-      ...(lock ? [] : [trx.raw(APPROVERS_OF_R)]),
-    )
-    .where('r.approval_id', approval_id)
-    .first();
-  if (lock) query.forUpdate();
-  const raw = (await query) as Record<string, unknown> | undefined;
+async function loadApproval(q: Queryable, approval_id: string, lock: boolean, roots: HostRoots) {
+  // Read without a lock (a dry run's check), the approvers come with the row.
+  const raw = await requests.loadApproval(q, approval_id, lock);
   if (!raw) return undefined;
   const flags = {
     approver_disabled: raw.approver_disabled === true,
@@ -293,10 +252,7 @@ export async function preflightExecution(deps: ApprovalDeps, req: ExecutionReque
   });
   try {
     if (req.idempotency_key) {
-      const prior = (await deps
-        .knex('idempotency_keys')
-        .where({ agent_id: req.agent.id, key: req.idempotency_key })
-        .first()) as { tool: string; content_sha256: string } | undefined;
+      const prior = await keys.keyOf(deps.knex, req.agent.id, req.idempotency_key);
       if (prior) {
         refuseOtherContent(prior, req);
         const message = 'this idempotency_key already ran this write: a real run returns its stored outcome';
@@ -355,18 +311,20 @@ function bindingMismatch(row: RequestRow, req: ExecutionRequest): Binding | unde
 /** Consumes the approval: status executing, the idempotency key taken, write.started appended. */
 async function markExecuting(
   deps: ApprovalDeps,
-  trx: Knex.Transaction,
+  trx: Transaction,
   row: NamedRequestRow,
   req: ExecutionRequest,
   approvers: string[],
 ): Promise<ExecutingRow> {
   const now = new Date().toISOString();
-  const updated = await trx('approval_requests')
-    .where({ id: row.id, status: 'approved' })
-    .update({ status: 'executing', execution_started_at: now, execution_source: req.source });
+  const updated = await requests.changeRequest(trx, row.id, ['approved'], {
+    status: 'executing',
+    execution_started_at: now,
+    execution_source: req.source,
+  });
   if (updated !== 1) throw approvalRequired('consumed');
   if (req.idempotency_key) {
-    await trx('idempotency_keys').insert({
+    await keys.takeKey(trx, {
       agent_id: req.agent.id,
       key: req.idempotency_key,
       tool: req.tool,
@@ -401,19 +359,7 @@ export type ApprovedRow = Record<string, unknown> | undefined;
  */
 export async function readApproval(deps: ApprovalDeps, approval_id: string): Promise<ApprovedRow> {
   if (!isUuid(approval_id)) return undefined;
-  const query = deps
-    .knex('approval_requests as r')
-    .select(
-      'r.*',
-      deps.knex.raw(APPROVERS_OF_R),
-      deps.knex.raw(APPROVER_DISABLED_OF_R),
-      deps.knex.raw(APPROVER_NOT_ELIGIBLE_OF_R),
-      deps.knex.raw(STARTED_OF_R),
-      deps.knex.raw(APPROVER_RECORDS_OF_R),
-    )
-    .where('r.approval_id', approval_id)
-    .first();
-  return (await named(deps.knex, 'countersign_approval_to_execute', query)) as ApprovedRow;
+  return requests.readApproval(deps.knex, approval_id);
 }
 
 /**
@@ -450,16 +396,10 @@ async function beginAtOnce(
     execution_started_at: now.toISOString(),
     execution_source: req.source,
   };
+  // An approver disabled (or taken off the rule's team) since the read above is caught in the same
+  // statement. So is an approval policy stored meanwhile by another replica (then the transaction decides).
   const done = await deps.audit.appendWith(
-    updateFromGuard('change', 'approval_requests', row.id, started, {
-      // An approver disabled (or taken off the rule's team) since the read above is caught here, in the
-      // same statement. So is an approval policy stored meanwhile by another replica (then the
-      // transaction decides).
-      sql: `t.status = 'approved' and t.expires_at > ?::timestamptz and not ${approverDisabledOf('t')}
-        and not ${approverNotEligibleOf('t')}
-        and ${POLICY_UNCHANGED_SQL}`,
-      bindings: [now.toISOString(), policy.stored],
-    }),
+    requests.startChange(row.id, started, now.toISOString(), policy.stored),
     startedRow(named, req, approvers),
   );
   return done ? { ...named, ...started, approvers } : undefined;
@@ -498,10 +438,7 @@ export async function finishExecution(
   if (row.approvers) {
     const finished = finishedColumns(outcome);
     const done = await deps.audit.appendWith(
-      updateFromGuard('change', 'approval_requests', row.id, finished, {
-        sql: "t.status = 'executing'",
-        bindings: [],
-      }),
+      requests.finishChange(row.id, finished),
       finishedRow(row, outcome, context, row.approvers),
     );
     if (done) return true;
@@ -519,19 +456,18 @@ export async function finishExecution(
  */
 export async function finishIn(
   deps: ApprovalDeps,
-  trx: Knex.Transaction,
+  trx: Transaction,
   row: NamedRequestRow,
   outcome: ExecutionOutcome,
   context: FinishContext,
 ): Promise<boolean> {
-  const updated = await trx('approval_requests')
-    .where({ id: row.id, status: 'executing' })
-    .update({
-      ...finishedColumns(outcome),
-      execution_result: outcome.status === 'succeeded' ? JSON.stringify(outcome.result) : null,
-    });
+  const updated = await requests.changeRequest(trx, row.id, ['executing'], {
+    ...finishedColumns(outcome),
+    execution_result: outcome.status === 'succeeded' ? JSON.stringify(outcome.result) : null,
+  });
   if (updated !== 1) return false;
-  await deps.audit.appendIn(trx, finishedRow(row, outcome, context, await approversOf(trx, row.id)));
+  const approvers = await decisions.approversOf(trx, row.id);
+  await deps.audit.appendIn(trx, finishedRow(row, outcome, context, approvers));
   return true;
 }
 
@@ -543,25 +479,22 @@ export async function finishIn(
  */
 async function lateOutcome(
   deps: ApprovalDeps,
-  trx: Knex.Transaction,
+  trx: Transaction,
   row: NamedRequestRow,
   outcome: ExecutionOutcome,
   context: FinishContext,
 ): Promise<void> {
-  const now = (await trx('approval_requests').where({ id: row.id }).forUpdate().first('status')) as
-    { status: string } | undefined;
+  const now = await requests.statusOf(trx, row.id, true);
   if (!now) return;
   const resolves = now.status === 'unknown' && outcome.status === 'succeeded';
   if (resolves) {
-    await trx('approval_requests')
-      .where({ id: row.id, status: 'unknown' })
-      .update({
-        ...finishedColumns(outcome),
-        execution_result: JSON.stringify(outcome.result),
-      });
+    await requests.changeRequest(trx, row.id, ['unknown'], {
+      ...finishedColumns(outcome),
+      execution_result: JSON.stringify(outcome.result),
+    });
   }
   const late = { late: true, status_before: now.status, status_after: resolves ? 'succeeded' : now.status };
-  const audited = finishedRow(row, outcome, context, await approversOf(trx, row.id));
+  const audited = finishedRow(row, outcome, context, await decisions.approversOf(trx, row.id));
   await deps.audit.appendIn(trx, { ...audited, details: { ...audited.details, ...late } });
 }
 

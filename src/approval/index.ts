@@ -5,17 +5,9 @@
  */
 export { DECISION_CODE, isDecisionRefusal, type DecisionRefusal } from './decide.ts';
 export { runWrite, type PreparedWrite, type WriteResult } from './gate.ts';
-export { WRITE_FENCE } from './fence.ts';
-export {
-  claimDueNotices,
-  noticeWarnings,
-  requestedNoticeWaiting,
-  reviewShowsEverything,
-  settleNotice,
-  showsEverything,
-  targetLine,
-  type Notice,
-} from './outbox.ts';
+export { WRITE_FENCE } from './store/fence.ts';
+export { noticeWarnings, reviewShowsEverything, showsEverything, targetLine, type Notice } from './outbox.ts';
+export { claimDueNotices, requestedNoticeWaiting, settleNotice } from './store/index.ts';
 export { ApprovalSummary, ApprovalView, Preflight, Target } from './view.ts';
 export { createApprovals, type Approvals, type SeamApprovals } from './approvals.ts';
 export { describeRequirement, type RuleSummary } from './eligible.ts';

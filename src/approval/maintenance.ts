@@ -1,22 +1,16 @@
 import type { Logger } from '../log.ts';
 import { findLocalWrite } from '../connectors/index.ts';
 import { retryingTransaction } from '../db/retry.ts';
-import { AGENT_NAME_OF_R, expireRows, type ApprovalDeps } from './deps.ts';
+import { expireRows, type ApprovalDeps } from './deps.ts';
+import { keys, requests } from './store/index.ts';
 import { finishIn, type ExecutionOutcome } from './execute.ts';
-import { namedRequestFromDb, type NamedRequestRow } from './view.ts';
+import type { NamedRequestRow } from './view.ts';
 
 /** Expires pending requests and approved-but-unused approvals past their time, each with its audit row. */
 export async function expireDue(deps: ApprovalDeps): Promise<number> {
   return retryingTransaction(deps.knex, async (trx) => {
-    const due = (await trx('approval_requests as r')
-      .select('r.*', trx.raw(AGENT_NAME_OF_R))
-      .whereIn('r.status', ['pending', 'approved'])
-      .where('r.expires_at', '<=', new Date().toISOString())
-      .forUpdate()
-      .skipLocked()
-      .limit(500)) as Record<string, unknown>[];
-    if (due.length === 0) return 0;
-    const rows = due.map(namedRequestFromDb);
+    const rows = await requests.dueForExpiry(trx, new Date().toISOString());
+    if (rows.length === 0) return 0;
     await expireRows(deps, trx, rows);
     return rows.length;
   });
@@ -28,7 +22,7 @@ export async function expireDue(deps: ApprovalDeps): Promise<number> {
  */
 export async function purgeIdempotencyKeys(deps: ApprovalDeps): Promise<number> {
   const before = new Date(Date.now() - deps.config.approval.idempotency_retention_s * 1000).toISOString();
-  return deps.knex('idempotency_keys').where('created_at', '<', before).delete();
+  return keys.purgeKeys(deps.knex, before);
 }
 
 /**
@@ -56,14 +50,7 @@ export type WriteLookup = (
  */
 export async function reconcileStale(deps: ApprovalDeps, lookup: WriteLookup, log: Logger): Promise<number> {
   const cutoff = new Date(Date.now() - 2 * deps.config.limits.call_timeout_ms).toISOString();
-  const stale = (
-    (await deps
-      .knex('approval_requests as r')
-      .select('r.*', deps.knex.raw(AGENT_NAME_OF_R))
-      .where('r.status', 'executing')
-      .where('r.execution_started_at', '<=', cutoff)
-      .limit(100)) as Record<string, unknown>[]
-  ).map(namedRequestFromDb);
+  const stale = await requests.staleExecutions(deps.knex, cutoff);
   let settled = 0;
   for (const row of stale) {
     let remote: Awaited<ReturnType<WriteLookup>>;
@@ -76,12 +63,7 @@ export async function reconcileStale(deps: ApprovalDeps, lookup: WriteLookup, lo
       }
     }
     const status = await retryingTransaction(deps.knex, async (trx) => {
-      const held = await trx('approval_requests')
-        .where({ id: row.id, status: 'executing' })
-        .forUpdate()
-        .skipLocked()
-        .first('id');
-      if (!held) return undefined;
+      if (!(await requests.holdExecuting(trx, row.id))) return undefined;
       const answer = isLocal(row) ? await findLocalWrite(trx, row.approval_id!) : remote;
       const outcome = outcomeOf(answer);
       const context = { reconciled: true, ...(row.execution_source ? { source: row.execution_source } : {}) };

@@ -2,23 +2,13 @@ import { randomUUID } from 'node:crypto';
 import { sealDecision } from './seal.ts';
 import type { Agent } from '../core/identity.ts';
 import { refuseOtherContent } from './execute.ts';
-import {
-  APPROVER_DISABLED_OF_R,
-  APPROVER_NOT_ELIGIBLE_OF_R,
-  APPROVERS_OF_R,
-  approversColumn,
-  expireRows,
-  viewOf,
-  viewsOf,
-  type ApprovalDeps,
-} from './deps.ts';
+import { expireRows, viewOf, viewsOf, type ApprovalDeps } from './deps.ts';
 import type { ApprovalStatus } from '../core/schemas.ts';
 import { asksOf, requestFromDb, toView, type ApprovalView, type Target } from './view.ts';
 import { isUuid } from '../core/ids.ts';
-import { named } from '../db/knex.ts';
 import { retryingTransaction } from '../db/retry.ts';
-import { insertFromGuard, withQueued } from './guarded.ts';
-import { changeAndQueue, deliveriesFor } from './outbox.ts';
+import { approversColumn, keys, requests, withQueued } from './store/index.ts';
+import { deliveriesFor } from './outbox.ts';
 import { bindingOf, policyDenied, ruleOn, type DraftFacts } from './ruling.ts';
 import type { Decision } from './rules/index.ts';
 
@@ -44,16 +34,9 @@ export interface DraftWrite {
 /** A dry run naming an idempotency_key already spent on other content is refused now, not at execution. */
 async function refuseSpentKey(deps: ApprovalDeps, draft: DraftWrite): Promise<void> {
   if (!draft.idempotency_key) return;
-  const prior = (await deps
-    .knex('idempotency_keys')
-    .select('tool', 'content_sha256')
-    .where({ agent_id: draft.agent.id, key: draft.idempotency_key })
-    .first()) as { tool: string; content_sha256: string } | undefined;
+  const prior = await keys.keyOf(deps.knex, draft.agent.id, draft.idempotency_key);
   if (prior) refuseOtherContent(prior, draft);
 }
-
-/** The open-request index (agent, content) that makes a repeated draft find the first one. */
-const OPEN_CONTENT = "(agent_id, content_sha256) where status in ('pending', 'approved') do nothing";
 
 /** A new pending request for `draft`, as its row, bound to the policy's decision on it. */
 function newRequest(deps: ApprovalDeps, draft: DraftWrite, decision: Decision, now: Date) {
@@ -123,10 +106,7 @@ export async function requestApproval(deps: ApprovalDeps, draft: DraftWrite): Pr
     return allowWithoutReview(deps, draft, created, decision.requirement.reason);
   const row = { ...created, review: draft.review };
   const done = await deps.audit.appendWith(
-    withQueued(
-      insertFromGuard('change', 'approval_requests', row, { onConflict: OPEN_CONTENT }),
-      noticesOf(deps, draft, created),
-    ),
+    withQueued(requests.newRequestChange(row), noticesOf(deps, draft, created)),
     requestedRow(draft, created.id),
   );
   if (done) return { view: announce(deps, draft, created), created: true, asks: asksOf(created) };
@@ -192,7 +172,7 @@ async function allowWithoutReview(
   const actor = `policy:${pending.policy_rule}`;
   try {
     await retryingTransaction(deps.knex, async (trx) => {
-      await trx('approval_requests').insert({ ...insertable(created, draft.review), ...decided });
+      await requests.insertRequest(trx, { ...insertable(created, draft.review), ...decided });
       await deps.audit.appendIn(trx, requestedRow(draft, created.id), {
         ...requestedRow(draft, created.id),
         kind: 'approval.approved',
@@ -223,12 +203,7 @@ async function allowWithoutReview(
 
 /** The agent's open request (pending or approved, not yet executed) for the draft's content. */
 async function openRequest(deps: ApprovalDeps, draft: DraftWrite) {
-  const row = (await deps
-    .knex('approval_requests as r')
-    .select('r.*', deps.knex.raw(APPROVER_DISABLED_OF_R), deps.knex.raw(APPROVER_NOT_ELIGIBLE_OF_R))
-    .where({ 'r.agent_id': draft.agent.id, 'r.content_sha256': draft.content_sha256 })
-    .whereIn('r.status', ['pending', 'approved'])
-    .first()) as Record<string, unknown> | undefined;
+  const row = await requests.openRequestOf(deps.knex, draft.agent.id, draft.content_sha256);
   if (!row) return undefined;
   const voided =
     row.approver_disabled === true
@@ -262,8 +237,7 @@ async function requestInTransaction(
         const why = found.voided ? { reason: found.voided } : {};
         await expireRows(deps, trx, [{ ...found.request, agent_name: draft.agent.name }], why);
       }
-      const insert = trx('approval_requests').insert(insertable(created, draft.review));
-      await changeAndQueue(trx, insert, noticesOf(deps, draft, created));
+      await requests.insertRequest(trx, insertable(created, draft.review), noticesOf(deps, draft, created));
       await deps.audit.appendIn(trx, requestedRow(draft, created.id));
     });
   } catch (err) {
@@ -287,15 +261,7 @@ export async function getOwnApproval(
   by: { approval_request_id?: string; approval_id?: string },
 ): Promise<ApprovalView | undefined> {
   if (!isUuid(by.approval_request_id) && !isUuid(by.approval_id)) return undefined;
-  const q = deps
-    .knex('approval_requests as r')
-    .select('r.*', deps.knex.raw(APPROVERS_OF_R))
-    .where('r.agent_id', agentId);
-  if (by.approval_request_id) q.where('r.id', by.approval_request_id);
-  if (by.approval_id) q.where('r.approval_id', by.approval_id);
-  const key = `${by.approval_request_id ? 'request' : ''}${by.approval_id ? 'approval' : ''}`;
-  const raw = (await named(deps.knex, `countersign_own_approval_by_${key}`, q.first())) as
-    Record<string, unknown> | undefined;
+  const raw = await requests.ownRequest(deps.knex, agentId, by);
   return raw ? toView(requestFromDb(raw), approversColumn(raw), deps.reviewUrl(String(raw.id))) : undefined;
 }
 
@@ -305,17 +271,7 @@ export async function listOwnApprovals(
   agentId: string,
   opts: { status?: ApprovalStatus; limit: number; after?: { t: string; id: string } },
 ): Promise<{ items: ApprovalView[]; next: { t: string; id: string } | null }> {
-  const q = deps
-    .knex('approval_requests')
-    .where('agent_id', agentId)
-    .orderBy([
-      { column: 'created_at', order: 'desc' },
-      { column: 'id', order: 'desc' },
-    ])
-    .limit(opts.limit + 1);
-  if (opts.status) q.where('status', opts.status);
-  if (opts.after) q.whereRaw('(created_at, id) < (?::timestamptz, ?::uuid)', [opts.after.t, opts.after.id]);
-  const rows = ((await q) as Record<string, unknown>[]).map(requestFromDb);
+  const rows = (await requests.ownRequests(deps.knex, agentId, opts)).map(requestFromDb);
   const page = rows.slice(0, opts.limit);
   const items = await viewsOf(deps, deps.knex, page);
   const last = page.at(-1);

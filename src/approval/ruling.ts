@@ -1,9 +1,10 @@
-import type { Knex } from 'knex';
+import type { Queryable, Transaction } from '../db/knex.ts';
 import { userNameOf } from '../accounts/index.ts';
 import { AppError } from '../core/errors.ts';
 import type { Agent } from '../core/identity.ts';
 import { randomUUID } from 'node:crypto';
-import { approversOf, expireRows, requestFacts, type ApprovalDeps } from './deps.ts';
+import { expireRows, requestFacts, type ApprovalDeps } from './deps.ts';
+import { decisions, requests } from './store/index.ts';
 import { eligibleApprovers, restrictionOf } from './eligible.ts';
 import { sealDecision } from './seal.ts';
 import {
@@ -23,7 +24,7 @@ export type DraftFacts = Omit<WriteFacts, 'agent' | 'tool'>;
  * nothing read; otherwise the agent's owner is looked up by name, in `q`, for `agent.owner`.
  */
 export async function ruleOn(
-  q: Knex | Knex.Transaction,
+  q: Queryable,
   policy: CompiledPolicy,
   write: { agent: Pick<Agent, 'name' | 'owner_id'>; tool: string; facts: DraftFacts },
   at: Date,
@@ -72,7 +73,7 @@ const requirementOf = (row: RequestRow): Requirement =>
  */
 export async function policyChange(
   deps: ApprovalDeps,
-  q: Knex | Knex.Transaction,
+  q: Queryable,
   policy: CompiledPolicy | undefined,
   row: NamedRequestRow,
   req: { agent: Agent; tool: string; facts?: DraftFacts },
@@ -131,7 +132,7 @@ export type Reopened =
  */
 export async function reopen(
   deps: ApprovalDeps,
-  trx: Knex.Transaction,
+  trx: Transaction,
   row: NamedRequestRow,
   change: PolicyChange,
 ): Promise<Reopened> {
@@ -143,16 +144,14 @@ export async function reopen(
   }
   const binding = bindingOf(decision);
   const expires_at = new Date(Date.now() + deps.config.approval.pending_ttl_s * 1000).toISOString();
-  await trx('approval_requests')
-    .where({ id: row.id, status: 'approved' })
-    .update({
-      status: 'pending',
-      approval_id: null,
-      decided_at: null,
-      expires_at,
-      ...binding,
-      policy_requirement: binding.policy_requirement && JSON.stringify(binding.policy_requirement),
-    });
+  await requests.changeRequest(trx, row.id, ['approved'], {
+    status: 'pending',
+    approval_id: null,
+    decided_at: null,
+    expires_at,
+    ...binding,
+    policy_requirement: binding.policy_requirement && JSON.stringify(binding.policy_requirement),
+  });
   await deps.audit.appendIn(trx, {
     kind: 'approval.reopened',
     ...requestFacts(row, { ...why, policy_version: decision.version, required: binding.required_approvers }),
@@ -163,10 +162,10 @@ export async function reopen(
 /** The reopened (locked, pending) request approved at once when the approvals it kept meet its rule. */
 async function approveIfCounted(
   deps: ApprovalDeps,
-  trx: Knex.Transaction,
+  trx: Transaction,
   row: NamedRequestRow,
 ): Promise<Reopened> {
-  const approvers = await approversOf(trx, row.id);
+  const approvers = await decisions.approversOf(trx, row.id);
   const restriction = restrictionOf(row);
   const counted = restriction
     ? await eligibleApprovers(trx, restriction, approvers, await deps.roots())
@@ -186,7 +185,7 @@ async function approveIfCounted(
     expires_at: decided.expires_at,
     decision_mac: sealDecision(await deps.roots(), row, decided),
   };
-  await trx('approval_requests').where({ id: row.id, status: 'pending' }).update(change);
+  await requests.changeRequest(trx, row.id, ['pending'], change);
   await deps.audit.appendIn(trx, {
     kind: 'approval.approved',
     ...requestFacts(

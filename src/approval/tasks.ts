@@ -3,8 +3,9 @@ import { z } from 'zod';
 import { isUuid } from '../core/ids.ts';
 import { ApprovalStatus } from '../core/schemas.ts';
 import { retryingTransaction } from '../db/retry.ts';
-import { loadRow, requestFacts, type ApprovalDeps } from './deps.ts';
-import { changeAndQueue, deliveriesFor } from './outbox.ts';
+import { requestFacts, type ApprovalDeps } from './deps.ts';
+import { deliveriesFor } from './outbox.ts';
+import { requests, tasks } from './store/index.ts';
 import { requestFromDb, type RequestRow } from './view.ts';
 
 /*
@@ -91,15 +92,7 @@ function parseJoined(deps: ApprovalDeps, raw: Record<string, unknown>): TaskWith
 
 /** The task `id` of `agent_id`, with its whole request as `r_row`; undefined when it is another's or none. */
 async function loadTask(deps: ApprovalDeps, agent_id: string, where: { id?: string; request?: string }) {
-  const q = deps
-    .knex('approval_tasks as t')
-    .join('approval_requests as r', 'r.id', 't.approval_request_id')
-    .select('t.*', deps.knex.raw('row_to_json(r) as r_row'))
-    .where('t.agent_id', agent_id)
-    .first();
-  if (where.id) q.where('t.id', where.id);
-  if (where.request) q.where('t.approval_request_id', where.request);
-  const raw = (await q) as Record<string, unknown> | undefined;
+  const raw = await tasks.taskOf(deps.knex, agent_id, where);
   return raw ? parseJoined(deps, raw) : undefined;
 }
 
@@ -122,20 +115,16 @@ const RUNNABLE = new Set(['approved', 'succeeded', 'failed']);
  */
 export async function createTask(deps: ApprovalDeps, draft: NewTask): Promise<TaskView> {
   const now = new Date().toISOString();
-  await deps
-    .knex('approval_tasks')
-    .insert({
-      id: randomUUID(),
-      approval_request_id: draft.approval_request_id,
-      agent_id: draft.agent_id,
-      tool: draft.tool,
-      arguments: JSON.stringify(draft.arguments),
-      status: 'working',
-      created_at: now,
-      updated_at: now,
-    })
-    .onConflict('approval_request_id')
-    .ignore();
+  await tasks.insertTask(deps.knex, {
+    id: randomUUID(),
+    approval_request_id: draft.approval_request_id,
+    agent_id: draft.agent_id,
+    tool: draft.tool,
+    arguments: JSON.stringify(draft.arguments),
+    status: 'working',
+    created_at: now,
+    updated_at: now,
+  });
   const found = await loadTask(deps, draft.agent_id, { request: draft.approval_request_id });
   if (!found) throw new Error('the task of a drafted request is missing');
   // A task runnable as it is made (its request approved by a rule as it was drafted, or decided before
@@ -166,12 +155,7 @@ export async function getTasks(
 ): Promise<TaskView[]> {
   const wanted = ids.filter(isUuid);
   if (wanted.length === 0) return [];
-  const rows = (await deps
-    .knex('approval_tasks as t')
-    .join('approval_requests as r', 'r.id', 't.approval_request_id')
-    .select('t.*', deps.knex.raw('row_to_json(r) as r_row'))
-    .where('t.agent_id', agent_id)
-    .whereIn('t.id', wanted)) as Record<string, unknown>[];
+  const rows = await tasks.tasksOf(deps.knex, agent_id, wanted);
   return rows.map((raw) => taskView(parseJoined(deps, raw)));
 }
 
@@ -184,19 +168,7 @@ export async function listTasks(
   agent_id: string,
   opts: { limit: number; after?: { t: string; id: string } },
 ): Promise<{ items: TaskView[]; next: { t: string; id: string } | null }> {
-  const q = deps
-    .knex('approval_tasks as t')
-    .join('approval_requests as r', 'r.id', 't.approval_request_id')
-    .select('t.*', deps.knex.raw('row_to_json(r) as r_row'))
-    .where('t.agent_id', agent_id)
-    .orderBy([
-      { column: 't.created_at', order: 'desc' },
-      { column: 't.id', order: 'desc' },
-    ])
-    .limit(opts.limit + 1);
-  if (opts.after)
-    q.whereRaw('(t.created_at, t.id) < (?::timestamptz, ?::uuid)', [opts.after.t, opts.after.id]);
-  const rows = ((await q) as Record<string, unknown>[]).map((raw) => parseJoined(deps, raw));
+  const rows = (await tasks.taskPage(deps.knex, agent_id, opts)).map((raw) => parseJoined(deps, raw));
   const page = rows.slice(0, opts.limit);
   const last = page.at(-1);
   return {
@@ -295,23 +267,7 @@ export async function claimRunnable(deps: ApprovalDeps, staleMs: number, limit =
   const now = new Date();
   const stale = new Date(now.getTime() - staleMs).toISOString();
   // One statement, no transaction of its own: an idle round costs one round trip.
-  const claimed = await deps.knex.raw(
-    `update approval_tasks t set claimed_at = ?
-       from approval_requests r
-      where r.id = t.approval_request_id
-        and t.id in (
-          select c.id from approval_tasks c
-            join approval_requests q on q.id = c.approval_request_id
-           where c.status = 'working'
-             and q.status in ('approved', 'succeeded', 'failed')
-             and (c.claimed_at is null or c.claimed_at < ?)
-           order by c.created_at
-           limit ?
-           for update of c skip locked)
-      returning t.id, t.agent_id, t.tool, t.arguments, t.approval_request_id, r.approval_id`,
-    [now.toISOString(), stale, limit],
-  );
-  const rows = (claimed as { rows: Record<string, unknown>[] }).rows;
+  const rows = await tasks.claimTasks(deps.knex, { now: now.toISOString(), stale, limit });
   return rows.map((r) => ({
     id: r.id as string,
     agent_id: r.agent_id as string,
@@ -328,16 +284,7 @@ export async function claimRunnable(deps: ApprovalDeps, staleMs: number, limit =
  * when no task waits to run. What a runner sets its timer to while task changes reach it otherwise.
  */
 export async function nextRunnableAt(deps: ApprovalDeps, staleMs: number): Promise<number | undefined> {
-  const row = (await deps
-    .knex('approval_tasks as c')
-    .join('approval_requests as q', 'q.id', 'c.approval_request_id')
-    .where('c.status', 'working')
-    .whereIn('q.status', [...RUNNABLE])
-    .first(
-      deps.knex.raw('min(c.claimed_at) as oldest'),
-      deps.knex.raw('count(*) - count(c.claimed_at) as unclaimed'),
-      deps.knex.raw('count(*) as runnable'),
-    )) as { oldest: Date | string | null; unclaimed: number | string; runnable: number | string } | undefined;
+  const row = await tasks.runnableTasks(deps.knex, [...RUNNABLE]);
   if (!row || Number(row.runnable) === 0) return undefined;
   if (Number(row.unclaimed) > 0 || row.oldest === null) return Date.now();
   return new Date(row.oldest).getTime() + staleMs;
@@ -348,14 +295,13 @@ export async function requestStatusOf(
   deps: ApprovalDeps,
   id: string,
 ): Promise<RequestRow['status'] | undefined> {
-  const row = (await deps.knex('approval_requests').where({ id }).first('status')) as
-    { status: string } | undefined;
+  const row = await requests.statusOf(deps.knex, id);
   return row ? ApprovalStatus.parse(row.status) : undefined;
 }
 
 /** Drops the claim on a task still working (its request went back to pending): the next round may take it. */
 export async function releaseTask(deps: ApprovalDeps, id: string): Promise<void> {
-  await deps.knex('approval_tasks').where({ id, status: 'working' }).update({ claimed_at: null });
+  await tasks.releaseClaim(deps.knex, id);
 }
 
 /** Gives a working task its outcome; false if it already had one (a cancel, another runner). */
@@ -364,15 +310,11 @@ export async function settleTask(
   id: string,
   outcome: { status: 'completed'; result: Record<string, unknown> } | { status: 'failed'; error: TaskError },
 ): Promise<boolean> {
-  const updated = await deps
-    .knex('approval_tasks')
-    .where({ id, status: 'working' })
-    .update({
-      status: outcome.status,
-      outcome: JSON.stringify(outcome.status === 'completed' ? outcome.result : outcome.error),
-      updated_at: new Date().toISOString(),
-    });
-  return updated === 1;
+  return tasks.settleTaskRow(deps.knex, id, {
+    status: outcome.status,
+    outcome: JSON.stringify(outcome.status === 'completed' ? outcome.result : outcome.error),
+    updated_at: new Date().toISOString(),
+  });
 }
 
 /** What tasks/cancel found. */
@@ -393,20 +335,14 @@ export type CancelOutcome =
 export async function cancelTask(deps: ApprovalDeps, agent_id: string, id: string): Promise<CancelOutcome> {
   if (!isUuid(id)) return { kind: 'not_found' };
   const found = await retryingTransaction(deps.knex, async (trx) => {
-    const task = (await trx('approval_tasks').where({ id, agent_id }).forUpdate().first()) as
-      Record<string, unknown> | undefined;
+    const task = await tasks.lockTask(trx, agent_id, id);
     if (!task) return 'not_found' as const;
     if (task.status !== 'working') return 'terminal' as const;
-    const request = await loadRow(trx, { id: task.approval_request_id as string }, true);
+    const request = await requests.loadRow(trx, { id: task.approval_request_id as string }, true);
     if (!request || !['pending', 'approved'].includes(request.status)) return 'started' as const;
-    const withdraw = trx('approval_requests')
-      .where({ id: request.id })
-      .whereIn('status', ['pending', 'approved'])
-      .update({ status: 'expired' });
-    await changeAndQueue(trx, withdraw, deliveriesFor(deps, 'expired', { ...request, status: 'expired' }));
-    await trx('approval_tasks')
-      .where({ id })
-      .update({ status: 'cancelled', updated_at: new Date().toISOString() });
+    const notices = deliveriesFor(deps, 'expired', { ...request, status: 'expired' });
+    await requests.expireRequests(trx, [request.id], notices);
+    await tasks.cancelTaskRow(trx, id, new Date().toISOString());
     await deps.audit.appendIn(trx, {
       kind: 'approval.withdrawn',
       ...requestFacts(request, { from: request.status, task_id: id }),

@@ -13,6 +13,16 @@ pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
 
 export type Dialect = 'pglite' | 'postgres';
 
+/**
+ * A connection or an open transaction: what a store's statement runs on. Rule files hand it on to a
+ * store (and open transactions with db/retry.ts); only stores and db/ build statements on it.
+ */
+export type Queryable = Knex | Knex.Transaction;
+/** The pool a transaction is opened on (db/retry.ts). */
+export type Connection = Knex;
+/** An open transaction, for a store function that must run inside one (a row it locks). */
+export type Transaction = Knex.Transaction;
+
 export interface Database {
   knex: Knex;
   dialect: Dialect;

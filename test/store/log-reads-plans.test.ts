@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
 import { PGlite } from '@electric-sql/pglite';
 import { AGENT_SUPERSEDED, USER_SUPERSEDED } from '../../src/accounts/authority.ts';
-import { POLICY_LAST_CHANGE_SQL } from '../../src/approval/rules/seal.ts';
+import { POLICY_LAST_CHANGE_SQL } from '../../src/approval/rules/store.ts';
 
 /**
  * The reads of the log that ride on every authentication and policy read (a record's freshness, an

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import canonicalize from 'canonicalize';
-import type { Knex } from 'knex';
+import type { Transaction } from '../../db/knex.ts';
 import type { HostRoots } from '../../core/host-roots.ts';
 import { readSetting, writeSetting } from '../../db/settings.ts';
 import type { PolicyDoc } from '../../core/approval-policy.ts';
@@ -46,15 +46,6 @@ const v1Text = (doc: unknown, version: string | undefined) =>
 export const policyMac = (roots: HostRoots, doc: unknown, version: string | undefined, seq: number) =>
   roots.mac('policy', policySealedText(doc, version, seq));
 
-/**
- * SQL for what the log says of the policy's last change (a JSON object, or null when it was never
- * changed by `policy set`): the seq of the newest policy.changed row and the most approvers a rule of
- * the policy it stored asked for. Read in the statement that reads the policy (readSettingWith).
- */
-export const POLICY_LAST_CHANGE_SQL = `select json_build_object('seq', e.seq,
-    'most_approvers', e.details->'most_approvers')
-  from audit_events e where e.kind = 'policy.changed' order by e.seq desc limit 1`;
-
 /** POLICY_LAST_CHANGE_SQL's value, as read. */
 export interface LastPolicyChange {
   seq: number;
@@ -96,7 +87,7 @@ export function policySealed(
  * with a wrong seal is left as it is: it stays TAMPERED.
  */
 export async function sealUnsealedPolicy(
-  trx: Knex.Transaction,
+  trx: Transaction,
   roots: HostRoots,
   head: number,
 ): Promise<{ sealed: boolean }> {

@@ -10,7 +10,6 @@ import type { PatternRunner } from './patterns.ts';
 import {
   lastChangeOf,
   mostApprovers,
-  POLICY_LAST_CHANGE_SQL,
   policyMac,
   policySealed,
   POLICY_SETTING as SETTING,
@@ -24,6 +23,15 @@ import {
  * an edit made within this replica's re-read interval (by another replica, or by hand in the database)
  * is never missed.
  */
+/**
+ * SQL for what the log says of the policy's last change (a JSON object, or null when it was never
+ * changed by `policy set`): the seq of the newest policy.changed row and the most approvers a rule of
+ * the policy it stored asked for. Read in the statement that reads the policy (readSettingWith).
+ */
+export const POLICY_LAST_CHANGE_SQL = `select json_build_object('seq', e.seq,
+    'most_approvers', e.details->'most_approvers')
+  from audit_events e where e.kind = 'policy.changed' order by e.seq desc limit 1`;
+
 export const POLICY_UNCHANGED_SQL = settingUnchangedSql(SETTING, 'doc');
 
 /** A policy as this replica holds it, with the stored document it was compiled from (JSON text). */

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { GuardedChange } from '../audit/index.ts';
+import type { GuardedChange } from '../../audit/index.ts';
 
 /**
  * Building blocks of the one-statement paths (AuditLog.appendWith): each is a CTE that acts only
