@@ -17,15 +17,9 @@ export {
 } from './local/import.ts';
 export { directoryLookalikes, findLocalWrite } from './local/send.ts';
 export { createLocalConnector } from './local/store.ts';
-export {
-  createUpstreamPins,
-  exposedName,
-  pinRowFacts,
-  readPins,
-  type PinRow,
-  type UpstreamPins,
-} from './mcp/pins.ts';
+export { createUpstreamPins, exposedName, pinRowFacts, type PinRow, type UpstreamPins } from './mcp/pins.ts';
 export { createPinAdmin, unknownUpstream, type Accepted, type PinAdmin } from './mcp/pin-accept.ts';
+export { readPins } from './mcp/pin-store.ts';
 export { upstreamValidator } from './mcp/schemas.ts';
 export { connectUpstream, errorText, type Upstream, type UpstreamTool } from './mcp/upstream.ts';
 export type { Connector, FileRecord, ResolvedTarget, WriteFence } from './types.ts';

@@ -1,9 +1,9 @@
-import type { Knex } from 'knex';
 import type { AuditLog } from '../../audit/index.ts';
 import { announceToolsChanged } from '../../cluster/bus.ts';
 import { AppError } from '../../core/errors.ts';
-import { dialectOf } from '../../db/knex.ts';
-import { PINS, pinRowFacts, readPins, type PinRow } from './pins.ts';
+import { dialectOf, type Connection, type Transaction } from '../../db/knex.ts';
+import { pinRowFacts, type PinRow } from './pins.ts';
+import { acceptHeld, readPins, upstreamKnown } from './pin-store.ts';
 
 /** One tool re-pinned to the class its listing held back. */
 export interface Accepted {
@@ -27,7 +27,7 @@ export interface PinAdmin {
 export const unknownUpstream = (name: string) =>
   new AppError('NOT_FOUND', `no tools of an upstream named "${name}" have been seen`, 'unknown_upstream');
 
-export function createPinAdmin(knex: Knex, audit: AuditLog): PinAdmin {
+export function createPinAdmin(knex: Connection, audit: AuditLog): PinAdmin {
   return {
     list: (upstream) => readPins(knex, upstream),
     accept: (cmd) => knex.transaction((trx) => acceptIn(trx, audit, cmd)),
@@ -35,27 +35,14 @@ export function createPinAdmin(knex: Knex, audit: AuditLog): PinAdmin {
 }
 
 async function acceptIn(
-  trx: Knex.Transaction,
+  trx: Transaction,
   audit: AuditLog,
   cmd: { upstream: string; tool?: string; actor: string },
 ): Promise<Accepted[]> {
   const rows = await lockPins(trx, cmd.upstream, cmd.tool);
   const done: Accepted[] = [];
   for (const row of rows.filter((r) => r.pending_class !== null)) {
-    await trx(PINS)
-      .where({ upstream: row.upstream, tool: row.tool })
-      .update({
-        class: row.pending_class,
-        annotations: JSON.stringify(row.pending_annotations ?? {}),
-        input_schema_sha256: row.pending_input_schema_sha256,
-        pinned_at: trx.fn.now(),
-        accepted_by: cmd.actor,
-        revision: row.revision + 1,
-        pending_class: null,
-        pending_annotations: null,
-        pending_input_schema_sha256: null,
-        pending_since: null,
-      });
+    await acceptHeld(trx, row, cmd.actor);
     done.push({ tool: row.tool, from: row.class, to: row.pending_class! });
     await audit.appendIn(trx, {
       kind: 'upstream.classification_accepted',
@@ -82,12 +69,11 @@ async function acceptIn(
 }
 
 /** The pins an accept may change, locked; an unknown upstream or tool is NOT_FOUND. */
-async function lockPins(trx: Knex.Transaction, upstream: string, tool?: string): Promise<PinRow[]> {
+async function lockPins(trx: Transaction, upstream: string, tool?: string): Promise<PinRow[]> {
   const rows = await readPins(trx, upstream, tool, { lock: true });
   if (rows.length > 0) return rows;
   if (tool === undefined) throw unknownUpstream(upstream);
-  const known = await trx(PINS).where({ upstream }).first();
-  if (!known) throw unknownUpstream(upstream);
+  if (!(await upstreamKnown(trx, upstream))) throw unknownUpstream(upstream);
   throw new AppError(
     'NOT_FOUND',
     `upstream "${upstream}" has listed no tool named "${tool}"`,

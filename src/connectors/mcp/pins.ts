@@ -1,7 +1,18 @@
-import type { Knex } from 'knex';
-import { z } from 'zod';
+import type { Connection, Transaction } from '../../db/knex.ts';
 import type { AuditInput, AuditLog } from '../../audit/index.ts';
 import type { Logger } from '../../log.ts';
+import {
+  Hints,
+  holdListed,
+  insertPins,
+  pinListed,
+  readPins,
+  type Listed,
+  type PinRow,
+  type ToolClass,
+} from './pin-store.ts';
+
+export { Hints, PinRow, ToolClass, type Listed } from './pin-store.ts';
 
 /**
  * Pinned classes of upstream tools (docs/upstreams.md). A tool's class is what its first listing
@@ -10,17 +21,6 @@ import type { Logger } from '../../log.ts';
  * same one, and every change to them is in the audit chain.
  */
 
-export const ToolClass = z.enum(['read', 'write']);
-export type ToolClass = z.infer<typeof ToolClass>;
-
-/** The annotations a class follows from; the rest (title) is cosmetic and not pinned. */
-export const Hints = z.object({
-  readOnlyHint: z.boolean().optional(),
-  destructiveHint: z.boolean().optional(),
-  idempotentHint: z.boolean().optional(),
-  openWorldHint: z.boolean().optional(),
-});
-export type Hints = z.infer<typeof Hints>;
 const HINT_KEYS = Object.keys(Hints.shape) as (keyof Hints)[];
 
 /** The boolean hints of whatever an upstream sent as annotations (anything else is dropped). */
@@ -38,39 +38,11 @@ export const classOf = (hints: Hints, trustAnnotations: boolean): ToolClass =>
 /** How gated a class is: a change to a lower rank is held back. */
 const RANK = { read: 0, write: 1 } satisfies Record<ToolClass, number>;
 
-/** What one listing says of one tool. */
-export interface Listed {
-  class: ToolClass;
-  annotations: Hints;
-  input_schema_sha256: string;
-}
-
 /** How a tool is treated now: its pinned class, and a listed class held back from it, if any. */
 export interface Pin {
   class: ToolClass;
   held: ToolClass | null;
 }
-
-const when = z.union([z.date(), z.string()]).transform((v) => new Date(v).toISOString());
-
-/** One row of upstream_tool_pins, parsed at the boundary. */
-export const PinRow = z.object({
-  upstream: z.string(),
-  tool: z.string(),
-  class: ToolClass,
-  annotations: Hints,
-  input_schema_sha256: z.string(),
-  pinned_at: when,
-  accepted_by: z.string().nullable(),
-  revision: z.number().int(),
-  pending_class: ToolClass.nullable(),
-  pending_annotations: Hints.nullable(),
-  pending_input_schema_sha256: z.string().nullable(),
-  pending_since: when.nullable(),
-});
-export type PinRow = z.infer<typeof PinRow>;
-
-export const PINS = 'upstream_tool_pins';
 
 const pinnedOf = (row: PinRow): Listed => ({
   class: row.class,
@@ -104,20 +76,6 @@ export const pinRowFacts = (upstream: string, tool: string) => ({
   result: 'ok' as const,
 });
 
-/** Pins in name order: all, one upstream's, or one tool's; `lock` takes their row locks (in a transaction). */
-export async function readPins(
-  q: Knex | Knex.Transaction,
-  upstream?: string,
-  tool?: string,
-  opts: { lock?: boolean } = {},
-) {
-  const query = q(PINS).orderBy(['upstream', 'tool']);
-  if (upstream !== undefined) query.where({ upstream });
-  if (tool !== undefined) query.where({ tool });
-  if (opts.lock) query.forUpdate();
-  return ((await query) as unknown[]).map((r) => PinRow.parse(r));
-}
-
 /** What one pass over a listing did: the rows it recorded, and whether another replica got there first. */
 interface Pass {
   rows: AuditInput[];
@@ -126,23 +84,9 @@ interface Pass {
   pins: Map<string, PinRow>;
 }
 
-async function pinNew(trx: Knex.Transaction, upstream: string, fresh: [string, Listed][], pass: Pass) {
+async function pinNew(trx: Transaction, upstream: string, fresh: [string, Listed][], pass: Pass) {
   if (fresh.length === 0) return;
-  const inserted = (
-    (await trx(PINS)
-      .insert(
-        fresh.map(([tool, l]) => ({
-          upstream,
-          tool,
-          class: l.class,
-          annotations: JSON.stringify(l.annotations),
-          input_schema_sha256: l.input_schema_sha256,
-        })),
-      )
-      .onConflict(['upstream', 'tool'])
-      .ignore()
-      .returning('*')) as unknown[]
-  ).map((r) => PinRow.parse(r));
+  const inserted = await insertPins(trx, upstream, fresh);
   // Only the replica whose insert made the pin records it: one pin, one row, however many saw it first.
   if (inserted.length < fresh.length) pass.lost = true;
   for (const row of inserted) {
@@ -167,45 +111,18 @@ async function pinNew(trx: Knex.Transaction, upstream: string, fresh: [string, L
  * (more gating, a new input schema or other hints with the same class, the held change withdrawn) is
  * pinned at once. The update is conditional on the revision read, so one replica records each change.
  */
-async function recordChange(
-  trx: Knex.Transaction,
-  upstream: string,
-  pin: PinRow,
-  listed: Listed,
-  pass: Pass,
-) {
+async function recordChange(trx: Transaction, upstream: string, pin: PinRow, listed: Listed, pass: Pass) {
   const recorded = pendingOf(pin) ?? pinnedOf(pin);
   if (same(listed, recorded)) return;
   const held = RANK[listed.class] < RANK[pin.class];
-  const set = held
-    ? {
-        pending_class: listed.class,
-        pending_annotations: JSON.stringify(listed.annotations),
-        pending_input_schema_sha256: listed.input_schema_sha256,
-        pending_since: trx.fn.now(),
-      }
-    : {
-        class: listed.class,
-        annotations: JSON.stringify(listed.annotations),
-        input_schema_sha256: listed.input_schema_sha256,
-        pinned_at: trx.fn.now(),
-        accepted_by: null,
-        pending_class: null,
-        pending_annotations: null,
-        pending_input_schema_sha256: null,
-        pending_since: null,
-      };
-  const [updated] = (await trx(PINS)
-    .where({ upstream, tool: pin.tool, revision: pin.revision })
-    .update({ ...set, revision: pin.revision + 1 })
-    .returning('*')) as unknown[];
+  const updated = held ? await holdListed(trx, pin, listed) : await pinListed(trx, pin, listed);
   if (!updated) {
     // Another replica changed it first; the next pass reads what it recorded.
     pass.pins.delete(pin.tool);
     pass.lost = true;
     return;
   }
-  pass.pins.set(pin.tool, PinRow.parse(updated));
+  pass.pins.set(pin.tool, updated);
   pass.changes.push({ tool: pin.tool, from: recorded, to: listed, held });
   pass.rows.push({
     kind: 'upstream.classification_changed',
@@ -223,7 +140,7 @@ async function recordChange(
 }
 
 async function reconcile(
-  trx: Knex.Transaction,
+  trx: Transaction,
   audit: AuditLog,
   upstream: string,
   listing: ReadonlyMap<string, Listed>,
@@ -256,7 +173,7 @@ export interface UpstreamPins {
 /** Passes over a listing until no other replica raced this one (each pass sees what the others recorded). */
 const MAX_PASSES = 4;
 
-export function createUpstreamPins(deps: { knex: Knex; audit: AuditLog; log: Logger }): UpstreamPins {
+export function createUpstreamPins(deps: { knex: Connection; audit: AuditLog; log: Logger }): UpstreamPins {
   /** The held change this process last warned of, per tool: a warning once per change, not per listing. */
   const warned = new Map<string, string>();
 
