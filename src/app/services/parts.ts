@@ -138,7 +138,7 @@ export const defineService = <Need extends keyof Parts, Provide extends keyof Pa
 
 /**
  * Refuses a list in which a factory comes before a part it needs, or provides a part already provided,
- * or after which a part `last` needs is missing: a programming error, thrown before anything opens.
+ * or at the end of which a part of `last` is still missing: a programming error, thrown before anything opens.
  */
 export function checkOrder(
   factories: readonly AnyServiceFactory[],
