@@ -3,7 +3,7 @@ import type { Knex } from 'knex';
 /**
  * The notes an agent keeps per session (the `agent_memory` table; this module is its only user): the
  * memory tools' MemoryStore (src/tools/memory/store.ts, checked where the two are wired together in
- * app/services.ts), with the purge the periodic maintenance runs.
+ * app/services/pipeline.ts), with the purge the periodic maintenance runs.
  */
 export function createAgentMemory(knex: Knex) {
   return {

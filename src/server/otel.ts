@@ -19,7 +19,7 @@ import { SERVER_NAME } from './mcp.ts';
 import { errorTypeOf } from './tracing.ts';
 
 /**
- * The OpenTelemetry side of tracing. Imported only when an OTLP endpoint is configured (src/app/services.ts),
+ * The OpenTelemetry side of tracing. Imported only when an OTLP endpoint is configured (src/app/services/tracing.ts),
  * so that a server without one never loads the SDK.
  */
 export interface Tracing extends Tracer {
