@@ -4,7 +4,9 @@ import tseslint from 'typescript-eslint';
 import fs from 'node:fs';
 
 /** Store modules, and the files not yet moved into one (scripts/store-modules.json). */
-const storeModules = JSON.parse(fs.readFileSync(new URL('./scripts/store-modules.json', import.meta.url), 'utf8'));
+const storeModules = JSON.parse(
+  fs.readFileSync(new URL('./scripts/store-modules.json', import.meta.url), 'utf8'),
+);
 
 export default tseslint.config(
   { ignores: ['dist/', 'data/', 'node_modules/', 'test-results/', 'bench/results/'] },

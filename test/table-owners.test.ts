@@ -173,10 +173,10 @@ const globRegExp = (glob: string) =>
   new RegExp(
     `^${glob
       .replace(/[.+?^${}()|[\]\\]/g, '\\$&')
-      .replace(/\*\*\//g, '\u0000')
+      .replace(/\*\*\//g, '@DIRS@')
       .replace(/\*\*/g, '.*')
       .replace(/\*/g, '[^/]*')
-      .replace(/\u0000/g, '(?:.*/)?')}$`,
+      .replace(/@DIRS@/g, '(?:.*/)?')}$`,
   );
 const isStore = (rel: string) => STORE_LIST.stores.some((g) => globRegExp(g).test(rel));
 

@@ -1,4 +1,4 @@
-import type { Knex } from 'knex';
+import type { Connection } from '../db/knex.ts';
 import type { AdminDeps } from '../admin/commands.ts';
 import {
   createAccountAdmin,
@@ -22,7 +22,7 @@ import type { HostRoots } from '../core/host-roots.ts';
  */
 export function adminDeps(
   db: {
-    knex: Knex;
+    knex: Connection;
     blobs: BlobStore;
     config: Config;
     audit?: AuditLog;

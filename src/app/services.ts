@@ -1,4 +1,3 @@
-import type { Knex } from 'knex';
 import type { AdminDeps } from '../admin/commands.ts';
 import type { FirstRun } from '../admin/first-run.ts';
 import type { Approvals } from '../approval/index.ts';
@@ -9,7 +8,7 @@ import type { Leadership } from '../cluster/leadership.ts';
 import type { Config } from '../config.ts';
 import type { BlobStore, Upstream } from '../connectors/index.ts';
 import type { Faults } from '../core/faults.ts';
-import type { Database } from '../db/knex.ts';
+import type { Database, Connection } from '../db/knex.ts';
 import type { Logger } from '../log.ts';
 import type { SlackStore } from '../notify/index.ts';
 import type { CallPipeline, Metrics } from '../server/index.ts';
@@ -38,7 +37,7 @@ export interface Services {
   config: Config;
   log: Logger;
   db: Database;
-  knex: Knex;
+  knex: Connection;
   audit: AuditLog;
   /** Refusals of unauthenticated requests: a few rows per source and reason a minute, the rest summed. */
   refusals: Refusals;

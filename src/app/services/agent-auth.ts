@@ -1,4 +1,4 @@
-import type { Knex } from 'knex';
+import type { Connection } from '../../db/knex.ts';
 import { createAgentAuth, createOAuthAgentAuth, createOAuthVerifier } from '../../accounts/index.ts';
 import type { ClusterBus } from '../../cluster/bus.ts';
 import { publicBaseUrl, type Config } from '../../config.ts';
@@ -20,7 +20,7 @@ export const agentAuth = defineService({
 function authOf(
   config: Config,
   log: Logger,
-  knex: Knex,
+  knex: Connection,
   bus: ClusterBus,
   baseUrl: () => string | null,
 ): Pick<Parts, 'authenticate' | 'oauth'> {

@@ -1,4 +1,4 @@
-import type { Knex } from 'knex';
+import type { Connection } from '../../db/knex.ts';
 import { createSessionStore, createSignIn, createUserDirectory } from '../../accounts/index.ts';
 import { createAuditReader, createExportRecords, type AuditLog } from '../../audit/index.ts';
 import type { Config } from '../../config.ts';
@@ -17,7 +17,7 @@ export const pages = defineService({
  * The stores the people's pages use in place of the database: sessions, sign-in, the user directory,
  * Slack's, and the audit log as compliance reads it.
  */
-function pageStores(knex: Knex, audit: AuditLog, config: Config, roots: HostRoots) {
+function pageStores(knex: Connection, audit: AuditLog, config: Config, roots: HostRoots) {
   return {
     signIn: createSignIn({
       knex,

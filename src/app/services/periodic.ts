@@ -1,4 +1,4 @@
-import type { Knex } from 'knex';
+import type { Connection } from '../../db/knex.ts';
 import {
   agentById,
   agentSealed,
@@ -46,7 +46,7 @@ function startTasks(
   deps: {
     approvals: Approvals;
     pipeline: CallPipeline;
-    knex: Knex;
+    knex: Connection;
     bus: ClusterBus;
     config: Config;
     log: Logger;
@@ -94,7 +94,7 @@ interface PeriodicDeps {
   approvals: Approvals;
   /** For the runner of approved tasks. */
   pipeline: CallPipeline;
-  knex: Knex;
+  knex: Connection;
   local: ReturnType<typeof createLocalConnector>;
   bridge: ReturnType<typeof createBridgeConnector> | undefined;
   memory: ReturnType<typeof createAgentMemory>;

@@ -1,12 +1,11 @@
 import path from 'node:path';
-import type { Knex } from 'knex';
 import { sealUnsealedPolicy } from '../../approval/index.ts';
 import { headSeq } from '../../audit/index.ts';
 import { sealUnsealedRecords, storedTokenHashes } from '../../accounts/index.ts';
 import { describePgError } from '../../admin/pg-errors.ts';
 import type { Config } from '../../config.ts';
 import { createBlobStore } from '../../connectors/index.ts';
-import type { Database } from '../../db/knex.ts';
+import type { Database, Queryable } from '../../db/knex.ts';
 import { openHostRoots } from '../../db/host-roots.ts';
 import { migrateLatest, upToDate } from '../../db/migrations.ts';
 import { openWhenReady } from '../../db/ready.ts';
@@ -40,7 +39,7 @@ async function openStorage(config: Config, log: Logger, command: string) {
   const db = await openMigrated(config, log, command);
   try {
     const tokenHashes = () => storedTokenHashes(db.knex);
-    const head = (q?: Knex | Knex.Transaction) => headSeq(q ?? db.knex);
+    const head = (q?: Queryable) => headSeq(q ?? db.knex);
     return {
       db,
       opened: await openHostRoots(
