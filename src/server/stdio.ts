@@ -34,7 +34,7 @@ export interface StdioConnection {
  * server.started row names it (`stdio:<pid>@<host>`). Its refusals then have their own share of rows
  * a minute, apart from those of other stdio servers on one PostgreSQL database and of HTTP clients.
  */
-export const stdioSource = () => `stdio:${process.pid}@${os.hostname()}`;
+const stdioSource = () => `stdio:${process.pid}@${os.hostname()}`;
 
 /** The start-up refusal of COUNTERSIGN_AGENT_TOKEN (app/stdio-relay.ts says the same for a joined server). */
 const tokenRefusedAtStart = (reason: string) =>
