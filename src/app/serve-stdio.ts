@@ -1,13 +1,8 @@
 import type { Server } from 'node:http';
-import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
-import { serveStdio as serveMcpStdio } from '@modelcontextprotocol/server/stdio';
 import type { Config } from '../config.ts';
 import type { Logger } from '../log.ts';
-import type { AuthFailure } from '../accounts/index.ts';
 import type { FirstRun } from '../admin/first-run.ts';
-import type { Agent } from '../core/identity.ts';
-import { AppError } from '../core/errors.ts';
-import { createMcpServer } from '../server/index.ts';
+import { createMcpStdio } from '../server/index.ts';
 import type { StopReason } from './lifecycle.ts';
 import { bind, isPortInUse, serveApp, type WebServer } from './serve-http.ts';
 import { openServices, type ServiceOptions, type Services } from './services.ts';
@@ -25,6 +20,8 @@ export interface StdioReady {
   web: StdioWeb;
   firstRun?: FirstRun;
 }
+
+type McpStdio = ReturnType<typeof createMcpStdio>;
 
 export interface StdioOptions extends ServiceOptions {
   /** Serve the web UI (not /mcp) on the configured HTTP host and port too; default true. */
@@ -66,6 +63,16 @@ export async function serveStdio(
     if ('server' in bound) bound.server.close();
     throw err;
   }
+  const mcp = createMcpStdio(
+    {
+      authenticate: services.authenticate,
+      pipeline: services.pipeline,
+      refusals: services.refusals,
+      log,
+      version: VERSION,
+    },
+    token,
+  );
   let webServer: WebServer | undefined;
   const stop = async (reason: StopReason) => {
     await webServer?.close();
@@ -79,93 +86,31 @@ export async function serveStdio(
     } else web = bound.web;
     await services.recordStart('stdio');
     await options.onReady?.({ web, firstRun: services.firstRun });
-    await checkToken(services, token);
+    // A refused token stops the start; its auth.denied row is committed by then (server/stdio.ts).
+    const agent = await mcp.check();
+    log.info({ agent: agent.name, database: services.db.dialect }, 'countersign serving on stdio');
   } catch (err) {
     await stop('error');
     throw err;
   }
-  return serveAgent(services, log, token, stop);
+  return serveUntilEnd(mcp, stop);
 }
 
-/** Appends auth.denied for a token refused at start or on a request. */
-function deny(services: Services, refused: { failure: AuthFailure; agent?: Pick<Agent, 'id' | 'name'> }) {
-  const { agent } = refused;
-  return services.audit.append({
-    kind: 'auth.denied',
-    agent_id: agent?.id ?? null,
-    result: 'error',
-    error_code: refused.failure === 'agent_record_tampered' ? 'TAMPERED' : 'UNAUTHENTICATED',
-    details: { reason: refused.failure, transport: 'stdio', ...(agent ? { agent_name: agent.name } : {}) },
-  });
-}
-
-async function checkToken(services: Services, token: string | undefined): Promise<void> {
-  const first = await services.authenticate(token);
-  if (!('failure' in first)) {
-    services.log.info(
-      { agent: first.agent.name, database: services.db.dialect },
-      'countersign serving on stdio',
-    );
-    return;
-  }
-  await deny(services, first);
-  throw new AppError(
-    'NOT_LOGGED_IN',
-    `COUNTERSIGN_AGENT_TOKEN refused: ${first.failure.replace(/_/g, ' ')}`,
-    first.failure,
-  );
-}
-
-/** MCP on stdin/stdout until the client closes stdin or a signal comes; then stops once. */
-function serveAgent(
-  services: Services,
-  log: Logger,
-  token: string | undefined,
-  stop: (reason: StopReason) => Promise<void>,
-): Promise<void> {
-  const handle = serveMcpStdio(
-    () => {
-      const server = createMcpServer({
-        version: VERSION,
-        pipeline: services.pipeline,
-        // The token is checked again at each request: a revoked agent is refused at its next call.
-        async context() {
-          const now = await services.authenticate(token);
-          if ('failure' in now) {
-            await deny(services, now);
-            throw new ProtocolError(ProtocolErrorCode.InvalidRequest, `agent token refused: ${now.failure}`);
-          }
-          return { agent: now.agent };
-        },
-      });
-      // Upstream tool lists change at run time: this connection's client is told to list again.
-      const unsubscribe = services.pipeline.onListChanged(() => {
-        server.sendToolListChanged().catch(() => undefined);
-      });
-      server.onclose = unsubscribe;
-      return server;
-    },
-    { onerror: (err) => log.debug({ err: err.message }, 'stdio message refused') },
-  );
-
-  // The client closing stdin ends the connection: close once, whichever way the end is seen.
-  return new Promise<void>((resolve) => {
-    let stopping = false;
-    const end = (reason: StopReason) => {
-      if (stopping) return;
-      stopping = true;
-      process.off('SIGINT', onSignal);
-      process.off('SIGTERM', onSignal);
-      void (async () => {
-        await handle.close().catch(() => undefined);
-        await stop(reason);
-        resolve();
-      })();
-    };
-    const onSignal = () => end('signal');
-    process.stdin.once('end', () => end('stdin_closed'));
-    process.stdin.once('close', () => end('stdin_closed'));
+/**
+ * Serves MCP on stdin/stdout (server/stdio.ts) until the client closes stdin or a signal comes; then
+ * tears the connection down and stops once.
+ */
+async function serveUntilEnd(mcp: McpStdio, stop: (reason: StopReason) => Promise<void>): Promise<void> {
+  const connection = mcp.serve();
+  let onSignal: () => void = () => undefined;
+  const reason = await new Promise<StopReason>((resolve) => {
+    onSignal = () => resolve('signal');
     process.once('SIGINT', onSignal);
     process.once('SIGTERM', onSignal);
+    void connection.ended.then(() => resolve('stdin_closed'));
   });
+  process.off('SIGINT', onSignal);
+  process.off('SIGTERM', onSignal);
+  await connection.close();
+  await stop(reason);
 }

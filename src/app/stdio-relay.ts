@@ -40,7 +40,9 @@ function unreachable(err: unknown): boolean {
 
 /**
  * The JSON-RPC error a direct stdio server gives where the HTTP endpoint refused: a refused token as
- * serve-stdio.ts refuses it at a request, any other refusal with the problem's words.
+ * server/stdio.ts refuses it at a request, any other refusal with the problem's words. The words are
+ * written here again rather than imported: the relay loads none of server/ (its front door would load
+ * the whole MCP server for two sentences). The joined server records the refusal (server/http.ts).
  */
 function errorFor(id: RequestId, err: unknown): JSONRPCMessage {
   const problem = problemOf(err);
@@ -64,7 +66,9 @@ function errorFor(id: RequestId, err: unknown): JSONRPCMessage {
 
 /**
  * Checks the agent's token on the joined server before any message is relayed, so that a refused token
- * stops the start as it does when stdio serves the database itself (the server records auth.denied).
+ * stops the start as it does when stdio serves the database itself (server/stdio.ts). The joined
+ * server records the refusal as it records any refused HTTP request (auth.denied through its Refusals,
+ * from the loopback address): the relay records nothing itself.
  */
 export async function checkJoinedToken(target: JoinTarget, token: string | undefined): Promise<void> {
   let res: Response;

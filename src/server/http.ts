@@ -28,6 +28,7 @@ import { readJsonBody } from './json-body.ts';
 import { sendProblem } from '../core/problem.ts';
 import { withJsonLegacyExchanges } from './legacy-json.ts';
 import { createMcpServer, SERVER_NAME } from './mcp.ts';
+import { deniedRow } from './denied.ts';
 import { TASK_POLL_INTERVAL_MS } from '../approval/index.ts';
 import { createTaskListen, watchesTasks } from './listen.ts';
 import { createInFlight, type InFlight } from './in-flight.ts';
@@ -314,21 +315,10 @@ interface Refusal {
  * past the source's share of the minute), then 401 with the reason.
  */
 async function refuse(deps: McpHttpDeps, req: IncomingMessage, res: ServerResponse, refusal: Refusal) {
-  const { failure: reason, agent, subject, via } = refusal;
+  const { failure: reason, subject, via } = refusal;
   const ip = req.socket.remoteAddress ?? 'unknown';
-  await deps.refusals.record(ip, {
-    kind: 'auth.denied',
-    agent_id: agent?.id ?? null,
-    result: 'error',
-    error_code: reason === 'agent_record_tampered' ? 'TAMPERED' : 'UNAUTHENTICATED',
-    details: {
-      reason,
-      transport: 'http',
-      ip,
-      ...(via === 'oauth' ? { via, ...(subject === undefined ? {} : { subject }) } : {}),
-      ...(agent ? { agent_name: agent.name } : {}),
-    },
-  });
+  const oauth = via === 'oauth' ? { via, ...(subject === undefined ? {} : { subject }) } : {};
+  await deps.refusals.record(ip, deniedRow(refusal, { transport: 'http', ip }, oauth));
   if (reason === 'issuer_unavailable') {
     // The authorization server could not be asked: a retryable outage, not a verdict on the token.
     return sendProblem(
