@@ -90,6 +90,11 @@ export interface AuditLog {
    * a head before that row (`rows_deleted`) or another row at its seq (`head_mismatch`).
    */
   appended(): { committed?: ChainHead; contradiction?: HeadContradiction };
+  /**
+   * Calls `listener` each time `appended().committed` moves on, so that work that follows the appends
+   * (the leader's checkpoints) waits for them rather than looking each second. Returns the stop.
+   */
+  onAppended(listener: () => void): () => void;
 }
 
 export interface HeadContradiction {
@@ -409,10 +414,18 @@ const noop = () => {};
 function appendMemory() {
   let committed: ChainHead | undefined;
   let contradiction: HeadContradiction | undefined;
+  const listeners = new Set<() => void>();
   return {
     didCommit<H extends ChainHead | undefined>(row: H): H {
-      if (row && (!committed || committed.seq < row.seq)) committed = { seq: row.seq, hash: row.hash };
+      if (row && (!committed || committed.seq < row.seq)) {
+        committed = { seq: row.seq, hash: row.hash };
+        for (const l of listeners) l();
+      }
       return row;
+    },
+    onAppended(listener: () => void) {
+      listeners.add(listener);
+      return () => void listeners.delete(listener);
     },
     sawHead(found: ChainHead | undefined) {
       if (committed) contradiction ??= contradicts(found, committed);
@@ -462,7 +475,8 @@ export function createAuditLog(knex: Knex, opts: AuditLogOptions = {}): AuditLog
   let head: ChainHead | undefined;
   /** The one-statement appends' connection, kept while they follow each other (keptConnection). */
   const statements = keptConnection(knex);
-  const { sawHead, didCommit, appended } = appendMemory();
+  // What the log tells of its appends (appended, onAppended) is the memory's own.
+  const { sawHead, didCommit, ...told } = appendMemory();
 
   async function writeBatch(batch: Pending[]): Promise<AuditRow[]> {
     const inputs = batch.map((p) => p.input);
@@ -541,6 +555,6 @@ export function createAuditLog(knex: Knex, opts: AuditLogOptions = {}): AuditLog
       await statements.release();
     },
     headSeq: () => headSeq(knex),
-    appended,
+    ...told,
   };
 }

@@ -17,6 +17,12 @@ export interface Leadership {
  * runs expiry, reconciliation, checkpoint signing and notification delivery. The others try for the lock
  * every `retryMs`; when the leader's connection ends (a crash, a kill, a network cut) PostgreSQL releases
  * the lock and the next try elsewhere takes it over.
+ *
+ * The leader itself does not poll: a session lock stays held as long as its connection, and the end of
+ * that connection (the server gone, the backend terminated, the socket reset) reaches the client as an
+ * `error` event at once, which ends the lead and starts the tries again. A check query would add nothing:
+ * on a connection cut without a reset it would hang as long as the socket does, and PostgreSQL keeps the
+ * lock for that backend meanwhile, so no other replica could lead either.
  */
 export async function createLeadership(url: string, log: Logger, retryMs = 2_000): Promise<Leadership> {
   let client: pg.Client | undefined;
@@ -24,6 +30,16 @@ export async function createLeadership(url: string, log: Logger, retryMs = 2_000
   let closed = false;
   let timer: NodeJS.Timeout | undefined;
   const listeners: (() => void)[] = [];
+
+  /** The next try, unless one is set or this replica leads (nothing to try for then). */
+  const schedule = () => {
+    if (closed || leader || timer) return;
+    timer = setTimeout(() => {
+      timer = undefined;
+      void attempt().finally(schedule);
+    }, retryMs);
+    timer.unref();
+  };
 
   async function attempt() {
     try {
@@ -34,6 +50,7 @@ export async function createLeadership(url: string, log: Logger, retryMs = 2_000
           leader = false;
           if (client === c) client = undefined;
           void c.end().catch(() => undefined);
+          schedule();
         });
         await c.connect();
         client = c;
@@ -43,8 +60,8 @@ export async function createLeadership(url: string, log: Logger, retryMs = 2_000
       ]);
       const now = rows[0]?.locked === true;
       const gained = now && !leader;
-      leader = now;
-      if (gained) {
+      leader = now && !closed;
+      if (gained && leader) {
         log.info('this replica leads the cluster: it runs the periodic work');
         for (const l of listeners) l();
       }
@@ -56,24 +73,8 @@ export async function createLeadership(url: string, log: Logger, retryMs = 2_000
       await c?.end().catch(() => undefined);
     }
   }
-  const loop = async () => {
-    // The leader holds its lock on its connection; a check keeps the connection known to be alive.
-    if (leader && client) {
-      try {
-        await client.query('select 1');
-      } catch {
-        leader = false;
-      }
-    }
-    if (!leader && !closed) await attempt();
-    if (!closed) {
-      timer = setTimeout(() => void loop(), retryMs);
-      timer.unref();
-    }
-  };
   await attempt();
-  timer = setTimeout(() => void loop(), retryMs);
-  timer.unref();
+  schedule();
 
   return {
     isLeader: () => leader,

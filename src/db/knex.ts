@@ -60,13 +60,18 @@ function knexLog(log: Logger | undefined): Knex.Config['log'] {
   };
 }
 
+/** How often the PostgreSQL pool closes connections idle longer than tarn's 30 s (so: after 30–40 s). */
+const POOL_REAP_MS = 10_000;
+
 /** Opens PostgreSQL when a URL is given, else the embedded PGlite database (locked to this process). */
 export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
   if (opts.url) {
     const knex = knexFactory({
       client: 'pg',
       connection: opts.url,
-      pool: { min: 0, max: opts.poolMax ?? 10 },
+      // The pool looks for idle connections to close every 10 s rather than tarn's every second: while a
+      // connection is pooled (an idle server's few statements keep one), that look is a wake-up of its own.
+      pool: { min: 0, max: opts.poolMax ?? 10, reapIntervalMillis: POOL_REAP_MS },
       acquireConnectionTimeout: 10_000,
       log: knexLog(opts.log),
     });

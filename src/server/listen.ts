@@ -180,24 +180,38 @@ function honoredOf(requested: z.output<typeof ListenFilter>, own: readonly strin
 
 /**
  * Reads a stream's tasks again when an announcement names one (or says some may be missed), and
- * every poll interval when announcements do not arrive (or have not for a while). Returns the stop.
+ * every poll interval when announcements do not arrive (or have not for a while). The poll runs only
+ * while a stream is open: a server nobody listens to is not woken each interval. Returns `watching`,
+ * called when a stream opens, and the stop.
  */
-function watchChanges(deps: TaskListenDeps, watches: Set<Watch>): () => void {
+function watchChanges(deps: TaskListenDeps, watches: Set<Watch>) {
   const unannounce = deps.bus.onTaskChanged((taskId) => {
     for (const watch of watches)
       if (taskId === '*' || watch.pushed.has(taskId)) void read(deps, watches, watch);
   });
-  const timer = setInterval(() => {
+  let timer: NodeJS.Timeout | undefined;
+  const poll = () => {
+    if (watches.size === 0) {
+      clearInterval(timer);
+      timer = undefined;
+      return;
+    }
     const announced = deps.bus.listening();
     for (const watch of watches) {
       if (watch.pushed.size === 0) continue;
       if (!announced || Date.now() - watch.lastRead >= SAFETY_READ_MS) void read(deps, watches, watch);
     }
-  }, deps.poll_ms);
-  timer.unref();
-  return () => {
-    unannounce();
-    clearInterval(timer);
+  };
+  return {
+    watching() {
+      if (timer) return;
+      timer = setInterval(poll, deps.poll_ms);
+      timer.unref();
+    },
+    stop() {
+      unannounce();
+      clearInterval(timer);
+    },
   };
 }
 
@@ -205,7 +219,7 @@ export function createTaskListen(deps: TaskListenDeps): TaskListen {
   const watches = new Set<Watch>();
   const enders = new Set<() => void>();
 
-  const stopWatching = watchChanges(deps, watches);
+  const watching = watchChanges(deps, watches);
 
   return {
     async serve(agent, body, headers, res) {
@@ -261,6 +275,7 @@ export function createTaskListen(deps: TaskListenDeps): TaskListen {
       res.once('close', teardown);
       enders.add(end);
       watches.add(watch);
+      watching.watching();
       // Each watched task as it is now: a change made before the stream opened is not missed.
       for (const taskId of honored.taskIds ?? []) {
         const view = own.get(taskId)!;
@@ -269,7 +284,7 @@ export function createTaskListen(deps: TaskListenDeps): TaskListen {
       }
     },
     close() {
-      stopWatching();
+      watching.stop();
       for (const end of [...enders]) end();
     },
   };

@@ -31,6 +31,7 @@ export function twinAuditLog(clock: Clock = systemClock): TwinAuditLog {
   const rows: AuditRow[] = [];
   let down = false;
   let held: Promise<void> | undefined;
+  const appendListeners = new Set<() => void>();
   /** The next row's seq and link, counting rows announced and not yet committed. */
   let tail = { seq: 0, hash: GENESIS_HASH };
   const chain: AuditLog['append'] = async (input, onChained) => {
@@ -55,6 +56,7 @@ export function twinAuditLog(clock: Clock = systemClock): TwinAuditLog {
       throw auditUnavailable(new Error('connect ECONNREFUSED (audit twin outage)'));
     }
     rows.push(row);
+    for (const l of appendListeners) l();
     return row;
   };
   return {
@@ -82,6 +84,10 @@ export function twinAuditLog(clock: Clock = systemClock): TwinAuditLog {
     appended: () => {
       const last = rows.at(-1);
       return last ? { committed: { seq: last.seq, hash: last.hash } } : {};
+    },
+    onAppended(listener) {
+      appendListeners.add(listener);
+      return () => void appendListeners.delete(listener);
     },
   };
 }

@@ -135,7 +135,7 @@ async function startPeriodicWork(
   return { maintain, pokeTasks };
 }
 
-/** How often the leader looks at what this process appended (in memory) for a checkpoint to sign. */
+/** After this process appends, how soon the leader reads the chain for a checkpoint to sign (at most once a look). */
 const CHECKPOINT_LOOK_MS = 1000;
 /**
  * On PostgreSQL, the longest the leader goes without reading the chain for rows other replicas
@@ -145,11 +145,12 @@ const CHECKPOINT_READ_MS = 10_000;
 
 /**
  * Signed checkpoints of the audit chain by the leader, as often as the cadence asks (and at every
- * export). The chain is read when this process appended since the last read (looked at in memory each
- * second), when the oldest uncovered row comes due, and on PostgreSQL at the latest every
- * CHECKPOINT_READ_MS (rows other replicas appended): idle, one read in ten seconds there, and none on
- * the embedded database. After a failure it waits a whole
- * interval, so a broken chain is reported once an interval, not every read. Returns the stop.
+ * export). The chain is read a look after this process appends (told by the audit log, at most once a
+ * look while appends follow each other), when the oldest uncovered row comes due, and on PostgreSQL at
+ * the latest every CHECKPOINT_READ_MS (rows other replicas appended): idle, one read in ten seconds
+ * there, and none on the embedded database. Each read sets a timer for the next one; nothing wakes in
+ * between. After a failure it waits a whole interval, so a broken chain is reported once an interval,
+ * not every read. Returns the stop.
  */
 function startCheckpoints(
   deps: CheckpointDeps,
@@ -158,29 +159,78 @@ function startCheckpoints(
   log: Logger,
 ): () => void {
   const cadence = { interval_s: config.audit.checkpoint_interval_s, rows: config.audit.checkpoint_rows };
-  const look = Math.min(CHECKPOINT_LOOK_MS, cadence.interval_s * 1000);
+  const [intervalMs, look] = [
+    cadence.interval_s * 1000,
+    Math.min(CHECKPOINT_LOOK_MS, cadence.interval_s * 1000),
+  ];
   const readEvery = config.database_url ? CHECKPOINT_READ_MS : Infinity;
-  let checkpointing = false;
+  let [checkpointing, stopped] = [false, false];
   let [readAt, failedAt] = [0, -Infinity];
   let seen: number | undefined;
-  leadership.onLead(() => (readAt = 0));
-  const checkpointTimer = setInterval(() => {
+  const wake = wakeUp(() => check());
+  const appended = () => deps.audit.appended().committed?.seq;
+  /** When to look next: after a failure a whole interval, after this process appended a look, else at readAt. */
+  const next = () =>
+    Date.now() - failedAt < intervalMs
+      ? failedAt + intervalMs
+      : appended() !== seen
+        ? Date.now() + look
+        : readAt;
+  const check = () => {
+    if (stopped || !leadership.isLeader() || checkpointing) return;
     const now = Date.now();
-    const appended = deps.audit.appended().committed?.seq;
-    if (!leadership.isLeader() || checkpointing || now - failedAt < cadence.interval_s * 1000) return;
-    if (appended === seen && now < readAt) return;
+    if (now - failedAt < intervalMs || (appended() === seen && now < readAt)) return wake.at(next());
     checkpointing = true;
-    seen = appended;
+    seen = appended();
     checkpointTick(deps, cadence, now)
       .then(({ due_at }) => (readAt = Math.min(due_at ?? Infinity, Date.now() + readEvery)))
       .catch((err: unknown) => {
         [failedAt, readAt] = [Date.now(), 0];
         log.error({ err }, 'audit checkpoint failed');
       })
-      .finally(() => (checkpointing = false));
-  }, look);
-  checkpointTimer.unref();
-  return () => clearInterval(checkpointTimer);
+      .finally(() => {
+        checkpointing = false;
+        // Never sooner than a look: a due time already past (a checkpoint not yet signable) is read again then.
+        wake.at(Math.max(next(), Date.now() + look));
+      });
+  };
+  leadership.onLead(() => {
+    readAt = 0;
+    wake.at(Date.now() + look);
+  });
+  const stopListening = deps.audit.onAppended(() => {
+    if (leadership.isLeader()) wake.at(Date.now() + look);
+  });
+  return () => {
+    stopped = true;
+    stopListening();
+    wake.stop();
+  };
+}
+
+/** One timer for `run`, set for the soonest time asked of it (a later time asked meanwhile changes nothing). */
+function wakeUp(run: () => void) {
+  let timer: NodeJS.Timeout | undefined;
+  let timerAt = Infinity;
+  return {
+    at(when: number) {
+      if (!Number.isFinite(when) || when >= timerAt) return;
+      clearTimeout(timer);
+      timerAt = when;
+      timer = setTimeout(
+        () => {
+          [timer, timerAt] = [undefined, Infinity];
+          run();
+        },
+        Math.max(0, when - Date.now()),
+      );
+      timer.unref();
+    },
+    stop() {
+      clearTimeout(timer);
+      timerAt = -Infinity;
+    },
+  };
 }
 
 async function maintainOnce(deps: PeriodicDeps, log: Logger): Promise<void> {
