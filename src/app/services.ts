@@ -150,9 +150,17 @@ const UPSTREAM_START_WAIT_MS = 10_000;
 export const upstreamTimeoutMs = (config: Pick<Config, 'limits'>) =>
   Math.max(100, Math.floor(config.limits.call_timeout_ms * 0.9));
 
-/** Set by tests only (test/helpers/faults.ts); production wiring passes none. */
+/** Set by tests only; production wiring passes none. */
 export interface ServiceOptions {
+  /** Crashes and stalls at named points (test/helpers/faults.ts). */
   faults?: Faults;
+  /**
+   * Given the database once it is open and migrated: the view of an administrator with SQL, through
+   * which a test inspects stored state or tampers with it as the insider of docs/audit.md ("Threat
+   * model") would. test/helpers/server.ts keeps it as the server's `sql`; the services keep nothing
+   * of it that a transport could reach.
+   */
+  onDatabase?(knex: Knex): void;
 }
 
 /** Clean-up steps, run in reverse order of registration; a failing one is logged and the rest still run. */
@@ -168,6 +176,7 @@ export async function openServices(
   const profiles = loadProfiles(config.policy.profiles_dir);
   await options.faults?.at('before_database');
   const { db, opened } = await openStorage(config, log, command);
+  options.onDatabase?.(db.knex);
   const closers: Closers = [() => db.close()];
   const roots = () => Promise.resolve(opened.roots);
   const closeAll = async () => {
