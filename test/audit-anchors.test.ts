@@ -82,7 +82,7 @@ describe('anchors off the box', () => {
         await appendRows(server.services.audit, 3);
         const checkpoint = await createCheckpoint(server.services.checkpoints);
         assert.ok(checkpoint);
-        assert.equal((await server.services.knex('audit_anchors')).length, 0);
+        assert.equal((await server.sql('audit_anchors')).length, 0);
       } finally {
         await server.stop();
       }
@@ -114,7 +114,7 @@ describe('anchors off the box', () => {
         const asked = tsa.requests();
         const checkpoint = (await createCheckpoint(server.services.checkpoints))!;
         assert.equal(tsa.requests(), asked + 1);
-        const stored = await server.services.knex('audit_anchors').where({ seq: checkpoint.seq });
+        const stored = await server.sql('audit_anchors').where({ seq: checkpoint.seq });
         assert.equal(stored.length, 1);
         assert.equal(stored[0].head_hash, checkpoint.head_hash);
         const names = fs.readdirSync(witness);
@@ -304,7 +304,7 @@ describe('anchors off the box', () => {
       });
 
       it('detects the deletion of the newest rows in an export signed with the right key', async () => {
-        const anchored = (await server.services.knex('audit_anchors').min({ s: 'seq' }).first()) as {
+        const anchored = (await server.sql('audit_anchors').min({ s: 'seq' }).first()) as {
           s: number;
         };
         const forged = forge('cut', (lines) => lines.filter((l) => l.seq < Number(anchored.s)));
@@ -320,7 +320,7 @@ describe('anchors off the box', () => {
       });
 
       it("detects an insider's rewrite of the live table, checkpoints and anchors deleted", async () => {
-        await rewriteRow(server.services.knex, 100, { i: 'rewritten' });
+        await rewriteRow(server.sql, 100, { i: 'rewritten' });
         // The checkpoint rows the chain recorded contradict the re-hashed rows already; the anchors
         // name the same rewrite from outside the database.
         const plain = await verify(['--db']);
@@ -338,7 +338,7 @@ describe('anchors off the box', () => {
       });
 
       it("detects an insider's deletion of the newest rows of the live table", async () => {
-        await deleteNewest(server.services.knex, 120);
+        await deleteNewest(server.sql, 120);
         const result = await verify(['--db', '--witness', witness, '--tsa-cert', tsa.caCert]);
         assert.equal(result.code, 1, result.stdout);
         assert.match(result.stdout, /deleted: .*but the chain ends at seq 120: rows deleted/);

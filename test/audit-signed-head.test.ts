@@ -48,7 +48,7 @@ for (const kind of databaseKinds()) {
       );
       assert.equal((await health(server)).audit_chain.state, 'ok');
 
-      await rewriteRow(server.services.knex, 100, { i: 'rewritten' });
+      await rewriteRow(server.sql, 100, { i: 'rewritten' });
       await appendRows(server.services.audit, 1);
 
       await assert.rejects(createCheckpoint(deps), tampered('head_mismatch'));
@@ -59,8 +59,8 @@ for (const kind of databaseKinds()) {
       );
       assert.equal(fs.existsSync(file), false, 'nothing of the refused export is left');
       assert.equal(
-        await server.services
-          .knex('audit_checkpoints')
+        await server
+          .sql('audit_checkpoints')
           .count({ n: '*' })
           .first()
           .then((r) => Number(r!.n)),
@@ -76,7 +76,7 @@ for (const kind of databaseKinds()) {
 
       // Recorded once, on the next append that succeeded, however often the signature is refused.
       await assert.rejects(createCheckpoint(deps), tampered('head_mismatch'));
-      const rows = await server.services.knex('audit_events').where({ kind: 'audit.tampered' });
+      const rows = await server.sql('audit_events').where({ kind: 'audit.tampered' });
       assert.equal(rows.length, 1);
       assert.equal(rows[0].error_code, 'TAMPERED');
       assert.equal(rows[0].details.reason, 'head_mismatch');
@@ -88,7 +88,7 @@ for (const kind of databaseKinds()) {
       const deps = server.services.checkpoints;
       await appendRows(server.services.audit, 150);
       const signed = (await createCheckpoint(deps))!;
-      await deleteNewest(server.services.knex, 120);
+      await deleteNewest(server.sql, 120);
       await assert.rejects(createCheckpoint(deps), tampered('rows_deleted'));
       const h = await health(server);
       assert.deepEqual(
@@ -119,7 +119,7 @@ for (const kind of databaseKinds()) {
       assert.equal(head().seq, later.seq);
 
       // An older head the chain no longer holds is refused even with checkpoints in the table.
-      const row = (await server.services.knex('audit_events').where('seq', 10).first()) as { hash: string };
+      const row = (await server.sql('audit_events').where('seq', 10).first()) as { hash: string };
       fs.writeFileSync(
         path.join(fresh, SIGNED_HEAD_FILE),
         JSON.stringify({

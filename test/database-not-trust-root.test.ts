@@ -29,7 +29,7 @@ for (const kind of databaseKinds()) {
     before(async () => {
       server = await startTestServer(kind);
       agent = await connectHttp(server.url, server.demoToken);
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'root-chair',
         roles: ['chair'],
         password: 'root pw 1',
@@ -40,7 +40,7 @@ for (const kind of databaseKinds()) {
       await server?.stop();
     });
 
-    const knex = () => server.services.knex;
+    const knex = () => server.sql;
     const draft = async (content_text: string) => {
       const args = { target_type: 'contact', target_id: 'ct_david', content_text };
       const res = await call(agent, 'isphere_send_message', args);
@@ -179,7 +179,7 @@ for (const kind of databaseKinds()) {
         const seq = told.audit.audit_seq as number;
         await appendRows(own.services.audit, 3);
         // Rows the server appended and told an agent of, cut from the tail (nothing signed yet).
-        await deleteNewest(own.services.knex, seq - 2);
+        await deleteNewest(own.sql, seq - 2);
         const next = await call(client, 'isphere_search_contacts', { query: 'david' });
         assert.equal(next.ok, true);
         const health = (await (await fetch(new URL('/healthz', own.url))).json()) as {

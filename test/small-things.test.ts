@@ -97,7 +97,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('is percent-encoded by a password sign-in too, which answers 303 with the session cookie', async () => {
-      await createUser(server.services.knex, { name: 'yan', roles: ['chair'], password: 'yan password' });
+      await createUser(server.sql, { name: 'yan', roles: ['chair'], password: 'yan password' });
       const web = new WebClient(server.url);
       const page = await web.get(`/login?next=${encodeURIComponent('/audit?q=Zoë ✓')}`);
       const signedIn = await web.post('/login', {
