@@ -103,7 +103,7 @@ async function checkToken(services: Services, token: string | undefined): Promis
   const first = await services.authenticate(token);
   if (!('failure' in first)) {
     services.log.info(
-      { agent: first.agent.name, database: services.db.dialect },
+      { agent: first.agent.name, database: services.dialect },
       'countersign serving on stdio',
     );
     return;

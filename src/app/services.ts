@@ -41,7 +41,7 @@ import {
   createUpstreamPins,
   type UpstreamPins,
 } from '../connectors/index.ts';
-import type { Database } from '../db/knex.ts';
+import type { Database, Dialect } from '../db/knex.ts';
 import { openWhenReady } from '../db/ready.ts';
 import { describePgError } from '../admin/pg-errors.ts';
 import { hostRootsOf, openHostRoots, type OpenedRoots } from '../db/host-roots.ts';
@@ -92,8 +92,11 @@ import { startedRow, stoppedRow, type StopReason, type Transport } from './lifec
 export interface Services {
   config: Config;
   log: Logger;
-  db: Database;
-  knex: Knex;
+  /**
+   * Which database this process runs on. The query builder itself is not here: the transports get
+   * stores, and nothing handed to them can run SQL of its own.
+   */
+  dialect: Dialect;
   audit: AuditLog;
   /** Refusals of unauthenticated requests: a few rows per source and reason a minute, the rest summed. */
   refusals: Refusals;
@@ -228,8 +231,7 @@ export async function openServices(
     return {
       config,
       log,
-      db,
-      knex: db.knex,
+      dialect: db.dialect,
       audit,
       refusals: lifecycle.refusals,
       blobs,
