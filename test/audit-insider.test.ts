@@ -155,9 +155,9 @@ for (const kind of databaseKinds()) {
         await rewriteRow(trx, 100, { edited: true });
         await trx('audit_checkpoints').delete();
       });
-      assert.equal(await latestCheckpoint(server.sql), undefined);
+      assert.equal(await server.services.auditReader.latestCheckpoint(), undefined);
 
-      const report = await verifyDatabase(server.sql);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, false);
       assert.equal(report.chain.first_bad?.seq, firstCheckpointRowAfter100);
       assert.equal(report.chain.first_bad?.fault, 'checkpoint');
@@ -203,7 +203,7 @@ for (const kind of databaseKinds()) {
           await rewriteRow(trx, raw.seq, { head_hash: prevRow.hash });
         }
       });
-      const report = await verifyDatabase(server.sql);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, false);
       assert.equal(report.chain.first_bad?.fault, 'checkpoint');
       assert.match(report.chain.first_bad?.detail ?? '', /not signed by the log's key/);
@@ -224,7 +224,7 @@ for (const kind of databaseKinds()) {
 
     it('names the rows after the last checkpoint and fails under --require-anchored (--db)', async () => {
       const h = await head(server.sql);
-      const report = await verifyDatabase(server.sql);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, true, report.summary);
       // The checkpoint's own row (cp.seq + 1) records it; the rows after it are not signed yet.
       assert.deepEqual(report.tail, { from: cp.seq + 2, to: h.seq });
@@ -267,7 +267,7 @@ for (const kind of databaseKinds()) {
     it('has no tail once a checkpoint covers every row', async () => {
       const signed = (await createCheckpoint(server.services.checkpoints))!;
       assert.equal((await head(server.sql)).seq, signed.seq + 1);
-      const report = await verifyDatabase(server.sql);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, true, report.summary);
       assert.equal(report.tail, undefined);
       const strict = await runCli(['audit', 'verify', '--db', '--require-anchored'], server.env);
@@ -276,19 +276,19 @@ for (const kind of databaseKinds()) {
 
     it("fails, naming the seq, when the rows from a checkpoint's own row on were deleted", async () => {
       await append(server, 2);
-      const last = (await latestCheckpoint(server.sql))!;
+      const last = (await server.services.auditReader.latestCheckpoint())!;
       // Deleting only the unsigned rows after the checkpoint row cannot be told; they were the tail.
       await asAdmin(server.sql, async (trx) => {
         await trx('audit_events')
           .where('seq', '>', last.seq + 1)
           .delete();
       });
-      assert.equal((await verifyDatabase(server.sql)).ok, true);
+      assert.equal((await server.services.auditReader.verify()).ok, true);
       // Deleting the row that records the checkpoint too is seen: the stored checkpoint names it.
       await asAdmin(server.sql, async (trx) => {
         await trx('audit_events').where('seq', '>', last.seq).delete();
       });
-      const report = await verifyDatabase(server.sql);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, false);
       assert.match(
         report.summary,
@@ -304,7 +304,7 @@ for (const kind of databaseKinds()) {
           .where('seq', '>', last.seq - 2)
           .delete();
       });
-      const shorter = await verifyDatabase(server.sql);
+      const shorter = await server.services.auditReader.verify();
       assert.equal(shorter.ok, false);
       const beyond = new RegExp(`checkpoint at seq (\\d+): the chain ends at seq ${last.seq - 2}`).exec(
         shorter.summary,
@@ -324,7 +324,7 @@ for (const kind of databaseKinds()) {
     after(async () => server?.stop());
 
     it('checks the checkpoints with the key given (--pubkey), else the one the cluster recorded', async () => {
-      assert.equal((await verifyDatabase(server.sql)).ok, true);
+      assert.equal((await server.services.auditReader.verify()).ok, true);
       const other = foreignSigner(server.db.dataDir);
       const report = await verifyDatabase(server.sql, [other.public_key]);
       assert.equal(report.ok, false);
@@ -339,12 +339,12 @@ for (const kind of databaseKinds()) {
       const foreign = foreignSigner(server.db.dataDir);
       await append(server, 1);
       await signHeadWith(server.sql, foreign, server.services.checkpoints.origin);
-      const report = await verifyDatabase(server.sql);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, false);
       const h = await head(server.sql);
       assert.match(report.summary, new RegExp(`checkpoint at seq ${h.seq}: signed by key ${foreign.key_id}`));
       await asAdmin(server.sql, (trx) => trx('audit_checkpoints').where('key_id', foreign.key_id).delete());
-      assert.equal((await verifyDatabase(server.sql)).ok, true);
+      assert.equal((await server.services.auditReader.verify()).ok, true);
     });
 
     it('fails a checkpoint row in the chain signed by a foreign key, on --db and offline', async () => {
@@ -369,7 +369,7 @@ for (const kind of databaseKinds()) {
         });
         rowSeq = row!.seq;
       });
-      const report = await verifyDatabase(server.sql);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, false);
       assert.equal(report.chain.first_bad?.seq, rowSeq);
       assert.match(report.chain.first_bad?.detail ?? '', new RegExp(`names key ${foreign.key_id}`));
