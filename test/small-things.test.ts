@@ -142,6 +142,29 @@ const NOTICE: Notice = {
   note: null,
 };
 
+/** The paths by which `target` can be reached from `root` through own enumerable properties. */
+function pathsTo(target: unknown, root: object, at = 'services', seen = new Set<unknown>()): string[] {
+  if (root === target) return [at];
+  if (seen.has(root)) return [];
+  seen.add(root);
+  return Object.entries(root).flatMap(([key, value]) =>
+    value !== null && (typeof value === 'object' || typeof value === 'function')
+      ? pathsTo(target, value as object, `${at}.${key}`, seen)
+      : [],
+  );
+}
+
+describe('the services the transports get', () => {
+  it('carry no handle on the database, but for the checkpoints, which the audit takes whole', async () => {
+    const server = await startTestServer('pglite');
+    try {
+      assert.deepEqual(pathsTo(server.sql, server.services), ['services.checkpoints.knex']);
+    } finally {
+      await server.stop();
+    }
+  });
+});
+
 describe('webhook notices', () => {
   it('escape &, < and > in the text, so content can neither mention nor disguise a link', () => {
     const { text, target } = JSON.parse(webhookBody(NOTICE)) as { text: string; target: Notice['target'] };
