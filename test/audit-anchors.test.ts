@@ -4,8 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { createCheckpoint, checkpointPayload } from '../src/audit/checkpoints.ts';
-import { exportToFile } from '../src/audit/export-file.ts';
+import { checkpointPayload } from '../src/audit/checkpoints.ts';
 import type { Manifest } from '../src/audit/export.ts';
 import { chainHash } from '../src/audit/chain.ts';
 import { verifyExport } from '../src/audit/verify-export.ts';
@@ -80,7 +79,7 @@ describe('anchors off the box', () => {
       const server = await startTestServer('pglite', env);
       try {
         await appendRows(server.services.audit, 3);
-        const checkpoint = await createCheckpoint(server.services.checkpoints);
+        const checkpoint = await server.services.checkpoints.checkpoint();
         assert.ok(checkpoint);
         assert.equal((await server.sql('audit_anchors')).length, 0);
       } finally {
@@ -112,7 +111,7 @@ describe('anchors off the box', () => {
 
       it('time-stamps each checkpoint, writes it to the witness directory, and an export carries the anchors', async () => {
         const asked = tsa.requests();
-        const checkpoint = (await createCheckpoint(server.services.checkpoints))!;
+        const checkpoint = (await server.services.checkpoints.checkpoint())!;
         assert.equal(tsa.requests(), asked + 1);
         const stored = await server.sql('audit_anchors').where({ seq: checkpoint.seq });
         assert.equal(stored.length, 1);
@@ -127,7 +126,7 @@ describe('anchors off the box', () => {
 
         await appendRows(server.services.audit, 5);
         const file = path.join(server.db.dataDir, 'good.jsonl');
-        const result = await exportToFile(server.services.checkpoints, {
+        const result = await server.services.checkpoints.exportToFile({
           format: 'jsonl',
           filter: {},
           path: file,
@@ -334,7 +333,7 @@ describe('anchors off the box', () => {
           assert.match(result.stdout, /differs: .*seq \d+/);
         }
         // The server refuses to sign it too, the witness directory holding the head it signed.
-        await assert.rejects(createCheckpoint(server.services.checkpoints), { code: 'TAMPERED' });
+        await assert.rejects(server.services.checkpoints.checkpoint(), { code: 'TAMPERED' });
       });
 
       it("detects an insider's deletion of the newest rows of the live table", async () => {

@@ -4,14 +4,14 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
-import { createCheckpoint, listCheckpoints } from '../src/audit/checkpoints.ts';
+import { listCheckpoints } from '../src/audit/checkpoints.ts';
 import { exportAudit, type Manifest } from '../src/audit/export.ts';
 import { EXPORT_COLUMNS } from '../src/audit/format.ts';
 import { verifyExport } from '../src/audit/verify-export.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { pinArgs, runCli } from './helpers/cli.ts';
 import { databaseKinds } from './helpers/db.ts';
-import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
+import { call, connectHttp, startTestServer, type TestServer, checkpointDepsOf } from './helpers/server.ts';
 
 type Line = Record<string, unknown>;
 
@@ -25,7 +25,7 @@ for (const kind of databaseKinds()) {
     async function exportTo(format: 'jsonl' | 'csv', filter: Record<string, string> = {}) {
       const file = path.join(dir, `export-${Date.now()}-${Math.random().toString(36).slice(2)}.${format}`);
       const out = fs.createWriteStream(file);
-      const manifest = await exportAudit(server.services.checkpoints, {
+      const manifest = await exportAudit(checkpointDepsOf(server), {
         format,
         filter,
         out,
@@ -305,7 +305,7 @@ for (const kind of databaseKinds()) {
 
     it('never signs a checkpoint that contradicts the previous one', async () => {
       const before = await listCheckpoints(server.sql);
-      const again = await createCheckpoint(server.services.checkpoints);
+      const again = await server.services.checkpoints.checkpoint();
       assert.ok(again!.seq >= before.at(-1)!.seq);
       const all = await listCheckpoints(server.sql);
       for (let i = 1; i < all.length; i++) assert.ok(all[i]!.seq >= all[i - 1]!.seq);

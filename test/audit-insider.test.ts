@@ -24,7 +24,7 @@ import { isAppError } from '../src/core/errors.ts';
 import type { Database } from '../src/db/knex.ts';
 import { pinArgs, runCli } from './helpers/cli.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
-import { startTestServer, waitFor, type TestServer } from './helpers/server.ts';
+import { startTestServer, waitFor, type TestServer, checkpointDepsOf } from './helpers/server.ts';
 
 /**
  * What a database administrator can do: change rows in one transaction with the append-only triggers
@@ -96,9 +96,7 @@ async function exportTo(
 ) {
   const file = path.join(server.db.dataDir, name);
   const out = fs.createWriteStream(file);
-  const deps = opts.insider
-    ? { ...server.services.checkpoints, guard: undefined }
-    : server.services.checkpoints;
+  const deps = opts.insider ? { ...checkpointDepsOf(server), guard: undefined } : checkpointDepsOf(server);
   const manifest = await exportAudit(deps, {
     format: 'jsonl',
     filter,
@@ -134,7 +132,7 @@ for (const kind of databaseKinds()) {
       // A chain of 160+ rows with a checkpoint signed after every 40 rows.
       for (let i = 0; i < 4; i++) {
         await append(server, 40);
-        await createCheckpoint(server.services.checkpoints);
+        await server.services.checkpoints.checkpoint();
       }
       const rows = (await server
         .sql('audit_events')
@@ -217,7 +215,7 @@ for (const kind of databaseKinds()) {
     before(async () => {
       server = await startTestServer(kind, QUIET);
       await append(server, 5);
-      cp = (await createCheckpoint(server.services.checkpoints))!;
+      cp = (await server.services.checkpoints.checkpoint())!;
       await append(server, 3);
     });
     after(async () => server?.stop());
@@ -265,7 +263,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('has no tail once a checkpoint covers every row', async () => {
-      const signed = (await createCheckpoint(server.services.checkpoints))!;
+      const signed = (await server.services.checkpoints.checkpoint())!;
       assert.equal((await head(server.sql)).seq, signed.seq + 1);
       const report = await server.services.auditReader.verify();
       assert.equal(report.ok, true, report.summary);
@@ -319,7 +317,7 @@ for (const kind of databaseKinds()) {
     before(async () => {
       server = await startTestServer(kind, QUIET);
       await append(server, 5);
-      await createCheckpoint(server.services.checkpoints);
+      await server.services.checkpoints.checkpoint();
     });
     after(async () => server?.stop());
 

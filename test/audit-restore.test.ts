@@ -3,7 +3,6 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { after, it } from 'node:test';
 import pg from 'pg';
-import { createCheckpoint } from '../src/audit/checkpoints.ts';
 import { verifyDatabase } from '../src/audit/context.ts';
 import { loadConfig } from '../src/config.ts';
 import { isAppError } from '../src/core/errors.ts';
@@ -64,17 +63,17 @@ describeOnPostgres('a database restored from a backup', () => {
     live = await startTestServer('postgres');
     liveOpen = true;
     await appendRows(live.services.audit, 3);
-    assert.ok(await createCheckpoint(live.services.checkpoints));
+    assert.ok(await live.services.checkpoints.checkpoint());
     backup = await backupInto(live.db.url!);
     // The live log goes on past the backup and signs a newer head; then its database is lost.
     await appendRows(live.services.audit, 5);
-    const lost = await createCheckpoint(live.services.checkpoints);
+    const lost = await live.services.checkpoints.checkpoint();
     assert.ok(lost);
     await live.close();
     liveOpen = false;
 
     const first = await startOnBackup();
-    await assert.rejects(createCheckpoint(first.server.services.checkpoints), (err) =>
+    await assert.rejects(first.server.services.checkpoints.checkpoint(), (err) =>
       isAppError(err, 'TAMPERED', 'rows_deleted'),
     );
     await running.pop()!.close();
@@ -93,7 +92,7 @@ describeOnPostgres('a database restored from a backup', () => {
     const restarted = await startOnBackup();
     const { config } = restarted.server.services;
     const knex = restarted.server.sql;
-    assert.ok(await createCheckpoint(restarted.server.services.checkpoints), 'signs again');
+    assert.ok(await restarted.server.services.checkpoints.checkpoint(), 'signs again');
     const row = await knex('audit_events').where({ kind: 'audit.restore_accepted' }).first();
     assert.equal(row.details.reason, 'restored last night’s dump');
     assert.deepEqual(

@@ -80,7 +80,7 @@ for (const kind of databaseKinds()) {
       for (const row of rows)
         assert.equal(roots.verify('row', row.hash, row.row_mac), true, `row ${row.seq}`);
       assert.equal((await verifyDatabase(knex(), [], config())).ok, true);
-      assert.ok(await createCheckpoint(server.services.checkpoints), 'signs its own rows');
+      assert.ok(await server.services.checkpoints.checkpoint(), 'signs its own rows');
     });
 
     it('keeps the first pin: a later start does not move it', () => {
@@ -98,7 +98,7 @@ for (const kind of databaseKinds()) {
         const report = await verifyDatabase(own.sql, [], own.services.config);
         assert.deepEqual(firstBad(report), [false, 'row_unsigned', forged]);
         assert.match(report.summary, /TAMPERED/);
-        await assert.rejects(createCheckpoint(own.services.checkpoints), (err) =>
+        await assert.rejects(own.services.checkpoints.checkpoint(), (err) =>
           isAppError(err, 'TAMPERED', 'row_unsigned'),
         );
         // A replica started after the forgery (no signed head yet) refuses it too.
@@ -115,13 +115,13 @@ for (const kind of databaseKinds()) {
       const own = await startTestServer(kind);
       try {
         await appendRows(own.services.audit, 3);
-        assert.ok(await createCheckpoint(own.services.checkpoints));
+        assert.ok(await own.services.checkpoints.checkpoint());
         await appendRows(own.services.audit, 2);
         const forged = await forgeTail(own.sql, randomBytes(32).toString('hex'));
         await appendRows(own.services.audit, 2);
         const report = await verifyDatabase(own.sql, [], own.services.config);
         assert.deepEqual(firstBad(report), [false, 'row_mac_mismatch', forged]);
-        await assert.rejects(createCheckpoint(own.services.checkpoints), (err) =>
+        await assert.rejects(own.services.checkpoints.checkpoint(), (err) =>
           isAppError(err, 'TAMPERED', 'row_mac_mismatch'),
         );
       } finally {
@@ -150,7 +150,7 @@ for (const kind of databaseKinds()) {
       const server = await startTestServer(kind);
       try {
         await appendRows(server.services.audit, 3);
-        assert.ok(await createCheckpoint(server.services.checkpoints));
+        assert.ok(await server.services.checkpoints.checkpoint());
         const { config } = server.services;
         const knex = server.sql;
         assert.equal((await verifyDatabase(knex, [], config)).key_source, 'host');

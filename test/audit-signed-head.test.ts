@@ -7,7 +7,7 @@ import { exportToFile } from '../src/audit/export-file.ts';
 import { createSignedHeadGuard, SIGNED_HEAD_FILE } from '../src/audit/signed-head.ts';
 import { isAppError } from '../src/core/errors.ts';
 import { databaseKinds } from './helpers/db.ts';
-import { startTestServer, type TestServer } from './helpers/server.ts';
+import { startTestServer, type TestServer, checkpointDepsOf } from './helpers/server.ts';
 import { appendRows, deleteNewest, rewriteRow } from './helpers/tamper.ts';
 
 const tampered = (reason: string) => (err: unknown) => isAppError(err, 'TAMPERED', reason);
@@ -39,7 +39,7 @@ for (const kind of databaseKinds()) {
 
     it('refuses to checkpoint or export a chain rewritten behind its back, says so on /healthz and in the log', async () => {
       const server = await start();
-      const deps = server.services.checkpoints;
+      const deps = checkpointDepsOf(server);
       await appendRows(server.services.audit, 160);
       const signed = (await createCheckpoint(deps))!;
       assert.deepEqual(
@@ -85,7 +85,7 @@ for (const kind of databaseKinds()) {
 
     it('refuses to sign once the newest signed rows are deleted', async () => {
       const server = await start();
-      const deps = server.services.checkpoints;
+      const deps = checkpointDepsOf(server);
       await appendRows(server.services.audit, 150);
       const signed = (await createCheckpoint(deps))!;
       await deleteNewest(server.sql, 120);
@@ -102,7 +102,7 @@ for (const kind of databaseKinds()) {
       await appendRows(server.services.audit, 150);
       const fresh = fs.mkdtempSync(path.join(server.db.dataDir, 'replica-'));
       const replica: CheckpointDeps = {
-        ...server.services.checkpoints,
+        ...checkpointDepsOf(server),
         guard: createSignedHeadGuard({ dataDir: fresh, origin: server.services.checkpoints.origin }),
       };
       const first = (await createCheckpoint(replica))!;
@@ -112,7 +112,7 @@ for (const kind of databaseKinds()) {
 
       // Its head falls behind while another replica signs; it still signs a chain that extends it.
       await appendRows(server.services.audit, 20);
-      await createCheckpoint(server.services.checkpoints);
+      await server.services.checkpoints.checkpoint();
       await appendRows(server.services.audit, 5);
       const later = (await createCheckpoint(replica))!;
       assert.ok(later.seq > first.seq);

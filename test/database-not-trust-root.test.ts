@@ -10,7 +10,14 @@ import type { User } from '../src/core/identity.ts';
 import { approveAsChair } from './helpers/approvals.ts';
 import { detailsOf } from './helpers/audit-rows.ts';
 import { databaseKinds } from './helpers/db.ts';
-import { call, connectHttp, startTestServer, type Envelope, type TestServer } from './helpers/server.ts';
+import {
+  call,
+  connectHttp,
+  startTestServer,
+  type Envelope,
+  type TestServer,
+  checkpointDepsOf,
+} from './helpers/server.ts';
 import { appendRows, deleteNewest, rewriteRow } from './helpers/tamper.ts';
 
 const refusal = (res: Envelope) => [res.ok, res.error?.code, res.error?.reason];
@@ -146,7 +153,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('never signs a chain whose stored origin was changed after a rewrite, and verify --db says why', async () => {
-      const deps = server.services.checkpoints;
+      const deps = checkpointDepsOf(server);
       await appendRows(server.services.audit, 20);
       await createCheckpoint(deps);
       const target = Number((await knex()('audit_events').max({ m: 'seq' }).first())?.m) - 5;
@@ -186,7 +193,7 @@ for (const kind of databaseKinds()) {
           audit_chain: { state: string; reason?: string };
         };
         assert.deepEqual([health.audit_chain.state, health.audit_chain.reason], ['tampered', 'rows_deleted']);
-        await assert.rejects(createCheckpoint(own.services.checkpoints), (err) =>
+        await assert.rejects(own.services.checkpoints.checkpoint(), (err) =>
           isAppError(err, 'TAMPERED', 'rows_deleted'),
         );
       } finally {

@@ -22,6 +22,8 @@ import {
   checkpointDeps,
   checkpointTick,
   type CheckpointDeps,
+  createCheckpointer,
+  type Checkpointer,
   createAuditReader,
   type AuditReader,
   createExportRecords,
@@ -104,8 +106,8 @@ export interface Services {
   approvals: Approvals;
   /** The stores the operator's commands run on (the admin endpoint, the web account pages, the first run). */
   admin: AdminDeps;
-  /** Origin and signer for checkpoints and exports. */
-  checkpoints: CheckpointDeps;
+  /** Checkpoints and exports, with their origin and signer (the database stays inside the operations). */
+  checkpoints: Checkpointer;
   pipeline: CallPipeline;
   /** Upstream MCP servers (config `upstreams`), each reconnecting on its own. */
   upstreams: readonly Upstream[];
@@ -237,7 +239,7 @@ export async function openServices(
       blobs,
       approvals,
       admin,
-      ...cluster,
+      ...{ ...cluster, checkpoints: createCheckpointer(cluster.checkpoints) },
       pipeline,
       upstreams,
       metrics,

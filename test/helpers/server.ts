@@ -9,6 +9,7 @@ import { fetchUnwarned } from '../../src/core/fetch.ts';
 import { createAgent } from '../../src/accounts/agents.ts';
 import { startHttpServer, type RunningServer } from '../../src/app/serve-http.ts';
 import type { ServiceOptions } from '../../src/app/services.ts';
+import type { CheckpointDeps } from '../../src/audit/index.ts';
 import type { Config } from '../../src/config.ts';
 import type { Logger } from '../../src/log.ts';
 import { misnamedAgentRows } from './audit-names.ts';
@@ -46,6 +47,15 @@ export async function startSqlServer(
   if (!sql) throw new Error('the server started without opening its database');
   return { ...server, sql };
 }
+
+/**
+ * The audit's checkpoint deps of a server (its signer, origin, guard and anchor) over the test's `sql`,
+ * for a test that calls the audit's functions (createCheckpoint, exportAudit) itself.
+ */
+export const checkpointDepsOf = (server: SqlServer): CheckpointDeps => ({
+  ...server.services.checkpoints,
+  knex: server.sql,
+});
 
 export interface TestServer extends SqlServer {
   db: TestDatabase;
