@@ -61,7 +61,7 @@ for (const kind of databaseKinds()) {
       );
       assert.equal((await cli(['agent', 'revoke', 'scribe'])).code, 0);
       assert.equal((await cli(['agent', 'revoke', 'scribe'])).code, 1, 'refused: nothing recorded');
-      const agent = await server.services.knex('agents').where({ name: 'scribe' }).first();
+      const agent = await server.sql('agents').where({ name: 'scribe' }).first();
       const rows = (
         await exported([
           'agent.created',
@@ -103,7 +103,7 @@ for (const kind of databaseKinds()) {
       assert.equal(rows.length, 1);
       assert.deepEqual(rows[0]!.details, { user: 'uma', roles: ['compliance'] });
       assert.match(rows[0]!.actor ?? '', /^cli:/);
-      const all = JSON.stringify(await server.services.knex('audit_events').select('details'));
+      const all = JSON.stringify(await server.sql('audit_events').select('details'));
       assert.ok(!all.includes('uma-secret-password'));
       const db = await cli(['audit', 'verify', '--db']);
       assert.equal(db.code, 0, db.stdout);

@@ -33,10 +33,10 @@ for (const kind of databaseKinds()) {
       assert.equal((await call(client, 'isphere_search_groups', { query: 'board' })).ok, true);
       await client.close();
 
-      const row = await server.services.knex('audit_events').where({ kind: 'agent.token_rotated' }).first();
+      const row = await server.sql('audit_events').where({ kind: 'agent.token_rotated' }).first();
       assert.ok(row, 'audited');
       assert.match(row.actor, /^cli:.+@.+/);
-      const agent = await server.services.knex('agents').where({ name: 'rotor' }).first();
+      const agent = await server.sql('agents').where({ name: 'rotor' }).first();
       assert.equal(row.agent_id, agent.id);
       const details = typeof row.details === 'string' ? JSON.parse(row.details) : row.details;
       assert.ok(!JSON.stringify(details).includes(newToken), 'no secret in the record');
@@ -54,7 +54,7 @@ for (const kind of databaseKinds()) {
       const revoked = await runCli(['agent', 'rotate', 'gone'], server.env);
       assert.equal(revoked.code, 1);
       assert.equal(await initializeStatus(server, token), 401);
-      const rows = await server.services.knex('audit_events').where({ kind: 'agent.token_rotated' });
+      const rows = await server.sql('audit_events').where({ kind: 'agent.token_rotated' });
       assert.equal(rows.length, 1, 'only the rotation of the test before');
     });
   });

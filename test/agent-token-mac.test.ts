@@ -5,7 +5,6 @@ import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { newTaggedToken } from '../src/accounts/token-tag.ts';
 import { runAdminCommand } from '../src/admin/commands.ts';
-import { startHttpServer, type RunningServer } from '../src/app/serve-http.ts';
 import { loadConfig } from '../src/config.ts';
 import { createHostRoots, readHostRoots } from '../src/core/host-roots.ts';
 import { openDatabase, type Database } from '../src/db/knex.ts';
@@ -13,7 +12,7 @@ import { migrateLatest } from '../src/db/migrations.ts';
 import { sharedValue } from '../src/db/settings.ts';
 import { createLogger } from '../src/log.ts';
 import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
-import { testEnv } from './helpers/server.ts';
+import { type SqlServer, startSqlServer, testEnv } from './helpers/server.ts';
 
 const INIT = {
   jsonrpc: '2.0',
@@ -78,7 +77,7 @@ for (const kind of databaseKinds()) {
     describe(`agent tokens as MACs on ${kind}, upgraded from ${start}`, () => {
       let testDb: TestDatabase;
       let db: Database;
-      let server: RunningServer;
+      let server: SqlServer;
       let legacy: Awaited<ReturnType<typeof legacyInstall>>;
       let rootsFile: string;
 
@@ -95,7 +94,7 @@ for (const kind of databaseKinds()) {
         // PGlite has one connection: the server opens its own after this one is closed.
         await db.close();
         const config = loadConfig(testEnv(testDb), testDb.dataDir);
-        server = await startHttpServer(config, createLogger('silent'));
+        server = await startSqlServer(config, createLogger('silent'));
       });
       after(async () => {
         await server?.close();
@@ -103,7 +102,7 @@ for (const kind of databaseKinds()) {
       });
 
       const agentsRow = async (name: string) =>
-        (await server.services.knex('agents').where({ name }).first()) as { id: string; token_hash: string };
+        (await server.sql('agents').where({ name }).first()) as { id: string; token_hash: string };
       const roots = () => readHostRoots(rootsFile)!;
 
       it('records the tokens stored at the upgrade on the host, and the token tag key', () => {
@@ -141,7 +140,7 @@ for (const kind of databaseKinds()) {
       it('opens nothing for an agents row inserted by SQL with the SHA-256 of a token the attacker chose', async () => {
         // The attacker read the old tag key from server_secrets: the token even passes the tag screen.
         for (const forged of [newTaggedToken(legacy.key), `cs_${randomBytes(32).toString('base64url')}`]) {
-          await server.services.knex('agents').insert({
+          await server.sql('agents').insert({
             id: randomUUID(),
             name: `sql-agent-${forged.length}`,
             profile: 'all',
@@ -154,8 +153,8 @@ for (const kind of databaseKinds()) {
 
       it("opens nothing when SQL sets an existing agent's token_hash to the attacker's", async () => {
         const forged = newTaggedToken(legacy.key);
-        await server.services
-          .knex('agents')
+        await server
+          .sql('agents')
           .where({ name: 'new-agent' })
           .update({ token_hash: sha256(forged) });
         assert.deepEqual(await tryToken(server.url, forged), { status: 401, reason: 'unknown_token' });

@@ -67,7 +67,7 @@ describeOnPostgres('an answer held until its audit row commits', () => {
   };
 
   it('is not sent while the row waits, and names the row it was committed as', async () => {
-    const before = (await verifyDatabaseChain(server.services.knex)).rows;
+    const before = (await verifyDatabaseChain(server.sql)).rows;
     const answer = await holdingTheLock(async () => {
       const answer = search();
       await waiter();
@@ -76,9 +76,9 @@ describeOnPostgres('an answer held until its audit row commits', () => {
     });
     const envelope = await answer.answer;
     assert.equal(envelope.ok, true);
-    const row = await server.services.knex('audit_events').where({ seq: envelope.audit.audit_seq }).first();
+    const row = await server.sql('audit_events').where({ seq: envelope.audit.audit_seq }).first();
     assert.equal(row.request_id, envelope.audit.request_id);
-    const report = await verifyDatabaseChain(server.services.knex);
+    const report = await verifyDatabaseChain(server.sql);
     assert.equal(report.first_bad, undefined);
     assert.equal(report.rows, before + 1);
   });
@@ -109,7 +109,7 @@ describeOnPostgres('an answer held until its audit row commits', () => {
     assert.equal(await committed.settled, undefined, 'the result stands');
     const audit = (committed.result.structuredContent as { audit: { audit_seq: number; request_id: string } })
       .audit;
-    const row = await server.services.knex('audit_events').where({ seq: audit.audit_seq }).first();
+    const row = await server.sql('audit_events').where({ seq: audit.audit_seq }).first();
     assert.equal(row.request_id, audit.request_id);
   });
 
@@ -122,13 +122,10 @@ describeOnPostgres('an answer held until its audit row commits', () => {
       return { answer, taken: row!.seq };
     });
     const envelope = await answer;
-    const row = await server.services
-      .knex('audit_events')
-      .where({ request_id: envelope.audit.request_id })
-      .first();
+    const row = await server.sql('audit_events').where({ request_id: envelope.audit.request_id }).first();
     assert.equal(Number(row.seq), envelope.audit.audit_seq);
     assert.equal(envelope.audit.audit_seq, taken + 1, 'chained anew after the other writer');
-    assert.equal((await verifyDatabaseChain(server.services.knex)).first_bad, undefined);
+    assert.equal((await verifyDatabaseChain(server.sql)).first_bad, undefined);
   });
 
   it('is -32003 with SOURCE_UNAVAILABLE, never the result, when the row cannot be committed', async () => {
@@ -151,6 +148,6 @@ describeOnPostgres('an answer held until its audit row commits', () => {
       return envelope?.ok ? envelope : undefined;
     });
     assert.equal(typeof next.audit.audit_seq, 'number');
-    assert.equal((await verifyDatabaseChain(server.services.knex)).first_bad, undefined);
+    assert.equal((await verifyDatabaseChain(server.sql)).first_bad, undefined);
   });
 });

@@ -40,9 +40,7 @@ for (const kind of databaseKinds()) {
       agent = await connectHttp(server.url, server.demoToken);
       chairs = [];
       for (const name of ['rule-chair-a', 'rule-chair-b', 'rule-chair-c']) {
-        chairs.push(
-          await createUser(server.services.knex, { name, roles: ['chair'], password: `${name} pw 1` }),
-        );
+        chairs.push(await createUser(server.sql, { name, roles: ['chair'], password: `${name} pw 1` }));
       }
     });
     after(async () => {
@@ -63,7 +61,7 @@ for (const kind of databaseKinds()) {
         dry_run: false,
         approval_id,
       });
-    const requestRow = (id: string) => server.services.knex('approval_requests').where({ id }).first();
+    const requestRow = (id: string) => server.sql('approval_requests').where({ id }).first();
 
     it('refuses a write a rule denies at the dry run, with the rule and reason, and audits it', async () => {
       await setPolicy([
@@ -74,7 +72,7 @@ for (const kind of databaseKinds()) {
       const res = await draft('Here is the PAY\u200bROLL file');
       assert.deepEqual(refusal(res), [false, 'PERMISSION_DENIED', 'policy_denied']);
       assert.match(res.error.message, /No payroll/);
-      const row = await server.services.knex('audit_events').where({ seq: res.audit.audit_seq }).first();
+      const row = await server.sql('audit_events').where({ seq: res.audit.audit_seq }).first();
       assert.equal(row.error_code, 'PERMISSION_DENIED');
       assert.equal(detailsOf(row).reason, 'policy_denied');
       const ok = await draft('nothing about pay');
@@ -121,8 +119,8 @@ for (const kind of databaseKinds()) {
       const got = await call(agent, 'isphere_get_approval', { approval_request_id: id });
       const sent = await execute('Good morning', got.approval.approval_id);
       assert.equal(sent.ok, true, JSON.stringify(sent.error));
-      const approved = await server.services
-        .knex('audit_events')
+      const approved = await server
+        .sql('audit_events')
         .where({ approval_request_id: id, kind: 'approval.approved' })
         .first();
       assert.equal(approved.actor, 'policy:Greetings');
@@ -142,8 +140,8 @@ for (const kind of databaseKinds()) {
       assert.equal(row.status, 'pending');
       assert.equal(row.required_approvers, 2);
       assert.equal(row.policy_rule, 'Two for david');
-      const reopened = await server.services
-        .knex('audit_events')
+      const reopened = await server
+        .sql('audit_events')
         .where({ approval_request_id: id, kind: 'approval.reopened' })
         .first();
       assert.equal(detailsOf(reopened).reason, 'policy_changed');
@@ -169,7 +167,7 @@ for (const kind of databaseKinds()) {
       const text = 'approved, then the stored policy edited by hand';
       const id = (await draft(text)).approval.approval_request_id;
       const approvalId = (await approve(id, chairs[0]!)).approval_id!;
-      const knex = server.services.knex;
+      const knex = server.sql;
       const stored = await knex('settings').where({ name: 'approval_policy' }).first();
       const value = typeof stored.value === 'string' ? JSON.parse(stored.value) : stored.value;
       // The document changes; the version and the seal written beside it stay as they were.
@@ -207,8 +205,8 @@ for (const kind of databaseKinds()) {
       const done = await approve(id, chairs[1]!);
       assert.equal(done.status, 'approved');
       assert.equal((await execute(text, done.approval_id!)).ok, true);
-      const changed = await server.services
-        .knex('audit_events')
+      const changed = await server
+        .sql('audit_events')
         .where({ kind: 'user.teams_changed' })
         .orderBy('seq', 'desc')
         .first();
@@ -272,15 +270,13 @@ for (const kind of databaseKinds()) {
       const refused = await execute(text, approvalId);
       assert.deepEqual(refusal(refused), [false, 'APPROVAL_REQUIRED', 'approver_not_eligible']);
       assert.equal((await requestRow(id)).status, 'approved');
-      const sent = await server.services
-        .knex('audit_events')
-        .where({ approval_request_id: id, kind: 'write.started' });
+      const sent = await server.sql('audit_events').where({ approval_request_id: id, kind: 'write.started' });
       assert.equal(sent.length, 0);
       // Drafting it again replaces the void request with a fresh one, for a chair of the team.
       const fresh = await draft(text);
       assert.notEqual(fresh.approval.approval_request_id, id);
-      const expired = await server.services
-        .knex('audit_events')
+      const expired = await server
+        .sql('audit_events')
         .where({ approval_request_id: id, kind: 'approval.expired' })
         .first();
       assert.equal(detailsOf(expired).reason, 'approver_not_eligible');
@@ -315,7 +311,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('answers a catastrophic pattern on a long hostile text while another agent is served', async () => {
-      const other = await createAgent(server.services.knex, { name: 'rule-bystander' });
+      const other = await createAgent(server.sql, { name: 'rule-bystander' });
       const bystander = await connectHttp(server.url, other.token);
       try {
         // On a backtracking engine this pattern takes seconds for 30 characters (×4 per two more).
@@ -371,8 +367,8 @@ for (const kind of databaseKinds()) {
       assert.deepEqual([row.status, row.policy_rule], ['approved', 'One of finance']);
       assert.equal(refused.error.details.approval_id, row.approval_id);
       assert.notEqual(row.approval_id, approvalId);
-      const reapproved = await server.services
-        .knex('audit_events')
+      const reapproved = await server
+        .sql('audit_events')
         .where({ approval_request_id: id, kind: 'approval.approved', approval_id: row.approval_id })
         .first();
       assert.equal(detailsOf(reapproved).reevaluated, 'policy_changed');
@@ -386,15 +382,12 @@ for (const kind of databaseKinds()) {
       const id = (await draft(text)).approval.approval_request_id;
       assert.equal((await approve(id, chairs[1]!)).status, 'approved');
       // The state a request was left in when reopening did not count again: pending, its approval kept.
-      await server.services
-        .knex('approval_requests')
-        .where({ id })
-        .update({ status: 'pending', approval_id: null });
+      await server.sql('approval_requests').where({ id }).update({ status: 'pending', approval_id: null });
       const again = await approve(id, chairs[1]!);
       assert.equal(again.status, 'approved');
       assert.ok(again.approval_id);
-      const rows = await server.services
-        .knex('audit_events')
+      const rows = await server
+        .sql('audit_events')
         .where({ approval_request_id: id, kind: 'approval.approved' })
         .orderBy('seq');
       assert.equal(rows.length, 2);
@@ -411,8 +404,8 @@ for (const kind of databaseKinds()) {
       );
       assert.equal((await server.services.approvals.policy.current()).version, before);
       const { after: next } = await setPolicy([rule('r', 'false', { deny: { reason: 'x' } })]);
-      const row = await server.services
-        .knex('audit_events')
+      const row = await server
+        .sql('audit_events')
         .where({ kind: 'policy.changed' })
         .orderBy('seq', 'desc')
         .first();
@@ -455,8 +448,8 @@ for (const kind of databaseKinds()) {
         target_id: 'ct_david',
         content_text: 'pay EUR 20000',
       });
-      const queued = await server.services
-        .knex('notification_outbox')
+      const queued = await server
+        .sql('notification_outbox')
         .where({ approval_request_id: res.approval.approval_request_id, channel: 'email' })
         .first();
       const notice = (

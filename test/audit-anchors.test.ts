@@ -4,8 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { createCheckpoint, checkpointPayload } from '../src/audit/checkpoints.ts';
-import { exportToFile } from '../src/audit/export-file.ts';
+import { checkpointPayload } from '../src/audit/checkpoints.ts';
 import type { Manifest } from '../src/audit/export.ts';
 import { chainHash } from '../src/audit/chain.ts';
 import { verifyExport } from '../src/audit/verify-export.ts';
@@ -80,9 +79,9 @@ describe('anchors off the box', () => {
       const server = await startTestServer('pglite', env);
       try {
         await appendRows(server.services.audit, 3);
-        const checkpoint = await createCheckpoint(server.services.checkpoints);
+        const checkpoint = await server.services.checkpoints.checkpoint();
         assert.ok(checkpoint);
-        assert.equal((await server.services.knex('audit_anchors')).length, 0);
+        assert.equal((await server.sql('audit_anchors')).length, 0);
       } finally {
         await server.stop();
       }
@@ -112,9 +111,9 @@ describe('anchors off the box', () => {
 
       it('time-stamps each checkpoint, writes it to the witness directory, and an export carries the anchors', async () => {
         const asked = tsa.requests();
-        const checkpoint = (await createCheckpoint(server.services.checkpoints))!;
+        const checkpoint = (await server.services.checkpoints.checkpoint())!;
         assert.equal(tsa.requests(), asked + 1);
-        const stored = await server.services.knex('audit_anchors').where({ seq: checkpoint.seq });
+        const stored = await server.sql('audit_anchors').where({ seq: checkpoint.seq });
         assert.equal(stored.length, 1);
         assert.equal(stored[0].head_hash, checkpoint.head_hash);
         const names = fs.readdirSync(witness);
@@ -127,7 +126,7 @@ describe('anchors off the box', () => {
 
         await appendRows(server.services.audit, 5);
         const file = path.join(server.db.dataDir, 'good.jsonl');
-        const result = await exportToFile(server.services.checkpoints, {
+        const result = await server.services.checkpoints.exportToFile({
           format: 'jsonl',
           filter: {},
           path: file,
@@ -304,7 +303,7 @@ describe('anchors off the box', () => {
       });
 
       it('detects the deletion of the newest rows in an export signed with the right key', async () => {
-        const anchored = (await server.services.knex('audit_anchors').min({ s: 'seq' }).first()) as {
+        const anchored = (await server.sql('audit_anchors').min({ s: 'seq' }).first()) as {
           s: number;
         };
         const forged = forge('cut', (lines) => lines.filter((l) => l.seq < Number(anchored.s)));
@@ -320,7 +319,7 @@ describe('anchors off the box', () => {
       });
 
       it("detects an insider's rewrite of the live table, checkpoints and anchors deleted", async () => {
-        await rewriteRow(server.services.knex, 100, { i: 'rewritten' });
+        await rewriteRow(server.sql, 100, { i: 'rewritten' });
         // The checkpoint rows the chain recorded contradict the re-hashed rows already; the anchors
         // name the same rewrite from outside the database.
         const plain = await verify(['--db']);
@@ -334,11 +333,11 @@ describe('anchors off the box', () => {
           assert.match(result.stdout, /differs: .*seq \d+/);
         }
         // The server refuses to sign it too, the witness directory holding the head it signed.
-        await assert.rejects(createCheckpoint(server.services.checkpoints), { code: 'TAMPERED' });
+        await assert.rejects(server.services.checkpoints.checkpoint(), { code: 'TAMPERED' });
       });
 
       it("detects an insider's deletion of the newest rows of the live table", async () => {
-        await deleteNewest(server.services.knex, 120);
+        await deleteNewest(server.sql, 120);
         const result = await verify(['--db', '--witness', witness, '--tsa-cert', tsa.caCert]);
         assert.equal(result.code, 1, result.stdout);
         assert.match(result.stdout, /deleted: .*but the chain ends at seq 120: rows deleted/);

@@ -4,14 +4,14 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
-import { createCheckpoint, listCheckpoints } from '../src/audit/checkpoints.ts';
+import { listCheckpoints } from '../src/audit/checkpoints.ts';
 import { exportAudit, type Manifest } from '../src/audit/export.ts';
 import { EXPORT_COLUMNS } from '../src/audit/format.ts';
 import { verifyExport } from '../src/audit/verify-export.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { pinArgs, runCli } from './helpers/cli.ts';
 import { databaseKinds } from './helpers/db.ts';
-import { call, connectHttp, startTestServer, type TestServer } from './helpers/server.ts';
+import { call, connectHttp, startTestServer, type TestServer, checkpointDepsOf } from './helpers/server.ts';
 
 type Line = Record<string, unknown>;
 
@@ -25,7 +25,7 @@ for (const kind of databaseKinds()) {
     async function exportTo(format: 'jsonl' | 'csv', filter: Record<string, string> = {}) {
       const file = path.join(dir, `export-${Date.now()}-${Math.random().toString(36).slice(2)}.${format}`);
       const out = fs.createWriteStream(file);
-      const manifest = await exportAudit(server.services.checkpoints, {
+      const manifest = await exportAudit(checkpointDepsOf(server), {
         format,
         filter,
         out,
@@ -89,18 +89,15 @@ for (const kind of databaseKinds()) {
       assert.equal(manifest.filtered, true);
       assert.ok(manifest.row_count >= 1);
       assert.equal((await verifyExport(file, manifest)).ok, true);
-      const created = await server.services.knex('audit_events').where({ kind: 'export.created' });
+      const created = await server.sql('audit_events').where({ kind: 'export.created' });
       assert.ok(created.length >= 3);
-      assert.ok(await server.services.knex('audit_events').where({ kind: 'checkpoint' }).first());
+      assert.ok(await server.sql('audit_events').where({ kind: 'checkpoint' }).first());
     });
 
     it('exports only the rows of one target, or of one approval, and says so in the signed filter', async () => {
       const byTarget = await exportTo('jsonl', { target_ref: 'ct_wang' });
       const rows = jsonl(byTarget.file);
-      const expected = await server.services
-        .knex('audit_events')
-        .where({ target_ref: 'ct_wang' })
-        .count('* as n');
+      const expected = await server.sql('audit_events').where({ target_ref: 'ct_wang' }).count('* as n');
       assert.equal(rows.length, Number(expected[0]!.n));
       assert.ok(rows.length >= 2, 'the dry run and its approval request');
       assert.ok(rows.every((r) => r.target_ref === 'ct_wang'));
@@ -109,8 +106,8 @@ for (const kind of databaseKinds()) {
 
       const requestId = rows.find((r) => r.approval_request_id)!.approval_request_id as string;
       const byApproval = await exportTo('csv', { approval: requestId });
-      const ofApproval = await server.services
-        .knex('audit_events')
+      const ofApproval = await server
+        .sql('audit_events')
         .where({ approval_request_id: requestId })
         .orWhere({ approval_id: requestId });
       assert.ok(ofApproval.length >= 1);
@@ -307,12 +304,12 @@ for (const kind of databaseKinds()) {
     });
 
     it('never signs a checkpoint that contradicts the previous one', async () => {
-      const before = await listCheckpoints(server.services.knex);
-      const again = await createCheckpoint(server.services.checkpoints);
+      const before = await listCheckpoints(server.sql);
+      const again = await server.services.checkpoints.checkpoint();
       assert.ok(again!.seq >= before.at(-1)!.seq);
-      const all = await listCheckpoints(server.services.knex);
+      const all = await listCheckpoints(server.sql);
       for (let i = 1; i < all.length; i++) assert.ok(all[i]!.seq >= all[i - 1]!.seq);
-      await assert.rejects(server.services.knex('audit_checkpoints').delete(), /append-only/);
+      await assert.rejects(server.sql('audit_checkpoints').delete(), /append-only/);
     });
 
     it('exports and verifies from the command line, with exit codes', async () => {

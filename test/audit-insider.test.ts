@@ -24,7 +24,7 @@ import { isAppError } from '../src/core/errors.ts';
 import type { Database } from '../src/db/knex.ts';
 import { pinArgs, runCli } from './helpers/cli.ts';
 import { databaseKinds, openMigratedDatabase, type TestDatabase } from './helpers/db.ts';
-import { startTestServer, waitFor, type TestServer } from './helpers/server.ts';
+import { startTestServer, waitFor, type TestServer, checkpointDepsOf } from './helpers/server.ts';
 
 /**
  * What a database administrator can do: change rows in one transaction with the append-only triggers
@@ -96,9 +96,7 @@ async function exportTo(
 ) {
   const file = path.join(server.db.dataDir, name);
   const out = fs.createWriteStream(file);
-  const deps = opts.insider
-    ? { ...server.services.checkpoints, guard: undefined }
-    : server.services.checkpoints;
+  const deps = opts.insider ? { ...checkpointDepsOf(server), guard: undefined } : checkpointDepsOf(server);
   const manifest = await exportAudit(deps, {
     format: 'jsonl',
     filter,
@@ -134,16 +132,16 @@ for (const kind of databaseKinds()) {
       // A chain of 160+ rows with a checkpoint signed after every 40 rows.
       for (let i = 0; i < 4; i++) {
         await append(server, 40);
-        await createCheckpoint(server.services.checkpoints);
+        await server.services.checkpoints.checkpoint();
       }
-      const rows = (await server.services
-        .knex('audit_events')
+      const rows = (await server
+        .sql('audit_events')
         .where('kind', 'checkpoint')
         .andWhere('seq', '>', 100)
         .orderBy('seq')
         .first('seq')) as { seq: number | string };
       firstCheckpointRowAfter100 = Number(rows.seq);
-      assert.ok((await head(server.services.knex)).seq >= 150);
+      assert.ok((await head(server.sql)).seq >= 150);
     });
     after(async () => server?.stop());
 
@@ -151,13 +149,13 @@ for (const kind of databaseKinds()) {
       const clean = await runCli(['audit', 'verify', '--db'], server.env);
       assert.equal(clean.code, 0, clean.stdout + clean.stderr);
 
-      await asAdmin(server.services.knex, async (trx) => {
+      await asAdmin(server.sql, async (trx) => {
         await rewriteRow(trx, 100, { edited: true });
         await trx('audit_checkpoints').delete();
       });
-      assert.equal(await latestCheckpoint(server.services.knex), undefined);
+      assert.equal(await server.services.auditReader.latestCheckpoint(), undefined);
 
-      const report = await verifyDatabase(server.services.knex);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, false);
       assert.equal(report.chain.first_bad?.seq, firstCheckpointRowAfter100);
       assert.equal(report.chain.first_bad?.fault, 'checkpoint');
@@ -176,7 +174,7 @@ for (const kind of databaseKinds()) {
       // The administrator also holds the key file: signs the rewritten head, and the export goes ahead.
       const signer = loadSigner(server.db.dataDir);
       assert.equal(signer.key_id, server.services.checkpoints.signer.key_id);
-      await signHeadWith(server.services.knex, signer, server.services.checkpoints.origin);
+      await signHeadWith(server.sql, signer, server.services.checkpoints.origin);
       const { file, manifest } = await exportTo(server, 'forged.jsonl', {}, { insider: true });
       const report = await verifyExport(file, manifest, signer.public_key);
       assert.equal(report.ok, false);
@@ -191,7 +189,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('fails when the checkpoint rows were re-written to the new hashes too: their signatures no longer hold', async () => {
-      await asAdmin(server.services.knex, async (trx) => {
+      await asAdmin(server.sql, async (trx) => {
         // Each checkpoint row made to quote its re-hashed head, then the chain re-hashed after it.
         const cps = (await trx('audit_events').where('kind', 'checkpoint').orderBy('seq')) as unknown[];
         for (const raw of cps.map(rowFromDb)) {
@@ -203,7 +201,7 @@ for (const kind of databaseKinds()) {
           await rewriteRow(trx, raw.seq, { head_hash: prevRow.hash });
         }
       });
-      const report = await verifyDatabase(server.services.knex);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, false);
       assert.equal(report.chain.first_bad?.fault, 'checkpoint');
       assert.match(report.chain.first_bad?.detail ?? '', /not signed by the log's key/);
@@ -217,14 +215,14 @@ for (const kind of databaseKinds()) {
     before(async () => {
       server = await startTestServer(kind, QUIET);
       await append(server, 5);
-      cp = (await createCheckpoint(server.services.checkpoints))!;
+      cp = (await server.services.checkpoints.checkpoint())!;
       await append(server, 3);
     });
     after(async () => server?.stop());
 
     it('names the rows after the last checkpoint and fails under --require-anchored (--db)', async () => {
-      const h = await head(server.services.knex);
-      const report = await verifyDatabase(server.services.knex);
+      const h = await head(server.sql);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, true, report.summary);
       // The checkpoint's own row (cp.seq + 1) records it; the rows after it are not signed yet.
       assert.deepEqual(report.tail, { from: cp.seq + 2, to: h.seq });
@@ -265,9 +263,9 @@ for (const kind of databaseKinds()) {
     });
 
     it('has no tail once a checkpoint covers every row', async () => {
-      const signed = (await createCheckpoint(server.services.checkpoints))!;
-      assert.equal((await head(server.services.knex)).seq, signed.seq + 1);
-      const report = await verifyDatabase(server.services.knex);
+      const signed = (await server.services.checkpoints.checkpoint())!;
+      assert.equal((await head(server.sql)).seq, signed.seq + 1);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, true, report.summary);
       assert.equal(report.tail, undefined);
       const strict = await runCli(['audit', 'verify', '--db', '--require-anchored'], server.env);
@@ -276,19 +274,19 @@ for (const kind of databaseKinds()) {
 
     it("fails, naming the seq, when the rows from a checkpoint's own row on were deleted", async () => {
       await append(server, 2);
-      const last = (await latestCheckpoint(server.services.knex))!;
+      const last = (await server.services.auditReader.latestCheckpoint())!;
       // Deleting only the unsigned rows after the checkpoint row cannot be told; they were the tail.
-      await asAdmin(server.services.knex, async (trx) => {
+      await asAdmin(server.sql, async (trx) => {
         await trx('audit_events')
           .where('seq', '>', last.seq + 1)
           .delete();
       });
-      assert.equal((await verifyDatabase(server.services.knex)).ok, true);
+      assert.equal((await server.services.auditReader.verify()).ok, true);
       // Deleting the row that records the checkpoint too is seen: the stored checkpoint names it.
-      await asAdmin(server.services.knex, async (trx) => {
+      await asAdmin(server.sql, async (trx) => {
         await trx('audit_events').where('seq', '>', last.seq).delete();
       });
-      const report = await verifyDatabase(server.services.knex);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, false);
       assert.match(
         report.summary,
@@ -299,12 +297,12 @@ for (const kind of databaseKinds()) {
       assert.match(cli.stdout, new RegExp(`checkpoint at seq ${last.seq}:`));
 
       // And a stored checkpoint past the chain's end (its rows deleted) names its seq.
-      await asAdmin(server.services.knex, async (trx) => {
+      await asAdmin(server.sql, async (trx) => {
         await trx('audit_events')
           .where('seq', '>', last.seq - 2)
           .delete();
       });
-      const shorter = await verifyDatabase(server.services.knex);
+      const shorter = await server.services.auditReader.verify();
       assert.equal(shorter.ok, false);
       const beyond = new RegExp(`checkpoint at seq (\\d+): the chain ends at seq ${last.seq - 2}`).exec(
         shorter.summary,
@@ -319,14 +317,14 @@ for (const kind of databaseKinds()) {
     before(async () => {
       server = await startTestServer(kind, QUIET);
       await append(server, 5);
-      await createCheckpoint(server.services.checkpoints);
+      await server.services.checkpoints.checkpoint();
     });
     after(async () => server?.stop());
 
     it('checks the checkpoints with the key given (--pubkey), else the one the cluster recorded', async () => {
-      assert.equal((await verifyDatabase(server.services.knex)).ok, true);
+      assert.equal((await server.services.auditReader.verify()).ok, true);
       const other = foreignSigner(server.db.dataDir);
-      const report = await verifyDatabase(server.services.knex, [other.public_key]);
+      const report = await verifyDatabase(server.sql, [other.public_key]);
       assert.equal(report.ok, false);
       assert.match(report.summary, new RegExp(`not the log's key ${other.key_id}`));
       const pubkey = path.join(server.db.dataDir, 'other-public.pem');
@@ -338,22 +336,20 @@ for (const kind of databaseKinds()) {
     it('fails a stored checkpoint signed by a foreign key', async () => {
       const foreign = foreignSigner(server.db.dataDir);
       await append(server, 1);
-      await signHeadWith(server.services.knex, foreign, server.services.checkpoints.origin);
-      const report = await verifyDatabase(server.services.knex);
+      await signHeadWith(server.sql, foreign, server.services.checkpoints.origin);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, false);
-      const h = await head(server.services.knex);
+      const h = await head(server.sql);
       assert.match(report.summary, new RegExp(`checkpoint at seq ${h.seq}: signed by key ${foreign.key_id}`));
-      await asAdmin(server.services.knex, (trx) =>
-        trx('audit_checkpoints').where('key_id', foreign.key_id).delete(),
-      );
-      assert.equal((await verifyDatabase(server.services.knex)).ok, true);
+      await asAdmin(server.sql, (trx) => trx('audit_checkpoints').where('key_id', foreign.key_id).delete());
+      assert.equal((await server.services.auditReader.verify()).ok, true);
     });
 
     it('fails a checkpoint row in the chain signed by a foreign key, on --db and offline', async () => {
       const foreign = foreignSigner(server.db.dataDir);
       const origin = server.services.checkpoints.origin;
       let rowSeq = 0;
-      await server.services.knex.transaction(async (trx) => {
+      await server.sql.transaction(async (trx) => {
         await trx.raw('select pg_advisory_xact_lock(?)', [AUDIT_LOCK_KEY]);
         const h = await head(trx);
         const statement = { origin, seq: h.seq, head_hash: h.hash, ts: new Date().toISOString() };
@@ -371,7 +367,7 @@ for (const kind of databaseKinds()) {
         });
         rowSeq = row!.seq;
       });
-      const report = await verifyDatabase(server.services.knex);
+      const report = await server.services.auditReader.verify();
       assert.equal(report.ok, false);
       assert.equal(report.chain.first_bad?.seq, rowSeq);
       assert.match(report.chain.first_bad?.detail ?? '', new RegExp(`names key ${foreign.key_id}`));
@@ -381,7 +377,7 @@ for (const kind of databaseKinds()) {
 
       // The server will not sign over it; an administrator holding the key makes the export go ahead.
       await assert.rejects(exportTo(server, 'foreign-refused.jsonl'), (err) => isAppError(err, 'TAMPERED'));
-      await signHeadWith(server.services.knex, server.services.checkpoints.signer, origin);
+      await signHeadWith(server.sql, server.services.checkpoints.signer, origin);
       const { file, manifest } = await exportTo(server, 'foreign.jsonl');
       const offline = await verifyExport(file, manifest);
       assert.equal(offline.ok, false);
@@ -480,7 +476,7 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_CHECKPOINT_ROWS: '20',
       });
       try {
-        const knex = server.services.knex;
+        const knex = server.sql;
         await append(server, 25);
         const next = await waitFor('a checkpoint after 20 rows', () => latestCheckpoint(knex));
         assert.ok(next.seq >= 20);
@@ -498,7 +494,7 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_CHECKPOINT_ROWS: '100000',
       });
       try {
-        const knex = server.services.knex;
+        const knex = server.sql;
         const row = await server.services.audit.append({ kind: 'tool.call', result: 'ok' });
         const covering = await waitFor('a checkpoint covering the new row', async () => {
           const cp = await latestCheckpoint(knex);

@@ -68,7 +68,7 @@ async function exportedRows(env: Record<string, string>, dir: string, format: 'j
 
 /** The names of the agents, by id, as the agents table has them. */
 async function agentNames(server: TestServer): Promise<Map<string, string>> {
-  const rows = (await server.services.knex('agents').select('id', 'name')) as { id: string; name: string }[];
+  const rows = (await server.sql('agents').select('id', 'name')) as { id: string; name: string }[];
   return new Map(rows.map((r) => [String(r.id), r.name]));
 }
 
@@ -82,7 +82,7 @@ for (const kind of databaseKinds()) {
     let dir: string;
     const cli = (args: string[]) => runCli(args, server.env);
     const ageRequest = (id: string, change: Record<string, unknown>) =>
-      server.services.knex('approval_requests').where({ id }).update(change);
+      server.sql('approval_requests').where({ id }).update(change);
     const draft = async (text: string, extra: Record<string, unknown> = {}) => {
       const res = await call(demo, 'isphere_send_message', { ...message(text), ...extra });
       assert.equal(res.ok, true, JSON.stringify(res.error));
@@ -105,7 +105,7 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_NOTIFY_POLL_MS: '100',
         COUNTERSIGN_NOTIFY_BACKOFF_MS: '50',
       });
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'chair-nm',
         roles: ['chair', 'compliance'],
         password: 'chair-nm password',
@@ -197,7 +197,7 @@ for (const kind of databaseKinds()) {
         execution_source: 'local',
       });
       await server.services.maintain();
-      const settled = await server.services.knex('approval_requests').where({ id: interrupted }).first();
+      const settled = await server.sql('approval_requests').where({ id: interrupted }).first();
       assert.equal(settled.status, 'failed', interruptedId);
 
       // A revoked agent is refused, and the refusal names it.
@@ -206,7 +206,7 @@ for (const kind of databaseKinds()) {
       await assert.rejects(connectHttp(server.url, revokedToken), /401|Unauthorized/);
 
       // Every notice queued so far has been tried (the first refused, then delivered).
-      const { knex } = server.services;
+      const knex = server.sql;
       await waitFor('every notice tried', async () => {
         const open = await knex('notification_outbox').where({ state: 'pending' }).count({ n: '*' }).first();
         return Number(open?.n) === 0 ? true : undefined;

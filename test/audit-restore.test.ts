@@ -3,15 +3,19 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { after, it } from 'node:test';
 import pg from 'pg';
-import { startHttpServer, type RunningServer } from '../src/app/serve-http.ts';
-import { createCheckpoint } from '../src/audit/checkpoints.ts';
 import { verifyDatabase } from '../src/audit/context.ts';
 import { loadConfig } from '../src/config.ts';
 import { isAppError } from '../src/core/errors.ts';
 import { createLogger } from '../src/log.ts';
 import { runCli } from './helpers/cli.ts';
 import { describeOnPostgres } from './helpers/db.ts';
-import { startTestServer, testEnv, type TestServer } from './helpers/server.ts';
+import {
+  startSqlServer,
+  startTestServer,
+  testEnv,
+  type SqlServer,
+  type TestServer,
+} from './helpers/server.ts';
 import { appendRows } from './helpers/tamper.ts';
 
 /** A backup of the database as an operator takes one (pg_dump), restored into a new database. */
@@ -38,7 +42,7 @@ async function backupInto(url: string): Promise<{ url: string; drop(): Promise<v
 describeOnPostgres('a database restored from a backup', () => {
   let live: TestServer;
   let backup: { url: string; drop(): Promise<void> } | undefined;
-  const running: RunningServer[] = [];
+  const running: SqlServer[] = [];
   let liveOpen = false;
   after(async () => {
     for (const s of running) await s.close();
@@ -50,7 +54,7 @@ describeOnPostgres('a database restored from a backup', () => {
   /** A replica on the restored database, with the live one's data directory and host roots. */
   const startOnBackup = async () => {
     const env = { ...testEnv(live.db), DATABASE_URL: backup!.url };
-    const server = await startHttpServer(loadConfig(env, live.db.dataDir), createLogger('silent'));
+    const server = await startSqlServer(loadConfig(env, live.db.dataDir), createLogger('silent'));
     running.push(server);
     return { server, env };
   };
@@ -59,17 +63,17 @@ describeOnPostgres('a database restored from a backup', () => {
     live = await startTestServer('postgres');
     liveOpen = true;
     await appendRows(live.services.audit, 3);
-    assert.ok(await createCheckpoint(live.services.checkpoints));
+    assert.ok(await live.services.checkpoints.checkpoint());
     backup = await backupInto(live.db.url!);
     // The live log goes on past the backup and signs a newer head; then its database is lost.
     await appendRows(live.services.audit, 5);
-    const lost = await createCheckpoint(live.services.checkpoints);
+    const lost = await live.services.checkpoints.checkpoint();
     assert.ok(lost);
     await live.close();
     liveOpen = false;
 
     const first = await startOnBackup();
-    await assert.rejects(createCheckpoint(first.server.services.checkpoints), (err) =>
+    await assert.rejects(first.server.services.checkpoints.checkpoint(), (err) =>
       isAppError(err, 'TAMPERED', 'rows_deleted'),
     );
     await running.pop()!.close();
@@ -86,8 +90,9 @@ describeOnPostgres('a database restored from a backup', () => {
     assert.notEqual(again.code, 0, 'nothing left to accept');
 
     const restarted = await startOnBackup();
-    const { knex, config } = restarted.server.services;
-    assert.ok(await createCheckpoint(restarted.server.services.checkpoints), 'signs again');
+    const { config } = restarted.server.services;
+    const knex = restarted.server.sql;
+    assert.ok(await restarted.server.services.checkpoints.checkpoint(), 'signs again');
     const row = await knex('audit_events').where({ kind: 'audit.restore_accepted' }).first();
     assert.equal(row.details.reason, 'restored last night’s dump');
     assert.deepEqual(

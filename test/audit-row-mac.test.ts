@@ -68,7 +68,7 @@ for (const kind of databaseKinds()) {
     after(async () => {
       await server?.stop();
     });
-    const knex = () => server.services.knex;
+    const knex = () => server.sql;
     const config = () => server.services.config;
 
     it('pins the first row that needs a MAC in the host roots, and every row since carries one', async () => {
@@ -80,7 +80,7 @@ for (const kind of databaseKinds()) {
       for (const row of rows)
         assert.equal(roots.verify('row', row.hash, row.row_mac), true, `row ${row.seq}`);
       assert.equal((await verifyDatabase(knex(), [], config())).ok, true);
-      assert.ok(await createCheckpoint(server.services.checkpoints), 'signs its own rows');
+      assert.ok(await server.services.checkpoints.checkpoint(), 'signs its own rows');
     });
 
     it('keeps the first pin: a later start does not move it', () => {
@@ -94,15 +94,15 @@ for (const kind of databaseKinds()) {
       const own = await startTestServer(kind);
       try {
         await appendRows(own.services.audit, 3);
-        const forged = await forgeTail(own.services.knex, null);
-        const report = await verifyDatabase(own.services.knex, [], own.services.config);
+        const forged = await forgeTail(own.sql, null);
+        const report = await verifyDatabase(own.sql, [], own.services.config);
         assert.deepEqual(firstBad(report), [false, 'row_unsigned', forged]);
         assert.match(report.summary, /TAMPERED/);
-        await assert.rejects(createCheckpoint(own.services.checkpoints), (err) =>
+        await assert.rejects(own.services.checkpoints.checkpoint(), (err) =>
           isAppError(err, 'TAMPERED', 'row_unsigned'),
         );
         // A replica started after the forgery (no signed head yet) refuses it too.
-        const restarted = await checkpointDeps(own.services.knex, own.services.audit, own.services.config);
+        const restarted = await checkpointDeps(own.sql, own.services.audit, own.services.config);
         await assert.rejects(createCheckpoint(restarted), (err) =>
           isAppError(err, 'TAMPERED', 'row_unsigned'),
         );
@@ -115,13 +115,13 @@ for (const kind of databaseKinds()) {
       const own = await startTestServer(kind);
       try {
         await appendRows(own.services.audit, 3);
-        assert.ok(await createCheckpoint(own.services.checkpoints));
+        assert.ok(await own.services.checkpoints.checkpoint());
         await appendRows(own.services.audit, 2);
-        const forged = await forgeTail(own.services.knex, randomBytes(32).toString('hex'));
+        const forged = await forgeTail(own.sql, randomBytes(32).toString('hex'));
         await appendRows(own.services.audit, 2);
-        const report = await verifyDatabase(own.services.knex, [], own.services.config);
+        const report = await verifyDatabase(own.sql, [], own.services.config);
         assert.deepEqual(firstBad(report), [false, 'row_mac_mismatch', forged]);
-        await assert.rejects(createCheckpoint(own.services.checkpoints), (err) =>
+        await assert.rejects(own.services.checkpoints.checkpoint(), (err) =>
           isAppError(err, 'TAMPERED', 'row_mac_mismatch'),
         );
       } finally {
@@ -134,10 +134,10 @@ for (const kind of databaseKinds()) {
       try {
         await appendRows(own.services.audit, 4);
         const from = readHostRoots(own.services.config.secrets.host_roots_path)!.rowMacsFrom!;
-        const head = Number((await own.services.knex('audit_events').max({ m: 'seq' }).first())?.m);
-        await stripMacs(own.services.knex, head - 1);
+        const head = Number((await own.sql('audit_events').max({ m: 'seq' }).first())?.m);
+        await stripMacs(own.sql, head - 1);
         assert.ok(head - 1 >= from);
-        const report = await verifyDatabase(own.services.knex, [], own.services.config);
+        const report = await verifyDatabase(own.sql, [], own.services.config);
         assert.deepEqual(firstBad(report), [false, 'row_unsigned', head - 1]);
       } finally {
         await own.stop();
@@ -150,8 +150,9 @@ for (const kind of databaseKinds()) {
       const server = await startTestServer(kind);
       try {
         await appendRows(server.services.audit, 3);
-        assert.ok(await createCheckpoint(server.services.checkpoints));
-        const { knex, config } = server.services;
+        assert.ok(await server.services.checkpoints.checkpoint());
+        const { config } = server.services;
+        const knex = server.sql;
         assert.equal((await verifyDatabase(knex, [], config)).key_source, 'host');
         const elsewhere = { ...config, audit: { ...config.audit, signing_key_path: '/nonexistent/key.pem' } };
         const recorded = await verifyDatabase(knex, [], elsewhere);
@@ -187,20 +188,20 @@ for (const kind of databaseKinds()) {
         const text = JSON.parse(fs.readFileSync(file, 'utf8')) as Record<string, unknown>;
         const from = readHostRoots(file)!.rowMacsFrom!;
         // Rows from before the upgrade: the same rows without MACs, the file without its pin.
-        await stripMacs(server.services.knex, 1);
+        await stripMacs(server.sql, 1);
         delete text.row_macs_from;
         fs.writeFileSync(file, JSON.stringify(text));
         assert.equal(readHostRoots(file)!.rowMacsFrom, undefined, 'an older file reads');
-        assert.equal((await verifyDatabase(server.services.knex, [], server.services.config)).ok, true);
-        const head = Number((await server.services.knex('audit_events').max({ m: 'seq' }).first())?.m);
+        assert.equal((await verifyDatabase(server.sql, [], server.services.config)).ok, true);
+        const head = Number((await server.sql('audit_events').max({ m: 'seq' }).first())?.m);
         assert.ok(head >= from);
         // The first start of this version pins the row after the head.
-        await checkpointDeps(server.services.knex, server.services.audit, server.services.config);
+        await checkpointDeps(server.sql, server.services.audit, server.services.config);
         assert.equal(readHostRoots(file)!.rowMacsFrom, head + 1);
         await appendRows(server.services.audit, 2);
-        assert.equal((await verifyDatabase(server.services.knex, [], server.services.config)).ok, true);
-        const forged = await forgeTail(server.services.knex, null);
-        const report = await verifyDatabase(server.services.knex, [], server.services.config);
+        assert.equal((await verifyDatabase(server.sql, [], server.services.config)).ok, true);
+        const forged = await forgeTail(server.sql, null);
+        const report = await verifyDatabase(server.sql, [], server.services.config);
         assert.deepEqual(firstBad(report), [false, 'row_unsigned', forged]);
       } finally {
         await server.stop();

@@ -7,7 +7,7 @@ import { exportToFile } from '../src/audit/export-file.ts';
 import { createSignedHeadGuard, SIGNED_HEAD_FILE } from '../src/audit/signed-head.ts';
 import { isAppError } from '../src/core/errors.ts';
 import { databaseKinds } from './helpers/db.ts';
-import { startTestServer, type TestServer } from './helpers/server.ts';
+import { startTestServer, type TestServer, checkpointDepsOf } from './helpers/server.ts';
 import { appendRows, deleteNewest, rewriteRow } from './helpers/tamper.ts';
 
 const tampered = (reason: string) => (err: unknown) => isAppError(err, 'TAMPERED', reason);
@@ -39,7 +39,7 @@ for (const kind of databaseKinds()) {
 
     it('refuses to checkpoint or export a chain rewritten behind its back, says so on /healthz and in the log', async () => {
       const server = await start();
-      const deps = server.services.checkpoints;
+      const deps = checkpointDepsOf(server);
       await appendRows(server.services.audit, 160);
       const signed = (await createCheckpoint(deps))!;
       assert.deepEqual(
@@ -48,7 +48,7 @@ for (const kind of databaseKinds()) {
       );
       assert.equal((await health(server)).audit_chain.state, 'ok');
 
-      await rewriteRow(server.services.knex, 100, { i: 'rewritten' });
+      await rewriteRow(server.sql, 100, { i: 'rewritten' });
       await appendRows(server.services.audit, 1);
 
       await assert.rejects(createCheckpoint(deps), tampered('head_mismatch'));
@@ -59,8 +59,8 @@ for (const kind of databaseKinds()) {
       );
       assert.equal(fs.existsSync(file), false, 'nothing of the refused export is left');
       assert.equal(
-        await server.services
-          .knex('audit_checkpoints')
+        await server
+          .sql('audit_checkpoints')
           .count({ n: '*' })
           .first()
           .then((r) => Number(r!.n)),
@@ -76,7 +76,7 @@ for (const kind of databaseKinds()) {
 
       // Recorded once, on the next append that succeeded, however often the signature is refused.
       await assert.rejects(createCheckpoint(deps), tampered('head_mismatch'));
-      const rows = await server.services.knex('audit_events').where({ kind: 'audit.tampered' });
+      const rows = await server.sql('audit_events').where({ kind: 'audit.tampered' });
       assert.equal(rows.length, 1);
       assert.equal(rows[0].error_code, 'TAMPERED');
       assert.equal(rows[0].details.reason, 'head_mismatch');
@@ -85,10 +85,10 @@ for (const kind of databaseKinds()) {
 
     it('refuses to sign once the newest signed rows are deleted', async () => {
       const server = await start();
-      const deps = server.services.checkpoints;
+      const deps = checkpointDepsOf(server);
       await appendRows(server.services.audit, 150);
       const signed = (await createCheckpoint(deps))!;
-      await deleteNewest(server.services.knex, 120);
+      await deleteNewest(server.sql, 120);
       await assert.rejects(createCheckpoint(deps), tampered('rows_deleted'));
       const h = await health(server);
       assert.deepEqual(
@@ -102,7 +102,7 @@ for (const kind of databaseKinds()) {
       await appendRows(server.services.audit, 150);
       const fresh = fs.mkdtempSync(path.join(server.db.dataDir, 'replica-'));
       const replica: CheckpointDeps = {
-        ...server.services.checkpoints,
+        ...checkpointDepsOf(server),
         guard: createSignedHeadGuard({ dataDir: fresh, origin: server.services.checkpoints.origin }),
       };
       const first = (await createCheckpoint(replica))!;
@@ -112,14 +112,14 @@ for (const kind of databaseKinds()) {
 
       // Its head falls behind while another replica signs; it still signs a chain that extends it.
       await appendRows(server.services.audit, 20);
-      await createCheckpoint(server.services.checkpoints);
+      await server.services.checkpoints.checkpoint();
       await appendRows(server.services.audit, 5);
       const later = (await createCheckpoint(replica))!;
       assert.ok(later.seq > first.seq);
       assert.equal(head().seq, later.seq);
 
       // An older head the chain no longer holds is refused even with checkpoints in the table.
-      const row = (await server.services.knex('audit_events').where('seq', 10).first()) as { hash: string };
+      const row = (await server.sql('audit_events').where('seq', 10).first()) as { hash: string };
       fs.writeFileSync(
         path.join(fresh, SIGNED_HEAD_FILE),
         JSON.stringify({

@@ -35,7 +35,7 @@ for (const kind of databaseKinds()) {
 
     /** A new chair, who approves a fresh draft of `content_text`; the draft's arguments and approval_id. */
     async function approvedBy(name: string, content_text: string) {
-      const user = await createUser(server.services.knex, {
+      const user = await createUser(server.sql, {
         name,
         roles: ['chair'],
         password: `${name} pw 1`,
@@ -50,10 +50,7 @@ for (const kind of databaseKinds()) {
       assert.equal(res.code, 0, res.stderr);
     };
     const sentFor = async (approvalId: string) =>
-      Number(
-        (await server.services.knex('messages').where({ write_key: approvalId }).count({ n: '*' }).first())
-          ?.n,
-      );
+      Number((await server.sql('messages').where({ write_key: approvalId }).count({ n: '*' }).first())?.n);
     const statusOf = async (approvalId: string) =>
       (await call(agent, 'isphere_get_approval', { approval_id: approvalId })).approval.status;
 
@@ -74,11 +71,11 @@ for (const kind of databaseKinds()) {
       assert.deepEqual(refusal(res), [false, 'APPROVAL_REQUIRED', 'approver_disabled']);
       assert.equal(await sentFor(approvalId), 0, 'nothing sent');
       assert.equal(await statusOf(approvalId), 'approved', 'nothing marked executing');
-      const row = await server.services.knex('audit_events').where({ seq: res.audit.audit_seq }).first();
+      const row = await server.sql('audit_events').where({ seq: res.audit.audit_seq }).first();
       assert.equal(row.error_code, 'APPROVAL_REQUIRED');
       assert.equal(detailsOf(row).reason, 'approver_disabled');
-      const started = await server.services
-        .knex('audit_events')
+      const started = await server
+        .sql('audit_events')
         .where({ approval_id: approvalId, kind: 'write.started' });
       assert.equal(started.length, 0);
 
@@ -103,8 +100,8 @@ for (const kind of databaseKinds()) {
       assert.notEqual(redraft.approval.approval_request_id, voided.approval_request_id);
       assert.equal(redraft.approval.status, 'pending');
       assert.equal(await statusOf(approvalId), 'expired');
-      const [expired] = await server.services
-        .knex('audit_events')
+      const [expired] = await server
+        .sql('audit_events')
         .where({ approval_request_id: voided.approval_request_id, kind: 'approval.expired' });
       assert.ok(expired);
       assert.deepEqual(
@@ -112,7 +109,7 @@ for (const kind of databaseKinds()) {
         ['approved', 'approver_disabled'],
       );
 
-      const chair = await createUser(server.services.knex, {
+      const chair = await createUser(server.sql, {
         name: 'chair-new',
         roles: ['chair'],
         password: 'new pw 1',
@@ -132,7 +129,7 @@ for (const kind of databaseKinds()) {
       await disable('chair-midway');
 
       const view = (await call(agent, 'isphere_get_approval', { approval_id: approvalId })).approval;
-      const demo = (await server.services.knex('agents').where({ name: 'demo' }).first()) as Agent;
+      const demo = (await server.sql('agents').where({ name: 'demo' }).first()) as Agent;
       const target = view.target;
       const content_sha256 = contentSha256('send_message', 'local', target, {
         content_text: args.content_text,
@@ -160,7 +157,7 @@ for (const kind of databaseKinds()) {
 
     it('still executes an approval whose chairs are all active, whoever else is disabled', async () => {
       const { args, approvalId } = await approvedBy('chair-staying', 'the chair is still here');
-      await createUser(server.services.knex, {
+      await createUser(server.sql, {
         name: 'chair-other',
         roles: ['chair'],
         password: 'other pw 1',

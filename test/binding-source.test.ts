@@ -42,7 +42,7 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_BRIDGE_URL: bridge.url,
         COUNTERSIGN_DEFAULT_SOURCE: 'local',
       });
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'chair-binding',
         roles: ['chair'],
         password: 'binding chair 1',
@@ -59,10 +59,7 @@ for (const kind of databaseKinds()) {
       approveAsChair({ approvals: server.services.approvals, user: chair }, draft);
     /** Messages the local store holds for this approval's write (its key is the approval_id). */
     const sentLocally = async (approvalId: string) =>
-      Number(
-        (await server.services.knex('messages').where({ write_key: approvalId }).count({ n: '*' }).first())
-          ?.n,
-      );
+      Number((await server.sql('messages').where({ write_key: approvalId }).count({ n: '*' }).first())?.n);
     const statusOf = async (approvalId: string) =>
       (await call(agent, 'isphere_get_approval', { approval_id: approvalId })).approval;
 
@@ -72,7 +69,7 @@ for (const kind of databaseKinds()) {
       assert.equal(draft.ok, true, JSON.stringify(draft.error));
       assert.equal(draft.audit.source, 'local');
       const approvalId = await approve(draft);
-      const decided = await server.services.knex('audit_events').where({
+      const decided = await server.sql('audit_events').where({
         approval_request_id: draft.approval.approval_request_id,
         kind: 'approval.approved',
       });
@@ -92,13 +89,12 @@ for (const kind of databaseKinds()) {
       assert.deepEqual(refusal(res), [false, 'APPROVAL_REQUIRED', 'mismatch']);
       assert.equal(res.error.details.differs, 'source');
       assert.equal(bridge.sent.length, sentBefore, 'nothing went through the bridge');
-      const row = await server.services.knex('audit_events').where({ seq: res.audit.audit_seq }).first();
+      const row = await server.sql('audit_events').where({ seq: res.audit.audit_seq }).first();
       assert.equal(row.kind, 'tool.call');
       assert.equal(row.error_code, 'APPROVAL_REQUIRED');
       assert.equal(detailsOf(row).reason, 'mismatch');
       assert.equal(
-        (await server.services.knex('audit_events').where({ approval_id: approvalId, kind: 'write.started' }))
-          .length,
+        (await server.sql('audit_events').where({ approval_id: approvalId, kind: 'write.started' })).length,
         0,
       );
       const approved = await statusOf(approvalId);
@@ -154,10 +150,7 @@ for (const kind of databaseKinds()) {
       const draft = await call(agent, 'isphere_send_message', args);
       const approvalId = await approve(draft);
       assert.equal((await statusOf(approvalId)).target.display_name, 'Élodie Durand');
-      await server.services
-        .knex('contacts')
-        .where({ id: 'ct_elodie' })
-        .update({ display_name: 'Press office' });
+      await server.sql('contacts').where({ id: 'ct_elodie' }).update({ display_name: 'Press office' });
       try {
         const check = await call(agent, 'isphere_send_message', { ...args, approval_id: approvalId });
         assert.deepEqual([check.preflight.would_execute, check.preflight.reason], [false, 'mismatch']);
@@ -171,10 +164,7 @@ for (const kind of databaseKinds()) {
         assert.equal(await sentLocally(approvalId), 0, 'nothing sent');
         assert.equal((await statusOf(approvalId)).status, 'approved');
       } finally {
-        await server.services
-          .knex('contacts')
-          .where({ id: 'ct_elodie' })
-          .update({ display_name: 'Élodie Durand' });
+        await server.sql('contacts').where({ id: 'ct_elodie' }).update({ display_name: 'Élodie Durand' });
       }
     });
 
@@ -186,10 +176,7 @@ for (const kind of databaseKinds()) {
       };
       const approvalId = await approve(await call(agent, 'isphere_send_message', args));
       // As the migration leaves a request drafted by the version before it.
-      await server.services
-        .knex('approval_requests')
-        .where({ approval_id: approvalId })
-        .update({ source: null });
+      await server.sql('approval_requests').where({ approval_id: approvalId }).update({ source: null });
       const res = await call(agent, 'isphere_send_message', {
         ...args,
         dry_run: false,

@@ -39,8 +39,8 @@ for (const kind of databaseKinds()) {
 
     /** Makes an execution look older than the reconciliation cutoff (twice the call deadline). */
     const backdate = (approvalId: string) =>
-      server.services
-        .knex('approval_requests')
+      server
+        .sql('approval_requests')
         .where({ approval_id: approvalId })
         .update({ execution_started_at: new Date(Date.now() - 3_600_000).toISOString() });
 
@@ -51,7 +51,7 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_BRIDGE_TIMEOUT_MS: '1000',
         COUNTERSIGN_DEFAULT_SOURCE: 'bridge',
       });
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'chair-bridge',
         roles: ['chair'],
         password: 'correct horse bridge',
@@ -432,8 +432,8 @@ for (const kind of databaseKinds()) {
 
         await server.services.maintain();
         assert.equal((await statusOf(approvalId)).status, 'succeeded');
-        const rows = await server.services
-          .knex('audit_events')
+        const rows = await server
+          .sql('audit_events')
           .where({ approval_id: approvalId })
           .whereIn('kind', ['write.started', 'write.succeeded'])
           .orderBy('seq');
@@ -480,7 +480,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('leaves an unbroken audit chain', async () => {
-      const report = await verifyDatabaseChain(server.services.knex);
+      const report = await verifyDatabaseChain(server.sql);
       assert.equal(report.first_bad, undefined);
       assert.equal(report.valid, report.rows);
     });

@@ -37,8 +37,8 @@ for (const kind of databaseKinds()) {
         JSON.stringify({ upstreams: [{ name: 'fs', command: process.execPath, args: [FS_SERVER, root] }] }),
       );
       server = await startTestServer(kind, { COUNTERSIGN_CONFIG: configFile });
-      await createUser(server.services.knex, { name: 'ines', roles: ['chair'], password: 'ines password' });
-      await createUser(server.services.knex, {
+      await createUser(server.sql, { name: 'ines', roles: ['chair'], password: 'ines password' });
+      await createUser(server.sql, {
         name: 'otto',
         roles: ['admin', 'compliance'],
         password: 'otto password',

@@ -70,7 +70,7 @@ for (const kind of databaseKinds()) {
 
       before(async () => {
         server = await startTestServer(kind);
-        const knex = server.services.knex;
+        const knex = server.sql;
         await createUser(knex, { name: 'cleo', roles: ['compliance'], password: 'cleo password' });
         await createUser(knex, {
           name: 'chair-b',

@@ -18,7 +18,7 @@ for (const kind of databaseKinds()) {
 
     before(async () => {
       server = await startTestServer(kind);
-      await createUser(server.services.knex, { name: 'ada', roles: ['chair'], password: 'ada password' });
+      await createUser(server.sql, { name: 'ada', roles: ['chair'], password: 'ada password' });
       agent = await connectHttp(server.url, server.demoToken);
       browser = await launchChromium();
     });

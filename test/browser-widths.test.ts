@@ -136,13 +136,13 @@ for (const kind of databaseKinds()) {
 
     before(async () => {
       server = await startTestServer(kind);
-      await createUser(server.services.knex, { name: 'ines', roles: ['chair'], password: 'ines password' });
-      await createUser(server.services.knex, {
+      await createUser(server.sql, { name: 'ines', roles: ['chair'], password: 'ines password' });
+      await createUser(server.sql, {
         name: 'otto',
         roles: ['admin', 'compliance'],
         password: 'otto password',
       });
-      await importData(server.services.knex, server.services.blobs, {
+      await importData(server.sql, server.services.blobs, {
         contacts: [{ id: 'ct_fake', display_name: '\u0410lice Martin' }],
       });
       agent = await connectHttp(server.url, server.demoToken);

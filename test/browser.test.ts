@@ -25,7 +25,7 @@ for (const kind of databaseKinds()) {
 
       before(async () => {
         server = await startTestServer(kind);
-        await createUser(server.services.knex, {
+        await createUser(server.sql, {
           name: 'chair-web',
           roles: ['chair'],
           password: 'web chair password',

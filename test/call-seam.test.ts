@@ -46,7 +46,7 @@ for (const kind of databaseKinds()) {
     before(async () => {
       server = await startTestServer(kind);
       agent = await connectHttp(server.url, server.demoToken);
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'seam-chair',
         roles: ['chair'],
         password: 'seam-password',
@@ -69,7 +69,7 @@ for (const kind of databaseKinds()) {
       );
       for (const res of [past, abyss]) {
         assert.deepEqual([res.ok, res.error.code, res.error.reason], [false, 'INVALID_ARGUMENT', 'too_deep']);
-        const row = await server.services.knex('audit_events').where({ seq: res.audit.audit_seq }).first();
+        const row = await server.sql('audit_events').where({ seq: res.audit.audit_seq }).first();
         assert.deepEqual([row.error_code, row.result], ['INVALID_ARGUMENT', 'error']);
       }
       // At the limit the arguments reach the schema, which names the unknown key.
@@ -109,7 +109,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('forgets idempotency keys after the retention (7 days by default), and only those', async () => {
-      const knex = server.services.knex;
+      const knex = server.sql;
       const [used] = await knex('idempotency_keys').where({ key: 'seam-key-1' });
       assert.ok(used, 'the key of the test before');
       const day = 24 * 3600 * 1000;

@@ -44,7 +44,7 @@ for (const kind of databaseKinds()) {
       });
       assert.equal(dup.code, 1);
       assert.match(dup.stderr, /already exists/);
-      const stored = await server.services.knex('users').where({ name: 'nadia' }).first();
+      const stored = await server.sql('users').where({ name: 'nadia' }).first();
       assert.match(stored.password_hash, /^scrypt\$/);
       assert.ok(!JSON.stringify(stored).includes('a long enough password'));
     });
@@ -123,9 +123,7 @@ for (const kind of databaseKinds()) {
       const locked = await list('lena-right-password');
       assert.equal(locked.code, 1, 'the right password is refused while locked out');
       assert.match(locked.stderr, /too many failed sign-ins/);
-      const rows = await server.services
-        .knex('audit_events')
-        .where({ kind: 'user.login_failed', actor: 'lena' });
+      const rows = await server.sql('audit_events').where({ kind: 'user.login_failed', actor: 'lena' });
       assert.equal(rows.length, 5);
       for (const row of rows) {
         const details = typeof row.details === 'string' ? JSON.parse(row.details) : row.details;

@@ -11,7 +11,7 @@ import { call, connectHttp, ROOT, startTestServer, waitFor, type TestServer } fr
 
 /** What a refused command must leave as it was. */
 async function snapshot(server: TestServer) {
-  const knex = server.services.knex;
+  const knex = server.sql;
   const count = async (table: string) => Number((await knex(table).count({ n: '*' }).first())!.n);
   const rl = (await knex('agents').where({ name: 'rl' }).first()) as { rate_limit_per_min: number | null };
   return {

@@ -36,7 +36,7 @@ for (const kind of databaseKinds()) {
       agent = await connectHttp(server.url, server.demoToken);
       dir = fs.mkdtempSync(path.join(server.db.dataDir, 'policy-'));
       for (const name of ['fin-a', 'fin-b', 'plain-c'])
-        await createUser(server.services.knex, { name, roles: ['chair'], password: `${name} password` });
+        await createUser(server.sql, { name, roles: ['chair'], password: `${name} password` });
     });
     after(async () => {
       await agent?.close();
@@ -90,8 +90,8 @@ for (const kind of databaseKinds()) {
       assert.equal(set.code, 0, set.stderr);
       assert.match(set.stderr, /warning: rule "Payments over EUR 10,000" asks 2 approval\(s\) from finance/);
       const version = /version ([0-9a-f]{64})/.exec(set.stdout)![1];
-      const row = await server.services
-        .knex('audit_events')
+      const row = await server
+        .sql('audit_events')
         .where({ kind: 'policy.changed' })
         .orderBy('seq', 'desc')
         .first();
@@ -99,7 +99,7 @@ for (const kind of databaseKinds()) {
       assert.match(row.actor, /^cli:/);
       const shown = await runCli(['policy', 'show'], server.env);
       assert.match(shown.stdout, new RegExp(`version ${version} \\(from the database\\)`));
-      const before = await server.services.knex('approval_requests').count({ n: '*' }).first();
+      const before = await server.sql('approval_requests').count({ n: '*' }).first();
       const args = { target_type: 'contact', target_id: 'ct_david', content_text: 'pay EUR 12000' };
       const explained = await runCli(
         [
@@ -158,7 +158,7 @@ for (const kind of databaseKinds()) {
       assert.match(fromFile.stdout, /rule {5}No agent named/);
       assert.match(fromFile.stdout, /asks {5}1 of users fin-a/);
       assert.match((await runCli(['policy', 'show'], server.env)).stdout, new RegExp(`version ${version} `));
-      const after = await server.services.knex('approval_requests').count({ n: '*' }).first();
+      const after = await server.sql('approval_requests').count({ n: '*' }).first();
       assert.deepEqual(after, before, 'nothing drafted');
       const badArgs = await runCli(
         ['policy', 'explain', '--tool', 'send_message', '--args', '[1'],

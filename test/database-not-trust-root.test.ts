@@ -10,7 +10,14 @@ import type { User } from '../src/core/identity.ts';
 import { approveAsChair } from './helpers/approvals.ts';
 import { detailsOf } from './helpers/audit-rows.ts';
 import { databaseKinds } from './helpers/db.ts';
-import { call, connectHttp, startTestServer, type Envelope, type TestServer } from './helpers/server.ts';
+import {
+  call,
+  connectHttp,
+  startTestServer,
+  type Envelope,
+  type TestServer,
+  checkpointDepsOf,
+} from './helpers/server.ts';
 import { appendRows, deleteNewest, rewriteRow } from './helpers/tamper.ts';
 
 const refusal = (res: Envelope) => [res.ok, res.error?.code, res.error?.reason];
@@ -29,7 +36,7 @@ for (const kind of databaseKinds()) {
     before(async () => {
       server = await startTestServer(kind);
       agent = await connectHttp(server.url, server.demoToken);
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'root-chair',
         roles: ['chair'],
         password: 'root pw 1',
@@ -40,7 +47,7 @@ for (const kind of databaseKinds()) {
       await server?.stop();
     });
 
-    const knex = () => server.services.knex;
+    const knex = () => server.sql;
     const draft = async (content_text: string) => {
       const args = { target_type: 'contact', target_id: 'ct_david', content_text };
       const res = await call(agent, 'isphere_send_message', args);
@@ -146,7 +153,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('never signs a chain whose stored origin was changed after a rewrite, and verify --db says why', async () => {
-      const deps = server.services.checkpoints;
+      const deps = checkpointDepsOf(server);
       await appendRows(server.services.audit, 20);
       await createCheckpoint(deps);
       const target = Number((await knex()('audit_events').max({ m: 'seq' }).first())?.m) - 5;
@@ -179,14 +186,14 @@ for (const kind of databaseKinds()) {
         const seq = told.audit.audit_seq as number;
         await appendRows(own.services.audit, 3);
         // Rows the server appended and told an agent of, cut from the tail (nothing signed yet).
-        await deleteNewest(own.services.knex, seq - 2);
+        await deleteNewest(own.sql, seq - 2);
         const next = await call(client, 'isphere_search_contacts', { query: 'david' });
         assert.equal(next.ok, true);
         const health = (await (await fetch(new URL('/healthz', own.url))).json()) as {
           audit_chain: { state: string; reason?: string };
         };
         assert.deepEqual([health.audit_chain.state, health.audit_chain.reason], ['tampered', 'rows_deleted']);
-        await assert.rejects(createCheckpoint(own.services.checkpoints), (err) =>
+        await assert.rejects(own.services.checkpoints.checkpoint(), (err) =>
           isAppError(err, 'TAMPERED', 'rows_deleted'),
         );
       } finally {

@@ -11,7 +11,6 @@ import {
   tallyDifferences,
 } from '../src/admin/db-copy.ts';
 import { createAgent } from '../src/accounts/agents.ts';
-import { startHttpServer } from '../src/app/serve-http.ts';
 import { loadConfig } from '../src/config.ts';
 import { openDatabase, toCount, type Database } from '../src/db/knex.ts';
 import { createLogger } from '../src/log.ts';
@@ -23,7 +22,7 @@ import {
   openMigratedDatabase,
   type TestDatabase,
 } from './helpers/db.ts';
-import { call, connectHttp, startTestServer, type Envelope } from './helpers/server.ts';
+import { call, connectHttp, type Envelope, startSqlServer, startTestServer } from './helpers/server.ts';
 
 const COPIED: string[] = COPIED_TABLES.map((t) => t.table);
 
@@ -148,7 +147,7 @@ describeOnPostgres('db copy from PGlite to PostgreSQL', () => {
     // As the CLI does once it has printed the banner; else the next start, on the copy, would renew them.
     await server.services.firstRun!.markShown();
     // An agent with an owner: agents.owner_id points at a user, who must be copied first.
-    await createAgent(server.services.knex, { name: 'owned-bot', owner: chair.name });
+    await createAgent(server.sql, { name: 'owned-bot', owner: chair.name });
     const client = await connectHttp(server.url, token);
     const draft = await call(client, 'isphere_send_message', args);
     requestId = draft.approval.approval_request_id;
@@ -208,7 +207,7 @@ describeOnPostgres('db copy from PGlite to PostgreSQL', () => {
 
   it("serves the copy: the old agent token, the chair's password, the approval, the note and the idempotency key", async () => {
     const env = envOnCopy();
-    const server = await startHttpServer(loadConfig(env, source.dataDir), createLogger('silent'));
+    const server = await startSqlServer(loadConfig(env, source.dataDir), createLogger('silent'));
     try {
       assert.equal(server.services.firstRun, undefined, 'the first run is over: no new credentials');
       const client = await connectHttp(server.url, token);
@@ -216,7 +215,7 @@ describeOnPostgres('db copy from PGlite to PostgreSQL', () => {
       assert.equal(approval.approval.status, 'succeeded');
       const note = await call(client, 'isphere_recall', { session_id: 's', key: 'k' });
       assert.deepEqual([note.found, note.value], [true, 'v']);
-      const messages = await server.services.knex('messages').count({ n: '*' }).first();
+      const messages = await server.sql('messages').count({ n: '*' }).first();
       const again = await call(client, 'isphere_send_message', {
         ...args,
         dry_run: false,
@@ -225,7 +224,7 @@ describeOnPostgres('db copy from PGlite to PostgreSQL', () => {
       });
       assert.equal(again.ok, true, 'the stored result of the write made before the move');
       assert.deepEqual(again.message_ref, sent.message_ref);
-      assert.deepEqual(await server.services.knex('messages').count({ n: '*' }).first(), messages);
+      assert.deepEqual(await server.sql('messages').count({ n: '*' }).first(), messages);
       await client.close();
       const list = await runCli(['approvals', 'list', '--as', chair.name, '--status', 'succeeded'], {
         ...env,

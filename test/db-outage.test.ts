@@ -7,19 +7,18 @@ import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { loadConfig } from '../src/config.ts';
 import { createLogger } from '../src/log.ts';
 import { DATABASE_UNAVAILABLE } from '../src/server/call.ts';
-import { startHttpServer, type RunningServer } from '../src/app/serve-http.ts';
 import type { Faults } from '../src/core/faults.ts';
 import { createUser } from '../src/accounts/users.ts';
 import { approveAsChair } from './helpers/approvals.ts';
 import { createTestDatabase, describeOnPostgres, type TestDatabase } from './helpers/db.ts';
-import { call, connectHttp, waitFor, testEnv } from './helpers/server.ts';
+import { call, connectHttp, type SqlServer, startSqlServer, testEnv, waitFor } from './helpers/server.ts';
 import { slowHandlers } from './helpers/faults.ts';
 
 // The connection is cut with a TCP proxy in front of PostgreSQL; the embedded database has no connection.
 describeOnPostgres('the database connection cut mid-load, on PostgreSQL', () => {
   let db: TestDatabase;
   let proxy: CuttableProxy;
-  let server: RunningServer;
+  let server: SqlServer;
   let agent: Client;
 
   // Handlers wait 300 ms first, so that a cut can land between authentication and the handler's first
@@ -40,7 +39,7 @@ describeOnPostgres('the database connection cut mid-load, on PostgreSQL', () => 
     const viaProxy = new URL(db.url!);
     viaProxy.port = String(proxy.port);
     const env = testEnv(db, { DATABASE_URL: viaProxy.href });
-    server = await startHttpServer(loadConfig(env, db.dataDir), createLogger('silent'), { faults });
+    server = await startSqlServer(loadConfig(env, db.dataDir), createLogger('silent'), { faults });
     agent = await connectHttp(server.url, server.services.firstRun!.token);
   });
   after(async () => {
@@ -51,7 +50,7 @@ describeOnPostgres('the database connection cut mid-load, on PostgreSQL', () => 
   });
 
   it('answers structured SOURCE_UNAVAILABLE during the cut, writes nothing unaudited, and recovers without a restart', async () => {
-    const knex = server.services.knex;
+    const knex = server.sql;
     const chair = await createUser(knex, {
       name: 'chair-outage',
       roles: ['chair'],

@@ -22,9 +22,7 @@ for (const kind of databaseKinds()) {
       server = await startTestServer(kind, { COUNTERSIGN_REQUIRED_APPROVERS: 'send_message=2' });
       agent = await connectHttp(server.url, server.demoToken);
       for (const name of ['count-ada', 'count-bea', 'count-cy']) {
-        chairs.push(
-          await createUser(server.services.knex, { name, roles: ['chair'], password: `${name} pw 1` }),
-        );
+        chairs.push(await createUser(server.sql, { name, roles: ['chair'], password: `${name} pw 1` }));
       }
     });
     after(async () => {
@@ -33,7 +31,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('approves a "2 approvers" request that three chairs approve at the same moment, every round', async () => {
-      const knex = server.services.knex;
+      const knex = server.sql;
       for (let round = 0; round < ROUNDS; round++) {
         const args = { target_type: 'contact', target_id: 'ct_david', content_text: `count round ${round}` };
         const draft = await call(agent, 'isphere_send_message', args);

@@ -21,7 +21,7 @@ describeOnPostgres('five chairs deciding one request at once, on two server proc
   before(async () => {
     server = await startTestServer('postgres');
     for (const name of CHAIRS) {
-      await createUser(server.services.knex, { name, roles: ['chair'], password: `${name} password` });
+      await createUser(server.sql, { name, roles: ['chair'], password: `${name} password` });
     }
     other = await spawnServer(server.env);
     for (const [i, name] of CHAIRS.entries()) {
@@ -39,7 +39,7 @@ describeOnPostgres('five chairs deciding one request at once, on two server proc
   });
 
   it('answers every racer 303 or 409, never 500, and commits every decision with its audit row', async () => {
-    const knex = server.services.knex;
+    const knex = server.sql;
     for (let round = 0; round < ROUNDS; round++) {
       const args = { target_type: 'contact', target_id: 'ct_david', content_text: `race round ${round}` };
       const draft = await call(agent, 'isphere_send_message', args);

@@ -41,7 +41,7 @@ for (const kind of databaseKinds()) {
     after(async () => server?.stop());
 
     const deniedRows = async () =>
-      (await server.services.knex('audit_events').where('kind', 'auth.denied').orderBy('seq')) as {
+      (await server.sql('audit_events').where('kind', 'auth.denied').orderBy('seq')) as {
         details: { reason: string } | string;
         agent_id: string | null;
       }[];
@@ -205,7 +205,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('never puts a token in the audit log', async () => {
-      const rows = await server.services.knex('audit_events').select('*');
+      const rows = await server.sql('audit_events').select('*');
       const dump = JSON.stringify(rows);
       assert.ok(!dump.includes(server.demoToken));
       assert.ok(!dump.includes('cs_not-a-real-token'));

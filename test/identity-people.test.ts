@@ -49,7 +49,7 @@ for (const kind of databaseKinds()) {
     let idp: OpenIdProvider;
     let server: TestServer;
     const tokens: Record<string, string> = {};
-    const knex = () => server.services.knex;
+    const knex = () => server.sql;
     const head = async () => Number((await knex()('audit_events').max({ s: 'seq' }).first())?.s);
     const rowsSince = (seq: number, kinds: string[]) =>
       knex()('audit_events').where('seq', '>', seq).whereIn('kind', kinds).orderBy('seq') as Promise<Row[]>;
@@ -214,7 +214,7 @@ for (const kind of databaseKinds()) {
     let server: TestServer;
     const cli = (args: string[], input?: string) =>
       runCli(args, server.env, input === undefined ? {} : { input });
-    const knex = () => server.services.knex;
+    const knex = () => server.sql;
     const rows = (kind: string) => knex()('audit_events').where({ kind }).orderBy('seq') as Promise<Row[]>;
 
     before(async () => {

@@ -118,7 +118,7 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_MAX_CALLS_IN_FLIGHT_PER_AGENT: '1',
         COUNTERSIGN_MAX_CALLS_WAITING_PER_AGENT: '1',
       });
-      other = (await createAgent(server.services.knex, { name: 'other-agent' })).token;
+      other = (await createAgent(server.sql, { name: 'other-agent' })).token;
     });
     after(async () => {
       await server?.stop();

@@ -104,11 +104,11 @@ for (const kind of databaseKinds()) {
     }
 
     it('audits a tool call answered this way like any other', async () => {
-      const before = (await server.services.knex('audit_events').max({ seq: 'seq' }).first())!.seq as number;
+      const before = (await server.sql('audit_events').max({ seq: 'seq' }).first())!.seq as number;
       const { text } = await post(server, CASES[0]![1]);
       const seq = (JSON.parse(text) as { result: { structuredContent: { audit: { audit_seq: number } } } })
         .result.structuredContent.audit.audit_seq;
-      const row = await server.services.knex('audit_events').where({ seq }).first();
+      const row = await server.sql('audit_events').where({ seq }).first();
       assert.ok(seq > Number(before));
       assert.equal(row.kind, 'tool.call');
       assert.equal(row.tool, 'isphere_search_contacts');
@@ -122,7 +122,7 @@ for (const kind of databaseKinds()) {
         const result = (JSON.parse(text) as { result: { structuredContent: Record<string, unknown> } })
           .result;
         const audit = result.structuredContent.audit as { audit_seq: number; operator_id: string };
-        const row = await server.services.knex('audit_events').where({ seq: audit.audit_seq }).first();
+        const row = await server.sql('audit_events').where({ seq: audit.audit_seq }).first();
         return { agent: row.agent_id as string, operator: audit.operator_id };
       };
       // One after another (the same kept server answers each), then all at once (several servers).

@@ -34,7 +34,7 @@ describeOnPostgres('a local write stalled past reconciliation', () => {
   });
 
   it('is never delivered after reconciliation recorded it as not written, and its late answer is recorded', async () => {
-    const knex = server.services.knex;
+    const knex = server.sql;
     const chair = await createUser(knex, { name: 'ada', roles: ['chair'], password: 'ada password' });
     const args = { target_type: 'contact', target_id: 'ct_david', content_text: 'Stalled, then released.' };
     const draft = await call(agent, 'isphere_send_message', args);
@@ -120,7 +120,8 @@ for (const kind of databaseKinds()) {
      * reconciliation can see.
      */
     async function staleUpstreamExecution(chairName: string, text: string, ids: string) {
-      const { knex, approvals } = server.services;
+      const { approvals } = server.services;
+      const knex = server.sql;
       const chair = await createUser(knex, {
         name: chairName,
         roles: ['chair'],
@@ -156,7 +157,8 @@ for (const kind of databaseKinds()) {
     }
 
     it('is recorded unknown by a reconciliation that cannot tell, then settled by the late answer', async () => {
-      const { knex, approvals } = server.services;
+      const { approvals } = server.services;
+      const knex = server.sql;
       const { row, requestId } = await staleUpstreamExecution('ada', 'Via an upstream.', 'late');
       const settled = await approvals.reconcile(async () => undefined, createLogger('silent'));
       assert.equal(settled, 1);
@@ -186,7 +188,8 @@ for (const kind of databaseKinds()) {
       assert.equal(rows[2]!.details.ref, 'crm-42');
     });
     it('that landed and was found by reconciliation is recorded once more as a late answer, the status kept', async () => {
-      const { knex, approvals } = server.services;
+      const { approvals } = server.services;
+      const knex = server.sql;
       // The upstream made the write; the process that asked for it stopped (SIGSTOP) before recording
       // its answer, and another replica's reconciliation asked the upstream and was told "written".
       const { row, requestId } = await staleUpstreamExecution('grace', 'Landed, then paused.', 'paused');

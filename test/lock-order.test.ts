@@ -139,7 +139,7 @@ describeOnPostgres('database errors on the call path', () => {
     broken = await connectHttp(server.url, await server.addAgent('broken'));
     // A stand-in for the database aborting statements: a trigger on the audit table that fails the
     // successful call rows of one tool, by the agent that made the call.
-    await server.services.knex.raw(`
+    await server.sql.raw(`
       create sequence test_fault_once;
       create function test_fault() returns trigger language plpgsql as $$
       begin
@@ -156,7 +156,7 @@ describeOnPostgres('database errors on the call path', () => {
       create trigger test_fault before insert on audit_events for each row execute function test_fault();`);
   });
   after(async () => {
-    await server?.services.knex.raw('drop trigger if exists test_fault on audit_events');
+    await server?.sql.raw('drop trigger if exists test_fault on audit_events');
     await deadlocked?.close();
     await broken?.close();
     await server?.stop();
@@ -166,8 +166,8 @@ describeOnPostgres('database errors on the call path', () => {
     const res = await answer(deadlocked, 'isphere_search_contacts', { query: 'david' });
     assert.ok('envelope' in res, describe(res));
     assert.equal(res.envelope.ok, true);
-    const rows = await server.services
-      .knex('audit_events')
+    const rows = await server
+      .sql('audit_events')
       .where({ kind: 'tool.call', tool: 'isphere_search_contacts' })
       .whereRaw("details->>'agent_name' = 'deadlocked'");
     assert.equal(rows.length, 1);
@@ -181,7 +181,7 @@ describeOnPostgres('database errors on the call path', () => {
     assert.equal(data.code, 'INTERNAL');
     assert.match(data.trace_id, /^[0-9a-f]{32}$/);
     assert.doesNotMatch(JSON.stringify({ m: res.protocol.message, data }), /secret database text/);
-    const row = await server.services.knex('audit_events').where({ trace_id: data.trace_id }).first();
+    const row = await server.sql('audit_events').where({ trace_id: data.trace_id }).first();
     assert.equal(row?.error_code, 'INTERNAL_ERROR');
   });
 });

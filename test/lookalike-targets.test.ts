@@ -61,7 +61,7 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_BRIDGE_URL: bridge.url,
         COUNTERSIGN_BRIDGE_TIMEOUT_MS: '1000',
       });
-      await createUser(server.services.knex, { name: 'ada', roles: ['chair'], password: 'ada password' });
+      await createUser(server.sql, { name: 'ada', roles: ['chair'], password: 'ada password' });
       agent = await connectHttp(server.url, server.demoToken);
       web = new WebClient(server.url);
       await web.login('ada', 'ada password');

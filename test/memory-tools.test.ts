@@ -14,7 +14,7 @@ for (const kind of databaseKinds()) {
     let server: TestServer;
     const clients: Client[] = [];
     const agent = async (name: string) => {
-      const client = await connectHttp(server.url, (await createAgent(server.services.knex, { name })).token);
+      const client = await connectHttp(server.url, (await createAgent(server.sql, { name })).token);
       clients.push(client);
       return client;
     };
@@ -59,7 +59,7 @@ for (const kind of databaseKinds()) {
       });
       const got = await call(a, 'isphere_recall', { session_id: 's2', key: 'k' });
       assert.deepEqual([got.value, got.expires_at], ['second', again.expires_at]);
-      const rows = await server.services.knex('agent_memory').where({ session_id: 's2', key: 'k' });
+      const rows = await server.sql('agent_memory').where({ session_id: 's2', key: 'k' });
       assert.equal(rows.length, 1);
     });
 
@@ -79,8 +79,8 @@ for (const kind of databaseKinds()) {
 
     it('answers found false and value null once a note has expired', async () => {
       await call(a, 'isphere_remember', { session_id: 's5', key: 'k', value: 'soon gone' });
-      await server.services
-        .knex('agent_memory')
+      await server
+        .sql('agent_memory')
         .where({ session_id: 's5' })
         .update({ expires_at: new Date(Date.now() - 1000) });
       const got = await call(a, 'isphere_recall', { session_id: 's5', key: 'k' });
@@ -110,7 +110,7 @@ for (const kind of databaseKinds()) {
         assert.equal(res.error?.code, 'INVALID_ARGUMENT', `${tool} ${JSON.stringify(args).slice(0, 80)}`);
         if (reason) assert.equal(res.error.reason, reason);
       }
-      assert.equal((await server.services.knex('agent_memory').where({ session_id: 's6' })).length, 0);
+      assert.equal((await server.sql('agent_memory').where({ session_id: 's6' })).length, 0);
     });
 
     it('takes the contract limits at their edges', async () => {

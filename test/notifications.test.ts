@@ -129,8 +129,8 @@ for (const kind of databaseKinds()) {
     let agent: Client;
     let ada: User;
     const rows = (kind: string, approval_request_id?: string) =>
-      server.services
-        .knex('audit_events')
+      server
+        .sql('audit_events')
         .where({ kind, ...(approval_request_id ? { approval_request_id } : {}) })
         .orderBy('seq') as Promise<{ details: unknown; result: string; error_code: string | null }[]>;
     const draft = async (client: Client, content_text: string) => {
@@ -157,7 +157,7 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_NOTIFY_BACKOFF_MAX_MS: '200',
         COUNTERSIGN_NOTIFY_RETRY_HORIZON_S: '2',
       });
-      const knex = server.services.knex;
+      const knex = server.sql;
       ada = await createUser(knex, { name: 'ada', roles: ['chair'], password: 'ada password' });
       await createUser(knex, { name: 'bo', roles: ['chair'], password: 'bo password' });
       await createUser(knex, { name: 'cy', roles: ['compliance'], password: 'cy password' });
@@ -180,8 +180,8 @@ for (const kind of databaseKinds()) {
     });
 
     it('sets a user e-mail address from the CLI, audited before and after; refuses a bad one', async () => {
-      const [row] = await server.services
-        .knex('audit_events')
+      const [row] = await server
+        .sql('audit_events')
         .where({ kind: 'user.email_changed' })
         .whereRaw("details->>'user' = 'ada'");
       assert.ok(row);
@@ -245,7 +245,7 @@ for (const kind of databaseKinds()) {
           agent_name: 'demo',
         })),
       );
-      const outbox = await server.services.knex('notification_outbox').where({ approval_request_id: id });
+      const outbox = await server.sql('notification_outbox').where({ approval_request_id: id });
       assert.deepEqual(
         outbox.map((o: { state: string; channel: string }) => [o.channel, o.state]),
         [
@@ -256,7 +256,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('mails the decision, without the approval_id; never mails the owner of the requesting agent', async () => {
-      const olgas = await createAgent(server.services.knex, { name: 'olgas-bot', owner: 'olga' });
+      const olgas = await createAgent(server.sql, { name: 'olgas-bot', owner: 'olga' });
       const bot = await connectHttp(server.url, olgas.token);
       try {
         const id = (await draft(bot, 'from the bot olga owns')).approval.approval_request_id as string;
@@ -288,8 +288,8 @@ for (const kind of databaseKinds()) {
 
     it('mails an expiry', async () => {
       const id = (await draft(agent, 'left to expire')).approval.approval_request_id as string;
-      await server.services
-        .knex('approval_requests')
+      await server
+        .sql('approval_requests')
         .where({ id })
         .update({ expires_at: new Date(0) });
       await server.services.maintain();
@@ -321,8 +321,8 @@ for (const kind of databaseKinds()) {
           assert.equal(r.result, 'error');
           assert.ok(!JSON.stringify(d).includes(SMTP_PASSWORD));
         });
-        const [row] = await server.services
-          .knex('notification_outbox')
+        const [row] = await server
+          .sql('notification_outbox')
           .where({ approval_request_id: id, recipient: 'ada@example.org' });
         assert.equal(row.state, 'failed');
         assert.equal(Number(row.attempts), final.length);
@@ -386,7 +386,7 @@ describe('the webhook through the outbox on pglite', () => {
     assert.equal(body.agent, 'demo');
     assert.ok(!notice.body.includes('secret body text'), 'no message body unless configured');
 
-    const audit = await deliveryAttempts(server.services.knex, id);
+    const audit = await deliveryAttempts(server.sql, id);
     assert.deepEqual(
       audit.map((r) => [r.kind, detailsOf(r).attempt]),
       [
@@ -411,14 +411,14 @@ describe('the webhook through the outbox on pglite', () => {
     });
     await agent.close();
     const id = res.approval.approval_request_id as string;
-    const chair = await createUser(server.services.knex, {
+    const chair = await createUser(server.sql, {
       name: 'quiet',
       roles: ['chair'],
       password: 'quiet pw 1',
     });
     await server.services.approvals.decide({ id, user: chair, decision: 'reject', note: 'no' });
-    const queued = (await server.services
-      .knex('notification_outbox')
+    const queued = (await server
+      .sql('notification_outbox')
       .where({ approval_request_id: id })
       .select('event')) as { event: string }[];
     assert.deepEqual(

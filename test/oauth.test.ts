@@ -138,7 +138,7 @@ for (const kind of databaseKinds()) {
 
     const deniedRows = async () =>
       (
-        (await server.services.knex('audit_events').where('kind', 'auth.denied').orderBy('seq')) as {
+        (await server.sql('audit_events').where('kind', 'auth.denied').orderBy('seq')) as {
           details: Record<string, unknown> | string;
           agent_id: string | null;
         }[]
@@ -201,13 +201,13 @@ for (const kind of databaseKinds()) {
       const result = await call(client, 'isphere_search_contacts', { query: 'alice' });
       assert.equal(result.ok, true);
       await client.close();
-      const agent = await server.services.knex('agents').where({ name: 'oauth-agent' }).first();
-      const row = await server.services
-        .knex('audit_events')
+      const agent = await server.sql('agents').where({ name: 'oauth-agent' }).first();
+      const row = await server
+        .sql('audit_events')
         .where({ kind: 'tool.call', seq: result.audit.audit_seq })
         .first();
       assert.equal(row.agent_id, agent.id);
-      assert.ok(!JSON.stringify(await server.services.knex('audit_events')).includes(token));
+      assert.ok(!JSON.stringify(await server.sql('audit_events')).includes(token));
     });
 
     it('answers a request without a token with the challenge naming the metadata, without an error code', async () => {
@@ -306,13 +306,13 @@ for (const kind of databaseKinds()) {
       const token = await issue(as, 'retired-app', resource);
       const client = await connectHttp(server.url, token);
       assert.equal((await call(client, 'isphere_search_groups', { query: 'board' })).ok, true);
-      await revokeAgent(server.services.knex, 'retired-agent');
+      await revokeAgent(server.sql, 'retired-agent');
       // On PostgreSQL the cached agent is dropped when the revocation's notification arrives.
       await waitFor('the revocation to be seen', async () =>
         (await post(server.url, token)).res.status === 401 ? true : undefined,
       );
       const row = await assertRefused(token, 'revoked_agent');
-      const agent = await server.services.knex('agents').where({ name: 'retired-agent' }).first();
+      const agent = await server.sql('agents').where({ name: 'retired-agent' }).first();
       assert.equal(row.agent_id, agent.id);
       await client.close().catch(() => undefined);
     });

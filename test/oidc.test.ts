@@ -53,8 +53,8 @@ interface Row {
 
 /** The audit rows of some kinds appended after `seq`, oldest first. */
 async function auditRowsSince(server: TestServer, seq: number, kinds: string[]): Promise<Row[]> {
-  const rows = (await server.services
-    .knex('audit_events')
+  const rows = (await server
+    .sql('audit_events')
     .where('seq', '>', seq)
     .whereIn('kind', kinds)
     .orderBy('seq')) as (Omit<Row, 'details'> & { details: unknown })[];
@@ -66,7 +66,7 @@ async function auditRowsSince(server: TestServer, seq: number, kinds: string[]):
 }
 
 const auditHead = async (server: TestServer) =>
-  Number((await server.services.knex('audit_events').max({ s: 'seq' }).first())?.s);
+  Number((await server.sql('audit_events').max({ s: 'seq' }).first())?.s);
 
 for (const kind of databaseKinds()) {
   describe(`single sign-on for the web UI on ${kind}`, () => {
@@ -90,7 +90,7 @@ for (const kind of databaseKinds()) {
 
     const rowsSince = (seq: number, kinds: string[]) => auditRowsSince(server, seq, kinds);
     const head = () => auditHead(server);
-    const userRow = (name: string) => server.services.knex('users').where({ name }).first();
+    const userRow = (name: string) => server.sql('users').where({ name }).first();
     const reachCallback = (account: string | undefined, opts: FlowOptions = {}) =>
       reachCallbackAt(server, idp, account, opts);
     const signIn = (account: string | undefined, opts: FlowOptions = {}) =>
@@ -186,7 +186,7 @@ for (const kind of databaseKinds()) {
         { ...rows[1]!.details, ip: 'ip' },
         { ip: 'ip', via: 'oidc', issuer: idp.issuer, subject: 'sub-ines' },
       );
-      assert.equal((await server.services.knex('users').where({ oidc_subject: 'sub-ines' })).length, 1);
+      assert.equal((await server.sql('users').where({ oidc_subject: 'sub-ines' })).length, 1);
     });
 
     it("creates one user when the same person's first two sign-ins race", async () => {
@@ -201,7 +201,7 @@ for (const kind of databaseKinds()) {
       );
       const rows = await rowsSince(since, ['user.created', 'user.login']);
       assert.deepEqual(rows.map((r) => r.kind).sort(), ['user.created', 'user.login', 'user.login']);
-      assert.equal((await server.services.knex('users').where({ oidc_subject: 'sub-ravi' })).length, 1);
+      assert.equal((await server.sql('users').where({ oidc_subject: 'sub-ravi' })).length, 1);
     });
 
     it('maps roles from the groups claim: compliance reaches /audit, a chair does not', async () => {
@@ -269,17 +269,14 @@ for (const kind of databaseKinds()) {
 
     it('refuses a disabled user', async () => {
       await signIn('sub-tess');
-      await server.services
-        .knex('users')
-        .where({ name: 'tess' })
-        .update({ disabled_at: new Date().toISOString() });
+      await server.sql('users').where({ name: 'tess' }).update({ disabled_at: new Date().toISOString() });
       const since = await head();
       const row = await assertRefused(await signIn('sub-tess'), since, 403, 'disabled');
       assert.equal(row.actor, 'tess');
     });
 
     it('never takes over a local account of the same name, and an SSO user has no password', async () => {
-      await createUser(server.services.knex, {
+      await createUser(server.sql, {
         name: 'cora',
         roles: ['admin'],
         password: 'cora local password',
@@ -290,7 +287,7 @@ for (const kind of databaseKinds()) {
       const local = (await userRow('cora')) as Record<string, unknown>;
       assert.deepEqual([local.oidc_subject, rolesOf(local.roles)], [null, ['admin']]);
 
-      const { knex } = server.services;
+      const knex = server.sql;
       assert.equal(await checkCredentials(knex, 'ines', ''), undefined);
       const form = await new WebClient(server.url).login('ines', 'anything at all');
       assert.equal(form.res.status, 401, 'no password opens an SSO account');
@@ -417,7 +414,7 @@ for (const kind of databaseKinds()) {
       assert.equal(res.res.status, 403);
       assert.match(res.html, /not the one this server trusts/);
       assert.equal(web.cookies.has('cs_oidc'), false);
-      const rows = (await server.services.knex('audit_events').where({ kind: 'user.login_failed' })) as {
+      const rows = (await server.sql('audit_events').where({ kind: 'user.login_failed' })) as {
         details: unknown;
       }[];
       const details = rows.map((r) => (typeof r.details === 'string' ? JSON.parse(r.details) : r.details));
@@ -456,7 +453,7 @@ for (const kind of databaseKinds()) {
         [['user.login_failed', 'invalid_response']],
       );
       assert.equal(rows[0]!.details.error, 'JWT signature verification failed');
-      assert.equal(await server.services.knex('users').where({ name: 'rosa' }).first(), undefined);
+      assert.equal(await server.sql('users').where({ name: 'rosa' }).first(), undefined);
     });
 
     it('answers 503 with Retry-After when the provider cannot be reached to redeem the code', async () => {

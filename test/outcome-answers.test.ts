@@ -4,7 +4,6 @@ import { ProtocolError } from '@modelcontextprotocol/client';
 import type { Client } from '@modelcontextprotocol/client';
 import { startProxy, type CuttableProxy } from '../bench/drill/proxy.ts';
 import { createUser } from '../src/accounts/users.ts';
-import { startHttpServer, type RunningServer } from '../src/app/serve-http.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { loadConfig } from '../src/config.ts';
 import type { FaultPoint, Faults } from '../src/core/faults.ts';
@@ -12,7 +11,7 @@ import { createLogger } from '../src/log.ts';
 import { DATABASE_UNAVAILABLE } from '../src/server/call.ts';
 import { approveAsChair } from './helpers/approvals.ts';
 import { createTestDatabase, describeOnPostgres, type TestDatabase } from './helpers/db.ts';
-import { call, connectHttp, testEnv, waitFor } from './helpers/server.ts';
+import { call, connectHttp, type SqlServer, startSqlServer, testEnv, waitFor } from './helpers/server.ts';
 
 /** The data of the protocol error an execution was answered with. */
 interface OutcomeData {
@@ -28,7 +27,7 @@ interface OutcomeData {
 describeOnPostgres('an execution the database goes away from, on PostgreSQL', () => {
   let db: TestDatabase;
   let proxy: CuttableProxy;
-  let server: RunningServer;
+  let server: SqlServer;
   let agent: Client;
   // Armed by the test: the connection is cut when a call reaches this point (then disarmed).
   let cutAt: FaultPoint | undefined;
@@ -49,7 +48,7 @@ describeOnPostgres('an execution the database goes away from, on PostgreSQL', ()
     viaProxy.port = String(proxy.port);
     // A short call deadline, so that reconciliation may settle the execution soon after.
     const env = testEnv(db, { DATABASE_URL: viaProxy.href, COUNTERSIGN_CALL_TIMEOUT_MS: '2000' });
-    server = await startHttpServer(loadConfig(env, db.dataDir), createLogger('silent'), { faults });
+    server = await startSqlServer(loadConfig(env, db.dataDir), createLogger('silent'), { faults });
     agent = await connectHttp(server.url, server.services.firstRun!.token);
   });
   after(async () => {
@@ -60,7 +59,7 @@ describeOnPostgres('an execution the database goes away from, on PostgreSQL', ()
   });
 
   it('answers OUTCOME_UNKNOWN with get_approval as the next step for a delivered write whose outcome it could not record, never "retry"', async () => {
-    const knex = server.services.knex;
+    const knex = server.sql;
     const chair = await createUser(knex, {
       name: 'chair-unknown',
       roles: ['chair'],
@@ -115,7 +114,7 @@ describeOnPostgres('an execution the database goes away from, on PostgreSQL', ()
   });
 
   it('answers the recorded outcome, never "not completed", when the database goes after write.succeeded and before the call\'s own row', async () => {
-    const knex = server.services.knex;
+    const knex = server.sql;
     const chair = await createUser(knex, {
       name: 'chair-recorded',
       roles: ['chair'],

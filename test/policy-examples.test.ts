@@ -48,7 +48,7 @@ for (const kind of databaseKinds()) {
       server = await startTestServer(kind, { COUNTERSIGN_CONFIG: configFile });
       agent = await connectHttp(server.url, server.demoToken);
       for (const name of ['ada', 'ben', 'cleo', 'dora', 'david'])
-        users[name] = await createUser(server.services.knex, {
+        users[name] = await createUser(server.sql, {
           name,
           roles: ['chair'],
           password: `${name} pw 12`,
@@ -60,7 +60,7 @@ for (const kind of databaseKinds()) {
           teams: ['finance'],
           actor: 'test',
         });
-      const { token } = await createAgent(server.services.knex, { name: 'davids-helper', owner: 'david' });
+      const { token } = await createAgent(server.sql, { name: 'davids-helper', owner: 'david' });
       owned = await connectHttp(server.url, token);
     });
     after(async () => {
@@ -79,10 +79,7 @@ for (const kind of databaseKinds()) {
       call(client, 'isphere_send_message', { target_type, target_id, content_text });
     const requestOf = async (res: Envelope) => {
       assert.equal(res.ok, true, JSON.stringify(res.error));
-      return server.services
-        .knex('approval_requests')
-        .where({ id: res.approval.approval_request_id })
-        .first();
+      return server.sql('approval_requests').where({ id: res.approval.approval_request_id }).first();
     };
     const ruleOf = async (res: Envelope) => (await requestOf(res)).policy_rule as string | null;
     const approve = (res: Envelope, user: User) =>
@@ -149,8 +146,8 @@ for (const kind of databaseKinds()) {
       await only(6);
       const mine = await send('Your meeting notes are ready', 'ct_david', 'contact', owned);
       assert.equal(mine.approval.status, 'approved');
-      const approved = await server.services
-        .knex('audit_events')
+      const approved = await server
+        .sql('audit_events')
         .where({ approval_request_id: mine.approval.approval_request_id, kind: 'approval.approved' })
         .first();
       assert.equal(approved.actor, 'policy:Note to my owner');
@@ -172,12 +169,12 @@ for (const kind of databaseKinds()) {
 
     it('7. group size: two chairs for groups of more than three members', async () => {
       await only(7);
-      const counts = (await server.services
-        .knex('group_members')
+      const counts = (await server
+        .sql('group_members')
         .select('group_id')
         .count({ n: '*' })
         .groupBy('group_id')) as { group_id: string; n: unknown }[];
-      const live = await server.services.knex('groups').where({ archived: false }).pluck('id');
+      const live = await server.sql('groups').where({ archived: false }).pluck('id');
       const sizes = counts
         .filter((c) => live.includes(c.group_id))
         .map((c) => [c.group_id, Number(c.n)] as const);

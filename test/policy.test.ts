@@ -83,7 +83,7 @@ for (const kind of databaseKinds()) {
     let server: TestServer;
     const clients: Client[] = [];
     const agentWith = async (name: string, opts: { profile?: string; rate_limit_per_min?: number } = {}) => {
-      const { token } = await createAgent(server.services.knex, { name, ...opts });
+      const { token } = await createAgent(server.sql, { name, ...opts });
       const client = await connectHttp(server.url, token);
       clients.push(client);
       return client;
@@ -124,8 +124,8 @@ for (const kind of databaseKinds()) {
           return true;
         },
       );
-      const row = await server.services
-        .knex('audit_events')
+      const row = await server
+        .sql('audit_events')
         .where({ kind: 'auth.denied', tool: 'isphere_send_message' })
         .first();
       assert.equal(row.error_code, 'TOOL_DENIED');
@@ -145,13 +145,10 @@ for (const kind of databaseKinds()) {
     });
 
     it('changes a profile with agent set, refusing unknown profiles', async () => {
-      await createAgent(server.services.knex, { name: 'switcher' });
+      await createAgent(server.sql, { name: 'switcher' });
       const ok = await runCli(['agent', 'set', 'switcher', '--profile', 'readonly'], server.env);
       assert.equal(ok.code, 0, ok.stderr);
-      assert.equal(
-        (await server.services.knex('agents').where({ name: 'switcher' }).first()).profile,
-        'readonly',
-      );
+      assert.equal((await server.sql('agents').where({ name: 'switcher' }).first()).profile, 'readonly');
       const bad = await runCli(['agent', 'set', 'switcher', '--profile', 'nonesuch'], server.env);
       assert.equal(bad.code, 2, 'a usage error');
       assert.match(bad.stderr, /--profile/);
@@ -159,7 +156,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('rate-limits per agent across its sessions, with retry_after_s', async () => {
-      const { token } = await createAgent(server.services.knex, { name: 'chatty', rate_limit_per_min: 3 });
+      const { token } = await createAgent(server.sql, { name: 'chatty', rate_limit_per_min: 3 });
       const one = await connectHttp(server.url, token);
       const two = await connectHttp(server.url, token);
       clients.push(one, two);
@@ -181,7 +178,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('answers an agent that calls on past its limit at its pace: a burst of 10, then 10 a second', async () => {
-      const { token } = await createAgent(server.services.knex, { name: 'insistent', rate_limit_per_min: 1 });
+      const { token } = await createAgent(server.sql, { name: 'insistent', rate_limit_per_min: 1 });
       const c = await connectHttp(server.url, token);
       clients.push(c);
       assert.equal((await call(c, 'isphere_search_groups', { query: 'board' })).ok, true);
@@ -203,20 +200,20 @@ for (const kind of databaseKinds()) {
       const c = await agentWith('default-limit', { rate_limit_per_min: 60 });
       let counted = 0;
       const count = (q: { sql?: string }) => (counted += q.sql?.includes('rate_windows') ? 1 : 0);
-      server.services.knex.on('query', count);
+      server.sql.on('query', count);
       try {
         for (let i = 0; i < 5; i++)
           assert.equal((await call(c, 'isphere_search_groups', { query: 'board' })).ok, true);
       } finally {
-        server.services.knex.off('query', count);
+        server.sql.off('query', count);
       }
       // The embedded database is this process's alone; PostgreSQL's replicas share one count.
       assert.equal(counted, kind === 'pglite' ? 0 : 5);
     });
 
     it("counts an agent's racing calls exactly, in the database every replica shares", async () => {
-      const limiter = createRateLimiter(server.services.knex);
-      const { agent } = await createAgent(server.services.knex, { name: 'racer' });
+      const limiter = createRateLimiter(server.sql);
+      const { agent } = await createAgent(server.sql, { name: 'racer' });
       const waits = await Promise.all(Array.from({ length: 20 }, () => limiter.take(agent.id, 7)));
       assert.equal(waits.filter((w) => w === 0).length, 7);
       assert.ok(waits.filter((w) => w > 0).every((w) => w >= 1 && w <= 120));
@@ -224,46 +221,46 @@ for (const kind of databaseKinds()) {
     });
 
     it('refuses an agent past its limit without a statement each, until a call would fit', async () => {
-      const limiter = createRateLimiter(server.services.knex);
-      const { agent } = await createAgent(server.services.knex, { name: 'past-its-limit' });
+      const limiter = createRateLimiter(server.sql);
+      const { agent } = await createAgent(server.sql, { name: 'past-its-limit' });
       for (let i = 0; i < 3; i++) assert.equal(await limiter.take(agent.id, 3), 0);
       let queries = 0;
       const count = () => queries++;
-      server.services.knex.on('query', count);
+      server.sql.on('query', count);
       const waits: number[] = [];
       for (let i = 0; i < 50; i++) waits.push(await limiter.take(agent.id, 3));
-      server.services.knex.off('query', count);
+      server.sql.off('query', count);
       assert.ok(
         waits.every((w) => w >= 1 && w <= 120),
         `waits ${waits.join(' ')}`,
       );
       assert.equal(queries, 1, 'the first refusal asks the database; the rest are refused from its answer');
       // Another replica asks for itself, and is refused by the same count.
-      assert.ok((await createRateLimiter(server.services.knex).take(agent.id, 3)) >= 1);
+      assert.ok((await createRateLimiter(server.sql).take(agent.id, 3)) >= 1);
       // A raised limit is a new question.
       assert.equal(await limiter.take(agent.id, 100), 0);
     });
 
     it('takes calls from the database in leases when the limit is high, never exceeding it', async () => {
       // Two limiters stand for two replicas; 1000 a minute is taken 10 at a time.
-      const replicas = [createRateLimiter(server.services.knex), createRateLimiter(server.services.knex)];
-      const { agent } = await createAgent(server.services.knex, { name: 'busy' });
+      const replicas = [createRateLimiter(server.sql), createRateLimiter(server.sql)];
+      const { agent } = await createAgent(server.sql, { name: 'busy' });
       // The limit holds for a sliding minute by the usual estimate (the previous minute's count weighted
       // by what the window still covers), which lets a burst that straddles the turn of a minute through
       // a few calls over. The burst below takes well under a second: it starts in a minute with more than
       // ten seconds left, by the database's clock, which the limiter counts in.
-      const { rows } = (await server.services.knex.raw(
+      const { rows } = (await server.sql.raw(
         'select extract(epoch from clock_timestamp())::float8 as e',
       )) as { rows: { e: number }[] };
       const left = 60 - (rows[0]!.e % 60);
       if (left < 10) await new Promise((resolve) => setTimeout(resolve, left * 1000 + 100));
       let queries = 0;
       const count = () => queries++;
-      server.services.knex.on('query', count);
+      server.sql.on('query', count);
       const waits = await Promise.all(
         Array.from({ length: 1200 }, (_, i) => replicas[i % 2]!.take(agent.id, 1000)),
       );
-      server.services.knex.off('query', count);
+      server.sql.off('query', count);
       const admitted = waits.filter((w) => w === 0).length;
       assert.ok(admitted <= 1000, `admitted ${admitted}`);
       // Unused leases are held by at most the two replicas: 10 calls each.
@@ -342,7 +339,7 @@ for (const kind of databaseKinds()) {
       });
       assert.equal(health.overrun_calls, 1);
       assert.equal(health.late_results_discarded, 1);
-      const row = await server.services.knex('audit_events').where({ error_code: 'CALL_TIMEOUT' }).first();
+      const row = await server.sql('audit_events').where({ error_code: 'CALL_TIMEOUT' }).first();
       assert.ok(row, 'the overrun is audited');
     });
   });

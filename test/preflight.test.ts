@@ -22,7 +22,7 @@ for (const kind of databaseKinds()) {
     before(async () => {
       server = await startTestServer(kind);
       agent = await connectHttp(server.url, server.demoToken);
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'chair-pf',
         roles: ['chair'],
         password: 'preflight 1',
@@ -34,8 +34,7 @@ for (const kind of databaseKinds()) {
       await server?.stop();
     });
 
-    const requests = async () =>
-      Number((await server.services.knex('approval_requests').count({ n: '*' }).first())?.n);
+    const requests = async () => Number((await server.sql('approval_requests').count({ n: '*' }).first())?.n);
 
     it('says a real run would be accepted, consumes nothing, drafts nothing, and records the approval_id', async () => {
       const draft = await call(agent, 'isphere_send_message', args);
@@ -48,7 +47,7 @@ for (const kind of databaseKinds()) {
       assert.equal(check.approval, null);
       assert.deepEqual(check.preflight, { would_execute: true, code: null, reason: null, message: null });
       assert.equal(await requests(), before, 'no request drafted');
-      const row = await server.services.knex('audit_events').where({ seq: check.audit.audit_seq }).first();
+      const row = await server.sql('audit_events').where({ seq: check.audit.audit_seq }).first();
       assert.equal(row.approval_id, approvalId);
       assert.equal(row.dry_run, true);
 

@@ -23,7 +23,7 @@ for (const kind of databaseKinds()) {
     let server: TestServer;
     const clients: Client[] = [];
     const agentWith = async (name: string, opts: { profile?: string; rate_limit_per_min?: number } = {}) => {
-      const { token } = await createAgent(server.services.knex, { name, ...opts });
+      const { token } = await createAgent(server.sql, { name, ...opts });
       const client = await connectHttp(server.url, token);
       clients.push(client);
       return client;
@@ -70,8 +70,8 @@ for (const kind of databaseKinds()) {
         assert.ok(err.message.length < 300, `message of ${err.message.length} characters`);
         return true;
       });
-      const row = await server.services
-        .knex('audit_events')
+      const row = await server
+        .sql('audit_events')
         .where({ kind: 'tool.call', error_code: 'UNKNOWN_TOOL' })
         .whereRaw("details->>'agent_name' = ?", ['long-namer'])
         .first();

@@ -22,7 +22,7 @@ for (const kind of databaseKinds()) {
 
     before(async () => {
       server = await startTestServer(kind);
-      await importData(server.services.knex, server.services.blobs, { contacts: pagers });
+      await importData(server.sql, server.services.blobs, { contacts: pagers });
       client = await connectHttp(server.url, server.demoToken);
     });
     after(async () => {
@@ -325,7 +325,7 @@ for (const kind of databaseKinds()) {
       });
 
       it('never opens a path written into a file row by SQL in place of its SHA-256', async () => {
-        const knex = server.services.knex;
+        const knex = server.sql;
         const row = await knex('files').where({ id: 'fl_budget' }).first();
         await knex('files').insert({ ...row, id: 'fl_pointed', sha256: '../../audit-signing-key.pem' });
         const res = await call(client, 'isphere_receive_files', {
@@ -396,7 +396,7 @@ for (const kind of databaseKinds()) {
 
     describe('audit', () => {
       it('writes exactly one chained row per call, whose seq the response carries', async () => {
-        const knex = server.services.knex;
+        const knex = server.sql;
         const before = Number((await knex('audit_events').max({ m: 'seq' }).first())?.m ?? 0);
         const res = await call(client, 'isphere_search_contacts', { query: 'alice' });
         const bad = await call(client, 'isphere_search_contacts', {});
@@ -420,7 +420,7 @@ for (const kind of databaseKinds()) {
             call(client, 'isphere_search_contacts', { query: `pager ${i % 10}` }),
           ),
         );
-        const report = await verifyDatabaseChain(server.services.knex);
+        const report = await verifyDatabaseChain(server.sql);
         assert.equal(report.first_bad, undefined);
         assert.ok(report.rows >= 40);
       });

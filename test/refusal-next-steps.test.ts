@@ -47,7 +47,7 @@ for (const kind of databaseKinds()) {
 
     before(async () => {
       server = await startTestServer(kind);
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'steps-chair',
         roles: ['chair'],
         password: 'steps chair pw 1',
@@ -181,8 +181,8 @@ for (const kind of databaseKinds()) {
       const unknown = await post('Bearer cs_not-a-real-token');
       assert.equal(unknown.problem.reason, 'unknown_token');
       assert.match(unknown.problem.detail, /countersign agent add NAME.*countersign agent rotate NAME/);
-      const row = await server.services
-        .knex('audit_events')
+      const row = await server
+        .sql('audit_events')
         .where({ kind: 'auth.denied' })
         .whereRaw("details->>'reason' = 'malformed_authorization'")
         .first();

@@ -227,9 +227,9 @@ for (const kind of databaseKinds()) {
       );
       // What a clean stop does first (services.close): the open minute's summary is written.
       await server.services.refusals.flush({ all: true });
-      const own = await server.services.knex('audit_events').where('kind', 'auth.denied');
+      const own = await server.sql('audit_events').where('kind', 'auth.denied');
       const reason = detailsOf(own[0] as Row).reason as string;
-      const t = await tally(server.services.knex, 'auth.denied', reason);
+      const t = await tally(server.sql, 'auth.denied', reason);
       assert.equal(t.own.length, own.length, 'every refusal had one reason');
       assert.equal(t.own.length + t.summed, 2000, 'every refusal counted');
       assertBounded(t, PER_MINUTE);
@@ -253,7 +253,7 @@ for (const kind of databaseKinds()) {
         });
       });
       await server.services.refusals.flush({ all: true });
-      const t = await tally(server.services.knex, 'slack.refused', 'bad_signature');
+      const t = await tally(server.sql, 'slack.refused', 'bad_signature');
       assert.equal(t.own.length + t.summed, 300, 'every refusal counted');
       assertBounded(t, PER_MINUTE);
     });
@@ -264,8 +264,8 @@ for (const kind of databaseKinds()) {
       // The first 20 (web.login_failures_per_ip) are checked and refused; the rest are over the limit.
       await send(300, 20, callback, (i) => (i < 20 ? 400 : 429));
       await server.services.refusals.flush({ all: true });
-      const checked = await tally(server.services.knex, 'user.login_failed', 'no_attempt');
-      const over = await tally(server.services.knex, 'user.login_failed', 'too_many_attempts');
+      const checked = await tally(server.sql, 'user.login_failed', 'no_attempt');
+      const over = await tally(server.sql, 'user.login_failed', 'too_many_attempts');
       assert.equal(checked.own.length + checked.summed, 20, 'every checked refusal counted');
       assert.equal(over.own.length + over.summed, 280, 'every refusal over the limit counted');
       assertBounded(checked, PER_MINUTE);

@@ -36,7 +36,7 @@ for (const kind of databaseKinds()) {
     before(async () => {
       server = await startTestServer(kind);
       agent = await connectHttp(server.url, server.demoToken);
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'chair-rt',
         roles: ['chair'],
         password: 'round trips 1',
@@ -52,11 +52,11 @@ for (const kind of databaseKinds()) {
     async function counted<T>(step: () => Promise<T>): Promise<[T, number]> {
       let statements = 0;
       const count = () => statements++;
-      server.services.knex.on('query', count);
+      server.sql.on('query', count);
       try {
         return [await step(), statements];
       } finally {
-        server.services.knex.off('query', count);
+        server.sql.off('query', count);
       }
     }
 

@@ -7,7 +7,6 @@ import type { Client } from '@modelcontextprotocol/client';
 import knexFactory, { type Knex } from 'knex';
 import { createUser } from '../src/accounts/users.ts';
 import { runAdminCommand } from '../src/admin/commands.ts';
-import { startHttpServer, type RunningServer } from '../src/app/serve-http.ts';
 import { loadConfig } from '../src/config.ts';
 import { createHostRoots, readHostRoots } from '../src/core/host-roots.ts';
 import type { User } from '../src/core/identity.ts';
@@ -17,7 +16,15 @@ import { createLogger } from '../src/log.ts';
 import { detailsOf } from './helpers/audit-rows.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { createTestDatabase, databaseKinds, type TestDatabase } from './helpers/db.ts';
-import { call, connectHttp, startTestServer, testEnv, type TestServer } from './helpers/server.ts';
+import {
+  call,
+  connectHttp,
+  type SqlServer,
+  startSqlServer,
+  startTestServer,
+  testEnv,
+  type TestServer,
+} from './helpers/server.ts';
 
 const rule = (name: string, when: string, then: unknown) => ({ name, when, then });
 const ALLOW_ALL = [rule('Everything', 'true', { allow_without_review: { reason: 'a DBA said so' } })];
@@ -45,11 +52,9 @@ for (const kind of databaseKinds()) {
       agent = await connectHttp(server.url, server.demoToken);
       chairs = [];
       for (const name of ['sp-chair-a', 'sp-chair-b']) {
-        chairs.push(
-          await createUser(server.services.knex, { name, roles: ['chair'], password: `${name} pw 1` }),
-        );
+        chairs.push(await createUser(server.sql, { name, roles: ['chair'], password: `${name} pw 1` }));
       }
-      await createUser(server.services.knex, {
+      await createUser(server.sql, {
         name: 'sp-compliance',
         roles: ['compliance'],
         password: 'sp-compliance pw 1',
@@ -61,7 +66,7 @@ for (const kind of databaseKinds()) {
       await server?.stop();
     });
 
-    const knex = () => server.services.knex;
+    const knex = () => server.sql;
     const sql = (text: string, bindings: unknown[] = []) =>
       (dbaConnection ?? knex()).raw(text, bindings as Knex.RawBinding[]);
     const admin = (cmd: Parameters<typeof runAdminCommand>[1]) => runAdminCommand(server.services.admin, cmd);
@@ -205,7 +210,7 @@ for (const kind of databaseKinds()) {
 
   describe(`a policy stored before the seal on ${kind}`, () => {
     let testDb: TestDatabase;
-    let server: RunningServer | undefined;
+    let server: SqlServer | undefined;
     let rootsFile: string;
 
     before(async () => {
@@ -237,10 +242,10 @@ for (const kind of databaseKinds()) {
 
     const start = async () => {
       const config = loadConfig(testEnv(testDb), testDb.dataDir);
-      server = await startHttpServer(config, createLogger('silent'));
+      server = await startSqlServer(config, createLogger('silent'));
       return server;
     };
-    const showStatus = async (s: RunningServer) =>
+    const showStatus = async (s: SqlServer) =>
       ((await runAdminCommand(s.services.admin, { command: 'policy.show' })) as { status: string }).status;
 
     it('seals it once at the first start, says so in the host roots file, and keeps applying it', async () => {
@@ -248,19 +253,17 @@ for (const kind of databaseKinds()) {
       assert.equal(readHostRoots(rootsFile)!.policySealed, true);
       const file = JSON.parse(fs.readFileSync(rootsFile, 'utf8')) as { policy_sealed?: { at: string } };
       assert.ok(file.policy_sealed?.at);
-      const row = valueOf(await s.services.knex('settings').where({ name: 'approval_policy' }).first());
+      const row = valueOf(await s.sql('settings').where({ name: 'approval_policy' }).first());
       assert.match(String(row.mac), /^[0-9a-f]{64}$/);
       assert.equal(await showStatus(s), 'sealed');
     });
 
     it('never seals again: a seal removed by SQL after the upgrade stays TAMPERED across a restart', async () => {
-      await server!.services.knex.raw(
-        `update settings set value = value - 'mac' where name = 'approval_policy'`,
-      );
+      await server!.sql.raw(`update settings set value = value - 'mac' where name = 'approval_policy'`);
       await server!.close();
       server = undefined;
       const s = await start();
-      const row = valueOf(await s.services.knex('settings').where({ name: 'approval_policy' }).first());
+      const row = valueOf(await s.sql('settings').where({ name: 'approval_policy' }).first());
       assert.equal(row.mac, undefined, 'not sealed again by the start');
       assert.equal(await showStatus(s), 'TAMPERED');
     });
@@ -273,9 +276,9 @@ for (const kind of databaseKinds()) {
         policy: { rules: three },
         actor: 'op',
       });
-      const value = valueOf(await s.services.knex('settings').where({ name: 'approval_policy' }).first());
-      await s.services
-        .knex('settings')
+      const value = valueOf(await s.sql('settings').where({ name: 'approval_policy' }).first());
+      await s
+        .sql('settings')
         .where({ name: 'approval_policy' })
         .update({ value: JSON.stringify({ ...value, doc: { ...value.doc, rules: [] } }) });
       await s.close();

@@ -9,7 +9,6 @@ import { createAgent } from '../src/accounts/agents.ts';
 import { userSealedText } from '../src/accounts/authority.ts';
 import { createUser, hashPassword } from '../src/accounts/users.ts';
 import { runAdminCommand } from '../src/admin/commands.ts';
-import { startHttpServer, type RunningServer } from '../src/app/serve-http.ts';
 import { loadConfig } from '../src/config.ts';
 import { isAppError } from '../src/core/errors.ts';
 import { createHostRoots, readHostRoots } from '../src/core/host-roots.ts';
@@ -21,7 +20,15 @@ import { approveAsChair } from './helpers/approvals.ts';
 import { WebClient } from './helpers/browser-less.ts';
 import { detailsOf } from './helpers/audit-rows.ts';
 import { createTestDatabase, databaseKinds, type DbKind, type TestDatabase } from './helpers/db.ts';
-import { call, connectHttp, startTestServer, testEnv, type TestServer } from './helpers/server.ts';
+import {
+  call,
+  connectHttp,
+  type SqlServer,
+  startSqlServer,
+  startTestServer,
+  testEnv,
+  type TestServer,
+} from './helpers/server.ts';
 
 const INIT = {
   jsonrpc: '2.0',
@@ -81,7 +88,7 @@ for (const kind of databaseKinds()) {
       await server?.stop();
     });
 
-    const knex = () => server.services.knex;
+    const knex = () => server.sql;
     /** The administrator's SQL. */
     const sql = (text: string, bindings: unknown[] = []) =>
       (dbaConnection ?? knex()).raw(text, bindings as Knex.RawBinding[]);
@@ -436,7 +443,7 @@ for (const kind of databaseKinds()) {
 
   describe(`records from before the seals on ${kind}`, () => {
     let testDb: TestDatabase;
-    let server: RunningServer | undefined;
+    let server: SqlServer | undefined;
     let rootsFile: string;
     const token = `cs_${randomBytes(32).toString('base64url')}`;
     const userId = randomUUID();
@@ -467,7 +474,7 @@ for (const kind of databaseKinds()) {
 
     const start = async () => {
       const config = loadConfig(testEnv(testDb), testDb.dataDir);
-      server = await startHttpServer(config, createLogger('silent'));
+      server = await startSqlServer(config, createLogger('silent'));
       return server;
     };
 
@@ -481,11 +488,11 @@ for (const kind of databaseKinds()) {
     });
 
     it('never seals again: a seal nulled by SQL after the upgrade stays refused across a restart', async () => {
-      await server!.services.knex.raw(`update users set authority_mac = null where id = ?`, [userId]);
+      await server!.sql.raw(`update users set authority_mac = null where id = ?`, [userId]);
       await server!.close();
       server = undefined;
       const s = await start();
-      const row = await s.services.knex('users').where({ id: userId }).first();
+      const row = await s.sql('users').where({ id: userId }).first();
       assert.equal(row.authority_mac, null, 'not sealed again by the start');
       assert.equal((await new WebClient(s.url).login('old-chair', 'old chair password')).res.status, 401);
     });
@@ -493,7 +500,7 @@ for (const kind of databaseKinds()) {
 
   describe(`records sealed before seals bound their change on ${kind}`, () => {
     let testDb: TestDatabase;
-    let server: RunningServer | undefined;
+    let server: SqlServer | undefined;
     let rootsFile: string;
     let v1Row: Record<string, unknown>;
     const userId = randomUUID();
@@ -527,17 +534,17 @@ for (const kind of databaseKinds()) {
 
     it('seals them again once at the first start, binding the head, and says so in the roots file', async () => {
       const config = loadConfig(testEnv(testDb), testDb.dataDir);
-      server = await startHttpServer(config, createLogger('silent'));
+      server = await startSqlServer(config, createLogger('silent'));
       assert.equal(readHostRoots(rootsFile)!.recordsFresh, true);
-      const row = await server.services.knex('users').where({ id: userId }).first();
+      const row = await server.sql('users').where({ id: userId }).first();
       assert.notEqual(row.sealed_seq, null, 'bound to the head at the upgrade');
       assert.equal((await new WebClient(server.url).login('v1-chair', 'v1 chair password')).res.status, 303);
     });
 
     it('refuses the record of that version put back by SQL after the upgrade', async () => {
       const { id: _id, ...columns } = v1Row;
-      await server!.services
-        .knex('users')
+      await server!
+        .sql('users')
         .where({ id: userId })
         .update({ ...columns, roles: JSON.stringify(columns.roles) } as Record<string, Knex.Value>);
       assert.equal((await new WebClient(server!.url).login('v1-chair', 'v1 chair password')).res.status, 401);

@@ -24,8 +24,8 @@ async function loginForm(base: string) {
 }
 
 const failedRows = async (server: TestServer, actor?: string) =>
-  (await server.services
-    .knex('audit_events')
+  (await server
+    .sql('audit_events')
     .where({ kind: 'user.login_failed' })
     .modify((q) => (actor ? q.where({ actor }) : q))
     .select('details')) as { details: unknown }[];
@@ -41,7 +41,7 @@ for (const kind of databaseKinds()) {
       // A wide per-address limit here: these cases are about the per-user one.
       server = await startTestServer(kind, { COUNTERSIGN_LOGIN_FAILURES_PER_IP: '1000' });
       for (const name of ['ada', 'bea', 'cy', 'dee', 'lena']) {
-        await createUser(server.services.knex, { name, roles: ['chair'], password: `${name} password` });
+        await createUser(server.sql, { name, roles: ['chair'], password: `${name} password` });
       }
     });
     after(async () => {
@@ -72,7 +72,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('forgets failures older than 15 minutes, and a success does not count', async () => {
-      const knex = server.services.knex;
+      const knex = server.sql;
       const old = new Date(Date.now() - 16 * 60 * 1000).toISOString();
       await knex('sign_in_attempts').insert(
         Array.from({ length: 5 }, () => ({ bucket: 'password', name: 'dee', origin: '127.0.0.1', at: old })),
@@ -129,7 +129,7 @@ for (const kind of databaseKinds()) {
         ...oidcEnv(idp.issuer, port),
         COUNTERSIGN_DENIED_ROWS_PER_MINUTE: '100',
       });
-      await createUser(server.services.knex, { name: 'ines', roles: ['chair'], password: 'ines password' });
+      await createUser(server.sql, { name: 'ines', roles: ['chair'], password: 'ines password' });
     });
     after(async () => {
       await server?.stop();

@@ -89,7 +89,7 @@ for (const kind of databaseKinds()) {
       };
     const refusals = async (reason: string) =>
       (
-        (await server.services.knex('audit_events').where({ kind: 'slack.refused' }).orderBy('seq')) as {
+        (await server.sql('audit_events').where({ kind: 'slack.refused' }).orderBy('seq')) as {
           details: unknown;
           actor: string | null;
           approval_request_id: string | null;
@@ -117,7 +117,7 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_NOTIFY_BACKOFF_MS: '50',
         COUNTERSIGN_NOTIFY_BACKOFF_MAX_MS: '200',
       });
-      const knex = server.services.knex;
+      const knex = server.sql;
       await createUser(knex, { name: 'ada', roles: ['chair'], password: 'ada password' });
       await createUser(knex, { name: 'bo', roles: ['chair'], password: 'bo password' });
       await createUser(knex, { name: 'cy', roles: ['compliance'], password: 'cy password' });
@@ -155,15 +155,12 @@ for (const kind of databaseKinds()) {
         ],
       );
       const row = await waitFor('the recorded message', async () =>
-        server.services.knex('slack_messages').where({ approval_request_id: id }).first(),
+        server.sql('slack_messages').where({ approval_request_id: id }).first(),
       );
       assert.equal(row.channel, CHANNEL);
       assert.equal(row.ts, message.answer.ts);
       const delivered = await waitFor('notification.delivered', async () =>
-        server.services
-          .knex('audit_events')
-          .where({ kind: 'notification.delivered', approval_request_id: id })
-          .first(),
+        server.sql('audit_events').where({ kind: 'notification.delivered', approval_request_id: id }).first(),
       );
       const facts = detailsOf(delivered);
       assert.deepEqual(
@@ -183,8 +180,8 @@ for (const kind of databaseKinds()) {
         return v.status === 'approved' ? v : undefined;
       });
       assert.deepEqual(view.approvers, ['ada']);
-      const [decided] = await server.services
-        .knex('audit_events')
+      const [decided] = await server
+        .sql('audit_events')
         .where({ kind: 'approval.approved', approval_request_id: id });
       assert.equal(decided.actor, 'ada', 'the decision is the mapped user’s');
       const update = await waitFor('the message update', async () =>
@@ -273,7 +270,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('forgets seen callbacks after ten minutes, on the next callback', async () => {
-      const knex = server.services.knex;
+      const knex = server.sql;
       const old = new Date(Date.now() - 11 * 60 * 1000).toISOString();
       await knex('slack_callbacks_seen').insert({ signature_sha256: 'f'.repeat(64), seen_at: old });
       const { id, sha256 } = await draft(agent, 'a later click');
@@ -298,7 +295,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('refuses the owner of the requesting agent approving its request, as the web form does', async () => {
-      const { token } = await createAgent(server.services.knex, { name: 'olga-agent', owner: 'olga' });
+      const { token } = await createAgent(server.sql, { name: 'olga-agent', owner: 'olga' });
       const olgasAgent = await connectHttp(server.url, token);
       const { id, sha256 } = await draft(olgasAgent, 'mine to approve?');
       await olgasAgent.close();
@@ -324,9 +321,9 @@ for (const kind of databaseKinds()) {
           ['olga', 'UOLGAX'],
         ],
       );
-      const request = await server.services.knex('approval_requests').where({ id }).first();
+      const request = await server.sql('approval_requests').where({ id }).first();
       assert.equal(request.status, 'pending');
-      const decided = await server.services.knex('approval_decisions').where({ approval_request_id: id });
+      const decided = await server.sql('approval_decisions').where({ approval_request_id: id });
       assert.equal(decided.length, 0);
     });
 
@@ -379,8 +376,8 @@ for (const kind of databaseKinds()) {
     it('updates the message when the request expires', async () => {
       const { id } = await draft(agent, 'left to expire');
       const message = await posted(id);
-      await server.services
-        .knex('approval_requests')
+      await server
+        .sql('approval_requests')
         .where({ id })
         .update({ expires_at: new Date(0) });
       await server.services.maintain();
@@ -396,7 +393,7 @@ for (const kind of databaseKinds()) {
       slack.failures.push({ method: 'chat.postMessage', failure: 'channel_not_found' });
       const { id } = await draft(agent, 'posted on the third try');
       await posted(id);
-      const attempts = await deliveryAttempts(server.services.knex, id);
+      const attempts = await deliveryAttempts(server.sql, id);
       assert.deepEqual(
         attempts.map((r) => [r.kind, detailsOf(r).attempt]),
         [
@@ -410,7 +407,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('keeps the bot token and the signing secret out of the audit log and the config digest', async () => {
-      const rows = await server.services.knex('audit_events').select('details', 'kind');
+      const rows = await server.sql('audit_events').select('details', 'kind');
       const all = JSON.stringify(rows);
       assert.ok(all.includes('slack.refused'));
       for (const secret of [BOT_TOKEN, SIGNING_SECRET]) assert.ok(!all.includes(secret), secret);

@@ -97,7 +97,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('is percent-encoded by a password sign-in too, which answers 303 with the session cookie', async () => {
-      await createUser(server.services.knex, { name: 'yan', roles: ['chair'], password: 'yan password' });
+      await createUser(server.sql, { name: 'yan', roles: ['chair'], password: 'yan password' });
       const web = new WebClient(server.url);
       const page = await web.get(`/login?next=${encodeURIComponent('/audit?q=Zoë ✓')}`);
       const signedIn = await web.post('/login', {
@@ -141,6 +141,29 @@ const NOTICE: Notice = {
   decided_by: null,
   note: null,
 };
+
+/** The paths by which `target` can be reached from `root` through own enumerable properties. */
+function pathsTo(target: unknown, root: object, at = 'services', seen = new Set<unknown>()): string[] {
+  if (root === target) return [at];
+  if (seen.has(root)) return [];
+  seen.add(root);
+  return Object.entries(root).flatMap(([key, value]) =>
+    value !== null && (typeof value === 'object' || typeof value === 'function')
+      ? pathsTo(target, value as object, `${at}.${key}`, seen)
+      : [],
+  );
+}
+
+describe('the services the transports get', () => {
+  it('carry no handle on the database', async () => {
+    const server = await startTestServer('pglite');
+    try {
+      assert.deepEqual(pathsTo(server.sql, server.services), []);
+    } finally {
+      await server.stop();
+    }
+  });
+});
 
 describe('webhook notices', () => {
   it('escape &, < and > in the text, so content can neither mention nor disguise a link', () => {

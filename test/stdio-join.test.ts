@@ -98,7 +98,7 @@ for (const kind of databaseKinds()) {
     before(async () => {
       server = await startTestServer(kind);
       token = await server.addAgent('claude-desktop');
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'chair-ada',
         roles: ['chair'],
         password: 'correct horse 1',
@@ -128,8 +128,8 @@ for (const kind of databaseKinds()) {
             approval_id: approvalId,
           });
           assert.equal(sent.ok, true, JSON.stringify(sent));
-          const rows = await server.services
-            .knex('audit_events')
+          const rows = await server
+            .sql('audit_events')
             .where({ approval_id: approvalId })
             .select('kind', 'agent_id', 'details');
           const executed = rows.find((r) => r.kind === 'write.succeeded');
@@ -137,8 +137,8 @@ for (const kind of databaseKinds()) {
           const details =
             typeof executed.details === 'string' ? JSON.parse(executed.details) : executed.details;
           assert.equal(details.agent_name, 'claude-desktop');
-          const messages = await server.services
-            .knex('messages')
+          const messages = await server
+            .sql('messages')
             .where({ direction: 'outgoing', content_text: text })
             .count({ n: '*' })
             .first();
@@ -188,8 +188,8 @@ for (const kind of databaseKinds()) {
                 ),
             );
           await noteOf('working');
-          const request = (await server.services
-            .knex('approval_tasks')
+          const request = (await server
+            .sql('approval_tasks')
             .where({ id: taskId })
             .first('approval_request_id')) as { approval_request_id: string };
           await server.services.approvals.decide({
@@ -220,10 +220,7 @@ for (const kind of databaseKinds()) {
       assert.equal(res.code, 1);
       assert.match(res.stderr, /COUNTERSIGN_AGENT_TOKEN refused: unknown token/);
       assert.equal(res.stdout, '');
-      const denied = await server.services
-        .knex('audit_events')
-        .where({ kind: 'auth.denied' })
-        .count({ n: '*' });
+      const denied = await server.sql('audit_events').where({ kind: 'auth.denied' }).count({ n: '*' });
       assert.ok(Number(denied[0]?.n) > 0);
     });
 

@@ -12,7 +12,7 @@ for (const kind of databaseKinds()) {
     let chair: User;
     before(async () => {
       server = await startTestServer(kind);
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'chair-ada',
         roles: ['chair'],
         password: 'correct horse 1',
@@ -30,17 +30,18 @@ for (const kind of databaseKinds()) {
         );
         try {
           const request = await waitFor(`the request for "${text}"`, async () => {
-            const rows = (await server.services
-              .knex('approval_requests')
-              .orderBy('created_at', 'desc')
-              .limit(20)) as { id: string; review: unknown; status: string }[];
+            const rows = (await server.sql('approval_requests').orderBy('created_at', 'desc').limit(20)) as {
+              id: string;
+              review: unknown;
+              status: string;
+            }[];
             return rows.find((r) => JSON.stringify(r.review).includes(text));
           });
           assert.equal(request.status, 'pending');
           await waitFor('the example to say it waits', async () =>
             /^task \S+: waiting for a chair to decide/m.test(example.stderr()) ? true : undefined,
           );
-          assert.equal(await sentCount(server.services.knex, text), 0, 'nothing sent before the decision');
+          assert.equal(await sentCount(server.sql, text), 0, 'nothing sent before the decision');
           await server.services.approvals.decide({ id: request.id, user: chair, decision: 'approve' });
           assert.equal(await example.exit, 0, example.stderr());
           const result = JSON.parse(example.stdout()) as {
@@ -48,7 +49,7 @@ for (const kind of databaseKinds()) {
           };
           assert.equal(result.structuredContent.send_status, 'sent');
           assert.equal(result.structuredContent.dry_run, false);
-          assert.equal(await sentCount(server.services.knex, text), 1);
+          assert.equal(await sentCount(server.sql, text), 1);
         } finally {
           example.kill();
         }

@@ -22,7 +22,7 @@ for (const kind of databaseKinds()) {
 
     const rpc = (method: string, params: Record<string, unknown>, token = server.demoToken) =>
       rawRequest(server.url, token, { method, params }, VERSION) as Promise<Envelope>;
-    const knex = () => server.services.knex;
+    const knex = () => server.sql;
     const sent = (text: string) => sentCount(knex(), text);
     const requestOf = async (taskId: string) =>
       (

@@ -109,7 +109,7 @@ for (const kind of databaseKinds()) {
       });
 
       it(`answers a call past the rate limit (RATE_LIMITED) readably on ${on}`, async () => {
-        const { token } = await createAgent(server.services.knex, {
+        const { token } = await createAgent(server.sql, {
           name: `limited-${revision}`,
           rate_limit_per_min: 1,
         });

@@ -25,7 +25,7 @@ const message = (text: string) => ({ target_type: 'contact', target_id: 'ct_davi
 /** Starts a server and gives what the suites below share: a task maker, a decider, the other agent. */
 async function taskBench(kind: Parameters<typeof startTestServer>[0]) {
   const server = await startTestServer(kind);
-  const knex = server.services.knex;
+  const knex = server.sql;
   const chair: User = await createUser(knex, {
     name: 'chair-ada',
     roles: ['chair'],

@@ -23,13 +23,11 @@ for (const kind of databaseKinds()) {
       server = await startTestServer(kind);
       chairs = [];
       for (const name of ['task-chair-a', 'task-chair-b'])
-        chairs.push(
-          await createUser(server.services.knex, { name, roles: ['chair'], password: `${name} pw 1` }),
-        );
+        chairs.push(await createUser(server.sql, { name, roles: ['chair'], password: `${name} pw 1` }));
     });
     after(() => server?.stop());
 
-    const knex = () => server.services.knex;
+    const knex = () => server.sql;
     const setPolicy = (rules: unknown[]) => server.services.approvals.policy.set({ rules }, 'test-admin');
     const sent = (text: string) => sentCount(knex(), text);
     const ask = (text: string) =>

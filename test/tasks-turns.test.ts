@@ -45,7 +45,7 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_MAX_CALLS_IN_FLIGHT_PER_AGENT: String(IN_FLIGHT),
         COUNTERSIGN_MAX_CALLS_WAITING_PER_AGENT: String(WAITING),
       });
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'turns-chair',
         roles: ['chair'],
         password: 'turns pw 1',
@@ -94,7 +94,7 @@ for (const kind of databaseKinds()) {
         assert.deepEqual([r.body.code, r.body.reason], ['RATE_LIMITED', 'too_many_in_flight']);
 
       // Another agent is answered while all of those waits are held.
-      const other = (await createAgent(server.services.knex, { name: 'turns-other' })).token;
+      const other = (await createAgent(server.sql, { name: 'turns-other' })).token;
       const read = await post(server.url, other, 'tools/call', {
         name: 'isphere_search_contacts',
         arguments: { query: 'david' },
@@ -104,7 +104,7 @@ for (const kind of databaseKinds()) {
       assert.equal(answered.length, FLOOD - IN_FLIGHT - WAITING, 'the held waits are still waiting');
 
       // The decision ends them: each held and queued wait answers the completed write.
-      const request = (await server.services.knex('approval_tasks').where({ id: taskId }).first()) as {
+      const request = (await server.sql('approval_tasks').where({ id: taskId }).first()) as {
         approval_request_id: string;
       };
       await server.services.approvals.decide({

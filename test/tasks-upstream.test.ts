@@ -25,7 +25,7 @@ for (const kind of databaseKinds()) {
       configFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'countersign-tasks-up-')), 'config.json');
       fs.writeFileSync(configFile, JSON.stringify({ upstreams: [{ name: 'crm', url: crm.url }] }));
       server = await startTestServer(kind, { COUNTERSIGN_CONFIG: configFile });
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'chair-ada',
         roles: ['chair'],
         password: 'correct horse 1',
@@ -46,10 +46,8 @@ for (const kind of databaseKinds()) {
         const execution = await session.callTool('crm__set_note', { text, dry_run: false });
         assert.equal(execution.kind, 'task');
         const request = await waitFor('the drafted request', async () => {
-          const row = (await server.services
-            .knex('approval_requests')
-            .where({ tool: 'crm__set_note' })
-            .first()) as { id: string } | undefined;
+          const row = (await server.sql('approval_requests').where({ tool: 'crm__set_note' }).first()) as
+            { id: string } | undefined;
           return row;
         });
         assert.equal(crm.notes.includes(text), false, 'nothing is sent before the decision');

@@ -27,7 +27,7 @@ for (const kind of databaseKinds()) {
     let other: { token: string; id: string };
     let chair: User;
 
-    const knex = () => server.services.knex;
+    const knex = () => server.sql;
     const sent = (text: string) => sentCount(knex(), text);
     /** The agent's open request for exactly this text, once the task's draft made it. */
     const requestFor = (text: string) =>

@@ -137,7 +137,7 @@ for (const kind of databaseKinds()) {
     before(async () => {
       receiver = await startReceiver();
       server = await startTestServer(kind, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url });
-      chair = await createUser(server.services.knex, {
+      chair = await createUser(server.sql, {
         name: 'chair-tracy',
         roles: ['chair'],
         password: 'correct horse 1',

@@ -67,7 +67,7 @@ for (const kind of databaseKinds()) {
     });
 
     const headSeq = async () =>
-      Number(((await server.services.knex('audit_events').max({ m: 'seq' }).first()) as { m: unknown }).m);
+      Number(((await server.sql('audit_events').max({ m: 'seq' }).first()) as { m: unknown }).m);
 
     /** The call's answer: the envelope, or the JSON-RPC error's code and data. */
     async function answer(name: string, args: Record<string, unknown>) {
@@ -86,7 +86,7 @@ for (const kind of databaseKinds()) {
       assert.equal(envelope?.error?.code, 'INVALID_ARGUMENT');
       assert.equal(envelope.error.reason, 'lone_surrogate');
       assert.equal(envelope.error.details.field, 'query');
-      const row = await server.services.knex('audit_events').where({ seq: envelope.audit.audit_seq }).first();
+      const row = await server.sql('audit_events').where({ seq: envelope.audit.audit_seq }).first();
       assert.equal(row.kind, 'tool.call');
       assert.equal(row.error_code, 'INVALID_ARGUMENT');
       const recorded = rowDetails(row).invalid_argument as Record<string, unknown>;
@@ -105,7 +105,7 @@ for (const kind of databaseKinds()) {
       assert.equal(envelope?.error?.code, 'INVALID_ARGUMENT');
       assert.equal(envelope.error.reason, 'nul_byte');
       assert.equal(envelope.error.details.field, 'x\\u0000');
-      const row = await server.services.knex('audit_events').where({ seq: envelope.audit.audit_seq }).first();
+      const row = await server.sql('audit_events').where({ seq: envelope.audit.audit_seq }).first();
       const recorded = rowDetails(row).invalid_argument as Record<string, unknown>;
       assert.equal(unescapeText(String(recorded.value_escaped)), 'x\0');
     });
@@ -113,10 +113,7 @@ for (const kind of databaseKinds()) {
     it('keeps a long value by its escaped start and the digest of its whole escape', async () => {
       const bad = `${'y'.repeat(5000)}\0`;
       const { envelope } = await answer('isphere_search_contacts', { query: bad });
-      const row = await server.services
-        .knex('audit_events')
-        .where({ seq: envelope!.audit.audit_seq })
-        .first();
+      const row = await server.sql('audit_events').where({ seq: envelope!.audit.audit_seq }).first();
       const recorded = rowDetails(row).invalid_argument as Record<string, unknown>;
       assert.equal(recorded.value_truncated, true);
       assert.equal(recorded.at, 5000);
@@ -129,7 +126,7 @@ for (const kind of databaseKinds()) {
         const before = await headSeq();
         const got = await answer(name, {});
         assert.equal(got.data?.code, 'UNKNOWN_TOOL', JSON.stringify(got));
-        const row = await server.services.knex('audit_events').where('seq', '>', before).first();
+        const row = await server.sql('audit_events').where('seq', '>', before).first();
         assert.ok(row, 'the call has its row');
         assert.equal(row.error_code, 'UNKNOWN_TOOL');
         assert.equal(unescapeText(row.tool), cutText(name, 200));

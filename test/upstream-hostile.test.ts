@@ -56,7 +56,7 @@ for (const kind of databaseKinds()) {
         }),
       );
       server = await startTestServer(kind, { COUNTERSIGN_CONFIG: configFile });
-      const chairAda = await createUser(server.services.knex, {
+      const chairAda = await createUser(server.sql, {
         name: 'chair-ada',
         roles: ['chair'],
         password: 'correct horse 1',
@@ -113,7 +113,7 @@ for (const kind of databaseKinds()) {
 
         const big = await call(agent, `${upstream}__big`, { bytes: CAP * 64 });
         assert.deepEqual([big.error?.code, big.error?.reason], ['CONNECTOR_FAILED', 'result_too_large']);
-        const row = await server.services.knex('audit_events').where({ seq: big.audit.audit_seq }).first();
+        const row = await server.sql('audit_events').where({ seq: big.audit.audit_seq }).first();
         assert.deepEqual(
           [row.tool, row.result, row.error_code],
           [`${upstream}__big`, 'error', 'CONNECTOR_FAILED'],
@@ -140,14 +140,14 @@ for (const kind of databaseKinds()) {
       const done = await call(agent, 'sse__big_write', { ...args, dry_run: false, approval_id: approvalId });
       assert.deepEqual([done.error?.code, done.error?.reason], ['CONNECTOR_FAILED', 'result_too_large']);
       assert.deepEqual(sse.writes, [args.bytes], 'the upstream wrote, once');
-      const request = await server.services
-        .knex('approval_requests')
+      const request = await server
+        .sql('approval_requests')
         .where({ id: draft.approval.approval_request_id })
         .first();
       assert.ok(['executing', 'unknown'].includes(request.status), request.status);
       const kinds = (
-        (await server.services
-          .knex('audit_events')
+        (await server
+          .sql('audit_events')
           .where({ approval_id: approvalId })
           .whereLike('kind', 'write.%')
           .select('kind')) as { kind: string }[]

@@ -4,9 +4,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import type { Client } from '@modelcontextprotocol/client';
+import type { Knex } from 'knex';
 import { createAgent } from '../src/accounts/agents.ts';
 import { acceptPins } from '../src/admin/upstreams.ts';
-import { startHttpServer, type RunningServer } from '../src/app/serve-http.ts';
 import { createAuditLog } from '../src/audit/log.ts';
 import { verifyDatabaseChain } from '../src/audit/verify.ts';
 import { loadConfig } from '../src/config.ts';
@@ -18,7 +18,15 @@ import { pino } from 'pino';
 import { runCli } from './helpers/cli.ts';
 import { databaseKinds } from './helpers/db.ts';
 import { startRelabelingUpstream, type RelabelingUpstream } from './helpers/relabeling-upstream.ts';
-import { call, connectHttp, startTestServer, type TestServer, waitFor } from './helpers/server.ts';
+import {
+  call,
+  connectHttp,
+  type SqlServer,
+  startSqlServer,
+  startTestServer,
+  type TestServer,
+  waitFor,
+} from './helpers/server.ts';
 
 interface Row {
   seq: number;
@@ -29,14 +37,14 @@ interface Row {
   details: Record<string, any>;
 }
 
-const rowsOf = async (knex: RunningServer['services']['knex'], kind: string, tool?: string) =>
+const rowsOf = async (knex: Knex, kind: string, tool?: string) =>
   (await knex('audit_events')
     .where({ kind })
     .modify((q) => (tool ? q.where({ tool }) : q))
     .orderBy('seq')
     .select('seq', 'kind', 'tool', 'actor', 'details')) as Row[];
 
-const pinOf = async (knex: RunningServer['services']['knex'], upstream: string, tool: string) =>
+const pinOf = async (knex: Knex, upstream: string, tool: string) =>
   (await knex('upstream_tool_pins').where({ upstream, tool }).first()) as
     | { class: string; accepted_by: string | null; pending_class: string | null; input_schema_sha256: string }
     | undefined;
@@ -45,12 +53,12 @@ for (const kind of databaseKinds()) {
   describe(`pinned classes of upstream tools on ${kind}`, () => {
     let first: TestServer;
     /** The server now running on the suite's database (a second start replaces the first). */
-    let server: RunningServer;
+    let server: SqlServer;
     let agent: Client;
     let upstream: RelabelingUpstream;
     let configFile: string;
 
-    const knex = () => server.services.knex;
+    const knex = () => server.sql;
     const crm = () => server.services.upstreams.find((u) => u.name === 'crm')!;
     const listed = async (name: string) => (await agent.listTools()).tools.find((t) => t.name === name);
     const cli = (...args: string[]) => runCli(['upstream', ...args], first.env);
@@ -284,7 +292,7 @@ for (const kind of databaseKinds()) {
       const config = loadConfig(first.env, first.db.dataDir);
       // The embedded database has one process: the first server stops. PostgreSQL: a second replica.
       if (kind === 'pglite') await first.close();
-      server = await startHttpServer(config, createLogger(config.log_level));
+      server = await startSqlServer(config, createLogger(config.log_level));
       if (kind === 'postgres') await first.close();
       // A first run whose banner was never shown makes new credentials at the next start: a new agent.
       agent = await connectHttp(server.url, (await createAgent(knex(), { name: 'after-restart' })).token);
@@ -309,7 +317,7 @@ for (const kind of databaseKinds()) {
       const accepted = await cli('accept', 'crm');
       assert.equal(accepted.code, 0, accepted.stderr);
       const config = loadConfig(first.env, first.db.dataDir);
-      server = await startHttpServer(config, createLogger(config.log_level));
+      server = await startSqlServer(config, createLogger(config.log_level));
       agent = await connectHttp(server.url, (await createAgent(knex(), { name: 'third-start' })).token);
       await waitFor('crm to be listed', async () => (crm().tools().size === 2 ? true : undefined));
       assert.equal((await listed('crm__peek'))?.annotations?.readOnlyHint, true, 'accepted: a read');

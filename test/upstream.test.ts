@@ -29,8 +29,8 @@ const FS_SERVER = path.join(ROOT, 'node_modules/@modelcontextprotocol/server-fil
 
 const writesOf = async (server: TestServer, approvalId: string) =>
   (
-    (await server.services
-      .knex('audit_events')
+    (await server
+      .sql('audit_events')
       .where({ approval_id: approvalId })
       .whereLike('kind', 'write.%')
       .orderBy('seq')
@@ -72,7 +72,7 @@ for (const kind of databaseKinds()) {
         }),
       );
       server = await startTestServer(kind, { COUNTERSIGN_CONFIG: configFile });
-      const chairAda = await createUser(server.services.knex, {
+      const chairAda = await createUser(server.sql, {
         name: 'chair-ada',
         roles: ['chair'],
         password: 'correct horse 1',
@@ -122,17 +122,17 @@ for (const kind of databaseKinds()) {
       assert.equal(res.ok, true, JSON.stringify(res.error));
       assert.equal(res.content[0].text, 'שלום from disk');
       assert.equal(res.audit.source, 'mcp:fs');
-      const row = await server.services.knex('audit_events').where({ seq: res.audit.audit_seq }).first();
+      const row = await server.sql('audit_events').where({ seq: res.audit.audit_seq }).first();
       assert.equal(row.source, 'mcp:fs');
       assert.equal(row.tool, 'fs__read_text_file');
     });
 
     it('refuses arguments that do not match the upstream schema before anything is drafted', async () => {
-      const before = await server.services.knex('approval_requests').count({ n: '*' }).first();
+      const before = await server.sql('approval_requests').count({ n: '*' }).first();
       const res = await call(agent, 'fs__write_file', { path: path.join(workDir, 'x.txt') });
       assert.equal(res.error?.code, 'INVALID_ARGUMENT');
       assert.match(res.error.message, /content/);
-      const after = await server.services.knex('approval_requests').count({ n: '*' }).first();
+      const after = await server.sql('approval_requests').count({ n: '*' }).first();
       assert.equal(Number(after?.n), Number(before?.n));
     });
 
@@ -225,8 +225,8 @@ for (const kind of databaseKinds()) {
       const failed = await call(agent, 'crm__count_notes', { shape: 'error' });
       assert.equal(failed.error?.code, 'CONNECTOR_FAILED');
       assert.equal(failed.error.details.upstream_text, 'cannot count');
-      const rows = await server.services
-        .knex('audit_events')
+      const rows = await server
+        .sql('audit_events')
         .whereIn(
           'seq',
           [valid, invalid, failed].map((r) => r.audit.audit_seq),
@@ -276,10 +276,7 @@ for (const kind of databaseKinds()) {
           approval_id: approvalId,
         });
         assert.equal(refused.error?.code, 'SOURCE_UNAVAILABLE');
-        const row = await server.services
-          .knex('approval_requests')
-          .where({ approval_id: approvalId })
-          .first();
+        const row = await server.sql('approval_requests').where({ approval_id: approvalId }).first();
         assert.equal(row.status, 'approved', 'refused before the approval is consumed');
       }
 
@@ -350,8 +347,8 @@ for (const kind of databaseKinds()) {
     });
 
     it('profiles apply: a readonly agent sees upstream reads only; a drafting agent cannot execute', async () => {
-      const readonly = await createAgent(server.services.knex, { name: 'reader', profile: 'readonly' });
-      const drafting = await createAgent(server.services.knex, { name: 'drafter', profile: 'drafting' });
+      const readonly = await createAgent(server.sql, { name: 'reader', profile: 'readonly' });
+      const drafting = await createAgent(server.sql, { name: 'drafter', profile: 'drafting' });
       const r = await connectHttp(server.url, readonly.token);
       const d = await connectHttp(server.url, drafting.token);
       try {
@@ -372,7 +369,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('keeps the audit chain whole', async () => {
-      const report = await verifyDatabaseChain(server.services.knex);
+      const report = await verifyDatabaseChain(server.sql);
       assert.equal(report.first_bad, undefined);
       assert.equal(report.valid, report.rows);
     });

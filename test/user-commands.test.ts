@@ -13,7 +13,7 @@ for (const kind of databaseKinds()) {
     /** Signs in at the CLI as `name` (approvals list needs a chair): the exit code says whether it worked. */
     const signIn = (name: string, password: string) =>
       runCli(['approvals', 'list', '--as', name], { ...server.env, COUNTERSIGN_PASSWORD: password });
-    const rows = (kind: string) => server.services.knex('audit_events').where({ kind }).orderBy('seq');
+    const rows = (kind: string) => server.sql('audit_events').where({ kind }).orderBy('seq');
 
     before(async () => {
       server = await startTestServer(kind);

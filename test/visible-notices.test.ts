@@ -136,8 +136,8 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_NOTIFY_BACKOFF_MS: '50',
         COUNTERSIGN_NOTIFY_BACKOFF_MAX_MS: '200',
       });
-      await createUser(server.services.knex, { name: 'ada', roles: ['chair'], password: 'ada password' });
-      await importData(server.services.knex, server.services.blobs, {
+      await createUser(server.sql, { name: 'ada', roles: ['chair'], password: 'ada password' });
+      await importData(server.sql, server.services.blobs, {
         contacts: [{ id: 'ct_fake', display_name: '\u0410lice Martin' }],
       });
       agent = await connectHttp(server.url, server.demoToken);
@@ -212,8 +212,8 @@ for (const kind of databaseKinds()) {
         }),
       });
       await waitFor('the slack.refused row', async () => {
-        const rows = (await server.services
-          .knex('audit_events')
+        const rows = (await server
+          .sql('audit_events')
           .where({ kind: 'slack.refused', approval_request_id: id })) as { details: unknown }[];
         return rows.find((r) => detailsOf(r).reason === 'not_shown_in_full');
       });
@@ -286,8 +286,8 @@ for (const kind of databaseKinds()) {
       });
       assert.equal(res.status, 200);
       const refused = await waitFor('the slack.refused row', async () => {
-        const rows = (await server.services
-          .knex('audit_events')
+        const rows = (await server
+          .sql('audit_events')
           .where({ kind: 'slack.refused', approval_request_id: id })) as { details: unknown }[];
         return rows.find((r) => detailsOf(r).reason === 'not_shown_in_full');
       });

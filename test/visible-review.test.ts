@@ -44,7 +44,7 @@ for (const kind of databaseKinds()) {
     };
     /** The tool.call audit row of a call, by the seq its answer carries. */
     const auditRowOf = async (res: Envelope) =>
-      (await server.services.knex('audit_events').where({ seq: res.audit.audit_seq }).first()) as {
+      (await server.sql('audit_events').where({ seq: res.audit.audit_seq }).first()) as {
         kind: string;
         error_code: string | null;
         result: string;
@@ -55,9 +55,9 @@ for (const kind of databaseKinds()) {
       server = await startTestServer(kind);
       outbound = server.services.config.files.outbound_dir;
       fs.mkdirSync(outbound, { recursive: true });
-      await createUser(server.services.knex, { name: 'ada', roles: ['chair'], password: 'ada password' });
-      await createUser(server.services.knex, { name: 'cy', roles: ['compliance'], password: 'cy password' });
-      await importData(server.services.knex, server.services.blobs, {
+      await createUser(server.sql, { name: 'ada', roles: ['chair'], password: 'ada password' });
+      await createUser(server.sql, { name: 'cy', roles: ['compliance'], password: 'cy password' });
+      await importData(server.sql, server.services.blobs, {
         contacts: [
           { id: 'ct_fake', display_name: '\u0410lice Martin' },
           { id: 'ct_hidden', display_name: 'Bob\u200B Stone' },
@@ -203,7 +203,7 @@ for (const kind of databaseKinds()) {
     it('shows an unknown tool name an agent called with markers on the audit pages', async () => {
       const name = `isphere_report_${RLO}fdp.exe`;
       await agent.callTool({ name, arguments: {} }).catch(() => undefined);
-      const row = (await server.services.knex('audit_events').where({ tool: name }).first()) as {
+      const row = (await server.sql('audit_events').where({ tool: name }).first()) as {
         seq: number;
       };
       assert.ok(row, 'the call is audited under the name it used');
@@ -217,7 +217,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('fills in the skeletons of names stored before they had one, so their look-alikes are found', async () => {
-      const knex = server.services.knex;
+      const knex = server.sql;
       await knex('contacts').whereIn('id', ['ct_fake', 'ct_alice']).update({ name_skeleton: null });
       await fillNameSkeletons(knex);
       const rows = (await knex('contacts').whereIn('id', ['ct_fake', 'ct_alice'])) as {
@@ -263,7 +263,7 @@ for (const kind of databaseKinds()) {
       const res = await call(agent, 'isphere_send_message', { ...args, content_text: `EUR ${RLO}00.000,05` });
       assert.equal(res.error?.code, 'INVALID_ARGUMENT');
       assert.equal(res.error?.reason, 'invisible_characters');
-      const row = await server.services.knex('audit_events').where({ seq: res.audit.audit_seq }).first();
+      const row = await server.sql('audit_events').where({ seq: res.audit.audit_seq }).first();
       assert.equal(row.error_code, 'INVALID_ARGUMENT');
       assert.equal(detailsOf(row).reason, 'invisible_characters');
       const plain = await call(agent, 'isphere_send_message', {

@@ -34,7 +34,7 @@ for (const kind of databaseKinds()) {
     let admin: WebClient;
     let csrf: string;
     const rows = async (auditKind: string) =>
-      (await server.services.knex('audit_events').where({ kind: auditKind }).orderBy('seq')).map((r) => ({
+      (await server.sql('audit_events').where({ kind: auditKind }).orderBy('seq')).map((r) => ({
         ...r,
         details: typeof r.details === 'string' ? JSON.parse(r.details) : r.details,
       })) as { actor: string; agent_id: string | null; details: Record<string, unknown> }[];
@@ -45,16 +45,16 @@ for (const kind of databaseKinds()) {
     };
     const csrfOf = async (web: WebClient) => WebClient.field((await web.get('/approvals')).html, '_csrf');
     const userRoles = async (name: string) => {
-      const row = await server.services.knex('users').where({ name }).first();
+      const row = await server.sql('users').where({ name }).first();
       return typeof row.roles === 'string' ? JSON.parse(row.roles) : row.roles;
     };
 
     before(async () => {
       server = await startTestServer(kind);
-      await createUser(server.services.knex, { name: 'root', roles: ['admin'], password: 'root password' });
-      await createUser(server.services.knex, { name: 'ada', roles: ['chair'], password: 'ada password' });
+      await createUser(server.sql, { name: 'root', roles: ['admin'], password: 'root password' });
+      await createUser(server.sql, { name: 'ada', roles: ['chair'], password: 'ada password' });
       // The first run's admin stands aside (as if disabled long ago): root is the one admin here.
-      await server.services.knex('users').where({ name: 'admin' }).update({ disabled_at: new Date() });
+      await server.sql('users').where({ name: 'admin' }).update({ disabled_at: new Date() });
       ({ web: admin } = await signedIn('root', 'root password'));
       csrf = await csrfOf(admin);
     });
@@ -111,7 +111,7 @@ for (const kind of databaseKinds()) {
       const bea = await signedIn('bea', password);
       assert.equal(bea.status, 303);
       assert.match((await bea.web.get('/approvals')).html, /bea <small>\(chair, compliance\)<\/small>/);
-      const all = JSON.stringify(await server.services.knex('audit_events').select('details'));
+      const all = JSON.stringify(await server.sql('audit_events').select('details'));
       assert.ok(!all.includes(password), 'no password in the audit log');
     });
 
@@ -184,7 +184,7 @@ for (const kind of databaseKinds()) {
       assert.equal(resets.length, before + 1);
       assert.equal(resets.at(-1)!.actor, 'root');
       assert.deepEqual(resets.at(-1)!.details, { user: 'bea' });
-      const all = JSON.stringify(await server.services.knex('audit_events').select('details'));
+      const all = JSON.stringify(await server.sql('audit_events').select('details'));
       assert.ok(!all.includes(fresh) && !all.includes(old), 'no password in the audit log');
     });
 
@@ -208,7 +208,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('disables a user: their open session stops working at once, and sign-in is refused', async () => {
-      await createUser(server.services.knex, { name: 'cy', roles: ['chair'], password: 'cy password' });
+      await createUser(server.sql, { name: 'cy', roles: ['chair'], password: 'cy password' });
       const cy = (await signedIn('cy', 'cy password')).web;
       assert.equal((await cy.get('/approvals')).res.status, 200);
 
@@ -244,7 +244,7 @@ for (const kind of databaseKinds()) {
       assert.equal(await initializeStatus(server, token), 200);
       const created = (await rows('agent.created')).at(-1)!;
       assert.equal(created.actor, 'root');
-      const ada = (await server.services.knex('users').where({ name: 'ada' }).first()) as { id: string };
+      const ada = (await server.sql('users').where({ name: 'ada' }).first()) as { id: string };
       assert.deepEqual(created.details, {
         agent: 'helper',
         agent_name: 'helper',
@@ -264,7 +264,7 @@ for (const kind of databaseKinds()) {
       const page = await admin.get('/admin/agents/helper?done=settings');
       assert.match(page.html, /Saved\./);
       assert.match(page.html, /<dt>Profile<\/dt><dd>readonly<\/dd>/);
-      const id = (await server.services.knex('agents').where({ name: 'helper' }).first()).id;
+      const id = (await server.sql('agents').where({ name: 'helper' }).first()).id;
       assert.deepEqual(
         [...(await rows('agent.profile_changed')), ...(await rows('agent.rate_limit_changed'))].map((r) => [
           r.actor,
@@ -297,7 +297,7 @@ for (const kind of databaseKinds()) {
       await fresh.close();
 
       const [row] = await rows('agent.token_rotated');
-      const id = (await server.services.knex('agents').where({ name: 'rotor' }).first()).id;
+      const id = (await server.sql('agents').where({ name: 'rotor' }).first()).id;
       assert.equal(row!.actor, 'root');
       assert.equal(row!.agent_id, id);
       assert.deepEqual(row!.details, { agent: 'rotor', agent_name: 'rotor' });
@@ -353,7 +353,7 @@ for (const kind of databaseKinds()) {
       ]);
       assert.equal(forged.res.status, 403);
       assert.equal((await chair.post('/admin/users/root/disable', { _csrf: token })).res.status, 403);
-      assert.equal(await server.services.knex('users').where({ name: 'mallory' }).first(), undefined);
+      assert.equal(await server.sql('users').where({ name: 'mallory' }).first(), undefined);
       assert.deepEqual(await userRoles('root'), ['admin']);
     });
 
@@ -371,7 +371,7 @@ for (const kind of databaseKinds()) {
       assert.equal((await admin.post('/admin/agents/demo/rotate', {})).res.status, 403);
       assert.equal((await rows('user.created')).length, before);
       assert.equal((await rows('agent.token_rotated')).length, 1);
-      assert.equal(await server.services.knex('users').where({ name: 'nocsrf' }).first(), undefined);
+      assert.equal(await server.sql('users').where({ name: 'nocsrf' }).first(), undefined);
     });
 
     it('refuses to demote or disable the last active admin, saying why', async () => {

@@ -20,12 +20,12 @@ for (const kind of databaseKinds()) {
 
     before(async () => {
       server = await startTestServer(kind);
-      await createUser(server.services.knex, {
+      await createUser(server.sql, {
         name: 'cora',
         roles: ['compliance'],
         password: 'cora password',
       });
-      await createUser(server.services.knex, { name: 'chet', roles: ['chair'], password: 'chet password' });
+      await createUser(server.sql, { name: 'chet', roles: ['chair'], password: 'chet password' });
       agent = await connectHttp(server.url, server.demoToken);
       await call(agent, 'isphere_search_contacts', { query: 'alice' });
       await call(agent, 'isphere_search_contacts', {});
@@ -105,9 +105,7 @@ for (const kind of databaseKinds()) {
       const report = await verifyExport(local, manifest);
       assert.equal(report.ok, true, JSON.stringify(report.first_bad));
       assert.equal(manifest.filter.kind, 'tool.call');
-      const created = await server.services
-        .knex('audit_events')
-        .where({ kind: 'export.created', actor: 'cora' });
+      const created = await server.sql('audit_events').where({ kind: 'export.created', actor: 'cora' });
       assert.equal(created.length, 1);
       const noCsrf = await auditor.post('/audit/export', { format: 'jsonl' });
       assert.equal(noCsrf.res.status, 403);
@@ -118,8 +116,8 @@ for (const kind of databaseKinds()) {
       const file = await auditor.get(`/audit/exports/${id}/file`);
       assert.equal(file.res.status, 422);
       assert.doesNotMatch(file.html, /PRIVATE KEY/);
-      const rows = await server.services
-        .knex('audit_events')
+      const rows = await server
+        .sql('audit_events')
         .where({ kind: 'audit.tampered', actor: 'cora', error_code: 'TAMPERED' });
       const details = rows.map((r) => (typeof r.details === 'string' ? JSON.parse(r.details) : r.details));
       assert.ok(
@@ -132,13 +130,13 @@ for (const kind of databaseKinds()) {
       const { id } = await exportFromPage('jsonl', { kind: 'tool.call' });
       const key = path.join(server.db.dataDir, 'audit-signing-key.pem');
       assert.match(fs.readFileSync(key, 'utf8'), /BEGIN PRIVATE KEY/);
-      await server.services.knex('audit_exports').where({ id }).update({ file_path: key });
+      await server.sql('audit_exports').where({ id }).update({ file_path: key });
       await refusedDownload(id, 'export_path_outside');
     });
 
     it("refuses an export whose file changed after its manifest was signed, or whose manifest isn't ours", async () => {
       const { id } = await exportFromPage('jsonl', { kind: 'tool.call' });
-      const [row] = await server.services.knex('audit_exports').where({ id });
+      const [row] = await server.sql('audit_exports').where({ id });
       fs.appendFileSync(row.file_path, '{"seq":999}\n');
       await refusedDownload(id, 'export_file_changed');
 
@@ -146,8 +144,8 @@ for (const kind of databaseKinds()) {
       assert.equal((await auditor.get(`/audit/exports/${second.id}/file`)).res.status, 200);
       // A manifest rewritten by SQL to name another file hash no longer carries the server's signature.
       const forged = { ...second.manifest, file_sha256: '0'.repeat(64) };
-      await server.services
-        .knex('audit_exports')
+      await server
+        .sql('audit_exports')
         .where({ id: second.id })
         .update({ manifest: JSON.stringify(forged) });
       await refusedDownload(second.id, 'export_manifest_unsigned');

@@ -52,8 +52,8 @@ for (const kind of databaseKinds()) {
 
     before(async () => {
       server = await startTestServer(kind);
-      await createUser(server.services.knex, { name: 'ada', roles: ['chair'], password: 'ada password' });
-      await createUser(server.services.knex, {
+      await createUser(server.sql, { name: 'ada', roles: ['chair'], password: 'ada password' });
+      await createUser(server.sql, {
         name: 'carl',
         roles: ['compliance'],
         password: 'carl password',

@@ -33,8 +33,8 @@ for (const kind of databaseKinds()) {
       server = await startTestServer(kind);
       agent = await connectHttp(server.url, server.demoToken);
       for (const name of ['fin-one', 'fin-two', 'outsider'])
-        await createUser(server.services.knex, { name, roles: ['chair'], password: `${name} password` });
-      await createUser(server.services.knex, {
+        await createUser(server.sql, { name, roles: ['chair'], password: `${name} password` });
+      await createUser(server.sql, {
         name: 'auditor',
         roles: ['compliance'],
         password: 'auditor password',
@@ -84,7 +84,7 @@ for (const kind of databaseKinds()) {
         note: '',
       });
       assert.equal(forged.res.status, 403);
-      const decisions = await server.services.knex('approval_decisions').where({ approval_request_id: id });
+      const decisions = await server.sql('approval_decisions').where({ approval_request_id: id });
       assert.deepEqual(
         decisions.map((d) => d.user_name),
         ['fin-one'],

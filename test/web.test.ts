@@ -41,7 +41,7 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_WEBHOOK_SECRET: 'a-webhook-secret-of-some-length',
         COUNTERSIGN_LOGIN_FAILURES_PER_USER: '3',
       });
-      const knex = server.services.knex;
+      const knex = server.sql;
       await createUser(knex, { name: 'ada', roles: ['chair'], password: 'ada password' });
       await createUser(knex, { name: 'carl', roles: ['compliance', 'admin'], password: 'carl password' });
       await createUser(knex, { name: 'olga', roles: ['chair'], password: 'olga password' });
@@ -92,7 +92,7 @@ for (const kind of databaseKinds()) {
       const queue = await web.get('/approvals');
       assert.equal(queue.res.status, 200);
       assert.match(queue.html, /Approval requests/);
-      const rows = await server.services.knex('audit_events').where({ kind: 'user.login', actor: 'ada' });
+      const rows = await server.sql('audit_events').where({ kind: 'user.login', actor: 'ada' });
       assert.ok(rows.length >= 1);
     });
 
@@ -105,9 +105,7 @@ for (const kind of databaseKinds()) {
       const blocked = await web.login('locked', 'locked password');
       assert.equal(blocked.res.status, 429, 'even the right password waits once the limit is hit');
       assert.ok(blocked.res.headers.get('retry-after'));
-      const failed = await server.services
-        .knex('audit_events')
-        .where({ kind: 'user.login_failed', actor: 'locked' });
+      const failed = await server.sql('audit_events').where({ kind: 'user.login_failed', actor: 'locked' });
       assert.equal(failed.length, 3);
       const other = await new WebClient(server.url).login('ada', 'ada password');
       assert.equal(other.res.status, 303, 'other users are not locked out');
@@ -223,7 +221,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('refuses the owner of the requesting agent', async () => {
-      const { token } = await createAgent(server.services.knex, { name: 'olga-agent', owner: 'olga' });
+      const { token } = await createAgent(server.sql, { name: 'olga-agent', owner: 'olga' });
       const olgasAgent = await connectHttp(server.url, token);
       const res = await call(olgasAgent, 'isphere_send_message', {
         target_type: 'contact',
@@ -262,8 +260,8 @@ for (const kind of databaseKinds()) {
         _csrf: csrf,
       });
       assert.equal(again.res.status, 303);
-      const rows = await server.services
-        .knex('audit_events')
+      const rows = await server
+        .sql('audit_events')
         .where({ kind: 'approval.approved', approval_request_id: id });
       assert.equal(rows.length, 1);
 
@@ -296,9 +294,7 @@ for (const kind of databaseKinds()) {
 
       const idle = new WebClient(server.url);
       await idle.login('ada', 'ada password');
-      await server.services
-        .knex('web_sessions')
-        .update({ last_seen_at: new Date(Date.now() - 31 * 60 * 1000) });
+      await server.sql('web_sessions').update({ last_seen_at: new Date(Date.now() - 31 * 60 * 1000) });
       assert.equal((await idle.get('/approvals')).res.status, 303);
     });
 
@@ -330,7 +326,7 @@ describe('web limits on pglite', () => {
       COUNTERSIGN_WEBHOOK_URL: 'http://127.0.0.1:9/unreachable',
       COUNTERSIGN_WEBHOOK_SECRET: 'a-webhook-secret-of-some-length',
     });
-    await createUser(server.services.knex, { name: 'ivy', roles: ['chair'], password: 'ivy password' });
+    await createUser(server.sql, { name: 'ivy', roles: ['chair'], password: 'ivy password' });
   });
   after(async () => server?.stop());
 
@@ -342,13 +338,13 @@ describe('web limits on pglite', () => {
 
   it('ends a session at its absolute lifetime even when it is in use', async () => {
     const user = (await import('../src/accounts/users.ts')).checkCredentials;
-    const ivy = (await user(server.services.knex, 'ivy', 'ivy password')) as User;
+    const ivy = (await user(server.sql, 'ivy', 'ivy password')) as User;
     const session = await server.services.sessions.create(ivy);
     const web = new WebClient(server.url);
     web.cookies.set('cs_session', session.id);
     assert.equal((await web.get('/approvals')).res.status, 200);
-    await server.services
-      .knex('web_sessions')
+    await server
+      .sql('web_sessions')
       .update({ created_at: new Date(Date.now() - 13 * 3600 * 1000), last_seen_at: new Date() });
     assert.equal((await web.get('/approvals')).res.status, 303);
   });

@@ -40,8 +40,8 @@ for (const kind of databaseKinds()) {
     const countMessages = async (where: Record<string, unknown> = {}) =>
       Number(
         (
-          await server.services
-            .knex('messages')
+          await server
+            .sql('messages')
             .where({ direction: 'outgoing', ...where })
             .count({ n: '*' })
             .first()
@@ -63,7 +63,7 @@ for (const kind of databaseKinds()) {
         COUNTERSIGN_REQUIRED_APPROVERS: 'send_file=2',
         COUNTERSIGN_MAX_FILE_BYTES: '4096',
       });
-      const knex = server.services.knex;
+      const knex = server.sql;
       chair = await createUser(knex, { name: 'chair-ada', roles: ['chair'], password: 'correct horse 1' });
       chair2 = await createUser(knex, {
         name: 'chair-bo',
@@ -171,7 +171,7 @@ for (const kind of databaseKinds()) {
       assert.equal(done.approval.execution.result.message_ref, sent.message_ref);
 
       const kinds = (
-        await server.services.knex('audit_events').where('approval_request_id', requestId).orderBy('seq')
+        await server.sql('audit_events').where('approval_request_id', requestId).orderBy('seq')
       ).map((r: { kind: string }) => r.kind);
       assert.deepEqual(kinds, [
         'approval.requested',
@@ -179,14 +179,14 @@ for (const kind of databaseKinds()) {
         'write.started',
         'write.succeeded',
       ]);
-      const started = await server.services
-        .knex('audit_events')
+      const started = await server
+        .sql('audit_events')
         .where({ approval_request_id: requestId, kind: 'write.started' })
         .first();
       assert.equal(started.content_sha256, draft.content_sha256);
       assert.equal(started.target_ref, 'ct_david');
       assert.ok(
-        !JSON.stringify(await server.services.knex('audit_events').select('*')).includes('Round trip'),
+        !JSON.stringify(await server.sql('audit_events').select('*')).includes('Round trip'),
         'no bodies in the audit log',
       );
     });
@@ -251,7 +251,7 @@ for (const kind of databaseKinds()) {
       it('missing: dry_run false without approval_id', async () => {
         const res = await call(agentA, 'isphere_send_message', { ...MESSAGE, dry_run: false });
         assert.deepEqual(refusal(res), ['APPROVAL_REQUIRED', 'missing']);
-        const row = await server.services.knex('audit_events').where('seq', res.audit.audit_seq).first();
+        const row = await server.sql('audit_events').where('seq', res.audit.audit_seq).first();
         assert.equal(row.error_code, 'APPROVAL_REQUIRED');
         assert.equal(
           (typeof row.details === 'string' ? JSON.parse(row.details) : row.details).reason,
@@ -295,19 +295,16 @@ for (const kind of databaseKinds()) {
       it('expired: an approval not used in time', async () => {
         const args = { ...MESSAGE, content_text: 'too late' };
         const id = await approved(agentA, 'isphere_send_message', args);
-        await server.services
-          .knex('approval_requests')
+        await server
+          .sql('approval_requests')
           .where({ approval_id: id })
           .update({ expires_at: new Date(Date.now() - 1000) });
         const res = await call(agentA, 'isphere_send_message', { ...args, dry_run: false, approval_id: id });
         assert.deepEqual(refusal(res), ['APPROVAL_REQUIRED', 'expired']);
-        const row = await server.services.knex('approval_requests').where({ approval_id: id }).first();
+        const row = await server.sql('approval_requests').where({ approval_id: id }).first();
         assert.equal(row.status, 'expired');
         assert.ok(
-          await server.services
-            .knex('audit_events')
-            .where({ kind: 'approval.expired', approval_id: id })
-            .first(),
+          await server.sql('audit_events').where({ kind: 'approval.expired', approval_id: id }).first(),
         );
       });
 
@@ -555,8 +552,8 @@ for (const kind of databaseKinds()) {
         assert.equal(await reason(reject(id, 'no')), 'accepted', 'the same decision twice changes nothing');
         assert.equal(await reason(approve(id, chair)), 'already_decided');
         assert.equal(await reason(approve(id, chair2)), 'not_pending');
-        const rows = await server.services
-          .knex('audit_events')
+        const rows = await server
+          .sql('audit_events')
           .where({ approval_request_id: id, kind: 'approval.rejected' });
         assert.equal(rows.length, 1, 'the repeated rejection recorded nothing');
       });
@@ -567,16 +564,16 @@ for (const kind of databaseKinds()) {
           content_text: 'left waiting',
         });
         const id = draft.approval.approval_request_id;
-        await server.services
-          .knex('approval_requests')
+        await server
+          .sql('approval_requests')
           .where({ id })
           .update({ expires_at: new Date(Date.now() - 1) });
         await server.services.maintain();
         const got = await call(agentA, 'isphere_get_approval', { approval_request_id: id });
         assert.equal(got.approval.status, 'expired');
         assert.ok(
-          await server.services
-            .knex('audit_events')
+          await server
+            .sql('audit_events')
             .where({ kind: 'approval.expired', approval_request_id: id })
             .first(),
         );
@@ -589,7 +586,7 @@ for (const kind of databaseKinds()) {
     });
 
     it('leaves an unbroken audit chain', async () => {
-      const report = await verifyDatabaseChain(server.services.knex);
+      const report = await verifyDatabaseChain(server.sql);
       assert.equal(report.first_bad, undefined);
       assert.equal(report.valid, report.rows);
     });

@@ -3,11 +3,14 @@ import { VERSION } from '../core/version.ts';
 
 /** Liveness and counters: is the database reachable, how many calls, errors, overruns, pending approvals. */
 export async function healthOf(
-  s: Pick<Services, 'approvals' | 'audit' | 'db' | 'metrics' | 'startedAt' | 'upstreams' | 'checkpoints'>,
+  s: Pick<
+    Services,
+    'approvals' | 'audit' | 'dialect' | 'metrics' | 'startedAt' | 'upstreams' | 'checkpoints'
+  >,
 ) {
   let database: { reachable: boolean; dialect: string; error?: string } = {
     reachable: true,
-    dialect: s.db.dialect,
+    dialect: s.dialect,
   };
   let pending: number | null = null;
   let head: number | null = null;
@@ -21,7 +24,7 @@ export async function healthOf(
     ]);
     [pending, head, policyTampered] = [p, h, policy.tampered === true];
   } catch (err) {
-    database = { reachable: false, dialect: s.db.dialect, error: (err as Error).message.slice(0, 200) };
+    database = { reachable: false, dialect: s.dialect, error: (err as Error).message.slice(0, 200) };
   }
   const upstreams = s.upstreams.map((u) => u.status());
   // Set once this process refused to sign a chain that contradicts the head it signed before.

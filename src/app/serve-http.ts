@@ -180,8 +180,8 @@ export async function startHttpServer(
     if (!config.database_url) noteServingUrl(config.pglite_dir, web.url);
     await services.recordStart('http');
     // A `serve --stdio` started on the same data directory joins this server at its MCP endpoint.
-    if (services.db.dialect === 'pglite') announceMcp(config.data_dir, `${web.url}/mcp`);
-    log.info({ url: `${web.url}/mcp`, database: services.db.dialect }, 'countersign listening');
+    if (services.dialect === 'pglite') announceMcp(config.data_dir, `${web.url}/mcp`);
+    log.info({ url: `${web.url}/mcp`, database: services.dialect }, 'countersign listening');
     return {
       url: web.url,
       services,

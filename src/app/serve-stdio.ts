@@ -88,7 +88,7 @@ export async function serveStdio(
     await options.onReady?.({ web, firstRun: services.firstRun });
     // A refused token stops the start; its auth.denied row is committed by then (server/stdio.ts).
     const agent = await mcp.check();
-    log.info({ agent: agent.name, database: services.db.dialect }, 'countersign serving on stdio');
+    log.info({ agent: agent.name, database: services.dialect }, 'countersign serving on stdio');
   } catch (err) {
     await stop('error');
     throw err;

@@ -2,13 +2,20 @@ import type { AdminDeps } from '../admin/commands.ts';
 import type { FirstRun } from '../admin/first-run.ts';
 import type { Approvals } from '../approval/index.ts';
 import type { Authenticate, OAuthAgents, SessionStore, SignIn, UserDirectory } from '../accounts/index.ts';
-import type { AuditLog, AuditReader, CheckpointDeps, ExportRecords, Refusals } from '../audit/index.ts';
+import {
+  createCheckpointer,
+  type AuditLog,
+  type AuditReader,
+  type Checkpointer,
+  type ExportRecords,
+  type Refusals,
+} from '../audit/index.ts';
 import type { ClusterBus } from '../cluster/bus.ts';
 import type { Leadership } from '../cluster/leadership.ts';
 import type { Config } from '../config.ts';
 import type { BlobStore, Upstream } from '../connectors/index.ts';
 import type { Faults } from '../core/faults.ts';
-import type { Database, Connection } from '../db/knex.ts';
+import type { Connection, Dialect } from '../db/knex.ts';
 import type { Logger } from '../log.ts';
 import type { SlackStore } from '../notify/index.ts';
 import type { CallPipeline, Metrics } from '../server/index.ts';
@@ -36,8 +43,11 @@ export { upstreamTimeoutMs } from './services/upstreams.ts';
 export interface Services {
   config: Config;
   log: Logger;
-  db: Database;
-  knex: Connection;
+  /**
+   * Which database this process runs on. The query builder itself is not here: the transports get
+   * stores, and nothing handed to them can run SQL of its own.
+   */
+  dialect: Dialect;
   audit: AuditLog;
   /** Refusals of unauthenticated requests: a few rows per source and reason a minute, the rest summed. */
   refusals: Refusals;
@@ -45,8 +55,8 @@ export interface Services {
   approvals: Approvals;
   /** The stores the operator's commands run on (the admin endpoint, the web account pages, the first run). */
   admin: AdminDeps;
-  /** Origin and signer for checkpoints and exports. */
-  checkpoints: CheckpointDeps;
+  /** Checkpoints and exports, with their origin and signer (the database stays inside the operations). */
+  checkpoints: Checkpointer;
   pipeline: CallPipeline;
   /** Upstream MCP servers (config `upstreams`), each reconnecting on its own. */
   upstreams: readonly Upstream[];
@@ -87,13 +97,27 @@ export interface Services {
   close(reason?: StopReason): Promise<void>;
 }
 
-/** Set by tests only (test/helpers/faults.ts); production wiring passes none. */
+/** Set by tests only; production wiring passes none. */
 export interface ServiceOptions {
+  /** Crashes and stalls at named points (test/helpers/faults.ts). */
   faults?: Faults;
+  /**
+   * Given the database once it is open and migrated: the view of an administrator with SQL, through
+   * which a test inspects stored state or tampers with it as the insider of docs/audit.md ("Threat
+   * model") would. test/helpers/server.ts keeps it as the server's `sql`; the services keep nothing
+   * of it that a transport could reach.
+   */
+  onDatabase?(knex: Connection): void;
 }
 
 /** The parts openServices is given; every other part is a factory's. */
-export const GIVEN = ['config', 'log', 'command', 'faults'] as const satisfies readonly (keyof Parts)[];
+export const GIVEN = [
+  'config',
+  'log',
+  'command',
+  'faults',
+  'onDatabase',
+] as const satisfies readonly (keyof Parts)[];
 
 /**
  * The services, in the order they open (each factory in src/app/services/): a factory comes after every
@@ -142,7 +166,7 @@ export async function openServices(
 ): Promise<Services> {
   const { have, closeAll } = await assemble(
     SERVICES,
-    { config, log, command, faults: options.faults },
+    { config, log, command, faults: options.faults, onDatabase: options.onDatabase },
     SHAPED,
   );
   // assemble refused the list unless every part in SHAPED is provided by then.
@@ -187,14 +211,13 @@ function shape(have: Pick<Parts, (typeof SHAPED)[number]>, closeAll: () => Promi
   return {
     config: have.config,
     log: have.log,
-    db,
-    knex: db.knex,
+    dialect: db.dialect,
     audit: have.audit,
     refusals: lifecycle.refusals,
     blobs: have.blobs,
     approvals: have.approvals,
     admin: have.admin,
-    ...{ checkpoints, bus, leadership },
+    ...{ checkpoints: createCheckpointer(checkpoints), bus, leadership },
     pipeline: have.pipeline,
     upstreams: have.upstreams,
     metrics: have.metrics,

@@ -7,6 +7,7 @@ export { describeAnchors } from './anchors/check.ts';
 export { verifyDatabaseAnchors } from './anchors/verify-anchors.ts';
 export type { AuditInput } from './chain.ts';
 export { createAuditChecks, type AuditChecks } from './checks.ts';
+export { createCheckpointer, type Checkpointer } from './checkpointer.ts';
 export { checkpointIfDue, checkpointTick, type CheckpointDeps } from './checkpoints.ts';
 export { checkpointDeps, verifyDatabase } from './context.ts';
 export { exportToFile } from './export-file.ts';

@@ -2,7 +2,7 @@ import path from 'node:path';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import helmet from 'helmet';
 import type { Approvals } from '../approval/index.ts';
-import type { AuditReader, CheckpointDeps, AuditLog, ExportRecords, Refusals } from '../audit/index.ts';
+import type { AuditReader, Checkpointer, AuditLog, ExportRecords, Refusals } from '../audit/index.ts';
 import type { Config } from '../config.ts';
 import type { SignIn } from '../accounts/index.ts';
 import type { BlobStore } from '../connectors/index.ts';
@@ -31,7 +31,7 @@ export interface WebDeps {
   people: UserDirectory;
   /** The Slack app's messages and signed callbacks seen (notify's). */
   slackStore: SlackStore;
-  checkpoints: CheckpointDeps;
+  checkpoints: Checkpointer;
   audit: AuditLog;
   /** The log as the compliance pages read it, and the record of their exports. */
   auditReader: AuditReader;

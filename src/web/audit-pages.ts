@@ -4,11 +4,10 @@ import path from 'node:path';
 import type { NextFunction, Request, RequestHandler, Response, Router } from 'express';
 import {
   type AuditReader,
-  type CheckpointDeps,
+  type Checkpointer,
   type ExportRecords,
   isNothingToExport,
   type Manifest,
-  exportToFile,
   exportFileOf,
   openExportFile,
   AuditQuery,
@@ -27,7 +26,7 @@ export interface AuditPageDeps {
   /** Where exports are recorded and found again by id. */
   exports: ExportRecords;
   /** What an export signs its manifest with. */
-  checkpoints: CheckpointDeps;
+  checkpoints: Checkpointer;
   config: Config;
 }
 
@@ -122,7 +121,7 @@ function mountExportPages(router: Router, kit: PageKit, guard: RequestHandler[],
     let manifest: Manifest;
     let file: string;
     try {
-      ({ manifest, path: file } = await exportToFile(deps.checkpoints, {
+      ({ manifest, path: file } = await deps.checkpoints.exportToFile({
         format,
         filter: { since, until, agent, tool, kind, result, target_ref: target, approval },
         path: exportFileOf(exportsDir, id, format),

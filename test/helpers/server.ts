@@ -1,4 +1,5 @@
 import path from 'node:path';
+import type { Knex } from 'knex';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import type { CallToolResult } from '@modelcontextprotocol/client';
@@ -8,13 +9,55 @@ import { fetchUnwarned } from '../../src/core/fetch.ts';
 import { createAgent } from '../../src/accounts/agents.ts';
 import { startHttpServer, type RunningServer } from '../../src/app/serve-http.ts';
 import type { ServiceOptions } from '../../src/app/services.ts';
+import type { CheckpointDeps } from '../../src/audit/index.ts';
+import type { Config } from '../../src/config.ts';
+import type { Logger } from '../../src/log.ts';
 import { misnamedAgentRows } from './audit-names.ts';
 import { builtCli, childEnv } from './built.ts';
 import { createTestDatabase, type DbKind, type TestDatabase } from './db.ts';
 
 export const ROOT = path.resolve(import.meta.dirname, '../..');
 
-export interface TestServer extends RunningServer {
+/**
+ * A server started in this process, with its database as an administrator with SQL sees it. `sql` is
+ * how a test inspects stored state (the rows a call left, a request's status) or tampers with it as
+ * the insider of docs/audit.md ("Threat model") does: a row rewritten, deleted or forged. The server's
+ * `services` are what its transports get, and never carry the database: `sql` comes from the
+ * test-only `onDatabase` option of openServices. Inside a transaction, use its `trx` (PGlite has one
+ * connection).
+ */
+export interface SqlServer extends RunningServer {
+  sql: Knex;
+}
+
+/** startHttpServer, keeping the database it opened as the server's `sql` (see SqlServer). */
+export async function startSqlServer(
+  config: Config,
+  log: Logger,
+  options: ServiceOptions = {},
+): Promise<SqlServer> {
+  let sql: Knex | undefined;
+  const server = await startHttpServer(config, log, {
+    ...options,
+    onDatabase(knex) {
+      sql = knex;
+      options.onDatabase?.(knex);
+    },
+  });
+  if (!sql) throw new Error('the server started without opening its database');
+  return { ...server, sql };
+}
+
+/**
+ * The audit's checkpoint deps of a server (its signer, origin, guard and anchor) over the test's `sql`,
+ * for a test that calls the audit's functions (createCheckpoint, exportAudit) itself.
+ */
+export const checkpointDepsOf = (server: SqlServer): CheckpointDeps => ({
+  ...server.services.checkpoints,
+  knex: server.sql,
+});
+
+export interface TestServer extends SqlServer {
   db: TestDatabase;
   /** Environment that points a child countersign process at this server's database. */
   env: Record<string, string>;
@@ -50,17 +93,17 @@ export async function startTestServer(
   const db = await createTestDatabase(kind);
   const env = testEnv(db, extraEnv);
   const config = loadConfig(env, db.dataDir);
-  const server = await startHttpServer(config, createLogger(config.log_level), options);
+  const server = await startSqlServer(config, createLogger(config.log_level), options);
   return {
     ...server,
     db,
     env,
     demoToken: server.services.firstRun!.token,
-    addAgent: async (name) => (await createAgent(server.services.knex, { name })).token,
+    addAgent: async (name) => (await createAgent(server.sql, { name })).token,
     async stop() {
       // Every row about an agent names it (docs/audit.md), checked for each suite that runs a server. A
       // suite that took the database away has nothing left to check.
-      const misnamed = await misnamedAgentRows(server.services.knex).catch(() => []);
+      const misnamed = await misnamedAgentRows(server.sql).catch(() => []);
       await server.close();
       await db.drop();
       if (misnamed.length > 0) {

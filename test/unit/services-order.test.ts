@@ -65,7 +65,7 @@ describe('the list of services', () => {
 describe('assembling the services', () => {
   const logged: unknown[] = [];
   const log = { error: (fields: unknown) => logged.push(fields) } as unknown as Logger;
-  const given = { config: {} as Config, log, command: 'test', faults: undefined };
+  const given = { config: {} as Config, log, command: 'test', faults: undefined, onDatabase: undefined };
 
   /** Stand-in factories that record what they were given and when they open and close. */
   function standIns(events: string[], failing?: string) {

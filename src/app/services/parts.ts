@@ -33,7 +33,7 @@ import type { Faults } from '../../core/faults.ts';
 import type { HostRoots } from '../../core/host-roots.ts';
 import type { Profile } from '../../core/profiles.ts';
 import type { Tracer } from '../../core/tracing.ts';
-import type { Database } from '../../db/knex.ts';
+import type { Connection, Database } from '../../db/knex.ts';
 import type { OpenedRoots } from '../../db/host-roots.ts';
 import type { Logger } from '../../log.ts';
 import type { Notifications, SlackStore } from '../../notify/index.ts';
@@ -53,6 +53,8 @@ export interface Parts {
   command: string;
   /** Set by tests only (test/helpers/faults.ts); production wiring passes none. */
   faults: Faults | undefined;
+  /** Set by tests only: given the database once open and migrated (ServiceOptions.onDatabase). */
+  onDatabase: ((knex: Connection) => void) | undefined;
 
   profiles: Map<string, Profile>;
   db: Database;

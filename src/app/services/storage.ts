@@ -16,11 +16,12 @@ import { defineService } from './parts.ts';
 /** The database, closed last of all; a test may stop the process just before it opens. */
 export const storage = defineService({
   name: 'storage',
-  needs: ['config', 'log', 'command', 'faults'],
+  needs: ['config', 'log', 'command', 'faults', 'onDatabase'],
   provides: ['db', 'opened', 'roots'],
-  async open({ config, log, command, faults }, closers) {
+  async open({ config, log, command, faults, onDatabase }, closers) {
     await faults?.at('before_database');
     const { db, opened } = await openStorage(config, log, command);
+    onDatabase?.(db.knex);
     closers.push(() => db.close());
     return { db, opened, roots: () => Promise.resolve(opened.roots) };
   },
