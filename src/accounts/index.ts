@@ -35,7 +35,7 @@ export {
   createUserDirectory,
   type UserDirectory,
 } from './users.ts';
-export { createAgentMemory } from './agent-memory.ts';
+export { createAgentMemory } from './store/memory.ts';
 export { createSessionStore, type SessionStore, type WebSession } from './sessions.ts';
 export {
   activeAgentNamed,
