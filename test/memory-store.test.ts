@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { createAgent } from '../src/accounts/agents.ts';
-import { createAgentMemory } from '../src/accounts/agent-memory.ts';
+import { createAgentMemory } from '../src/accounts/store/memory.ts';
 import type { Agent } from '../src/core/identity.ts';
 import { recall } from '../src/tools/memory/recall.ts';
 import { remember } from '../src/tools/memory/remember.ts';

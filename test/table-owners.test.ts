@@ -100,8 +100,7 @@ it('has every table read and written only by the folder that owns it', () => {
 const RAW_ACROSS_OWNERS: Record<string, string[]> = {
   // Whether the log holds a change of a record after the one its seal binds, and an agent's revocation,
   // read with the record (docs/identity.md, "Sealed records are fresh").
-  'src/accounts/authority.ts': ['audit_events'],
-  'src/accounts/agents.ts': ['audit_events'],
+  'src/accounts/store/sql.ts': ['audit_events'],
   // The approvers' sealed records, their freshness and whether one is disabled, read with the request
   // at execution; the agent's owner and name with the decision.
   'src/approval/store/sql.ts': ['agents', 'users', 'audit_events'],

@@ -1,4 +1,4 @@
-import type { Knex } from 'knex';
+import type { Connection, Transaction } from '../db/knex.ts';
 import type { AuditInput, AuditLog } from '../audit/index.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import { hostRootsOf } from '../db/host-roots.ts';
@@ -79,7 +79,7 @@ export interface AccountAdmin {
 /** Roots a change may need: the host's keys that agent tokens are made and stored under. */
 type Roots = () => Promise<HostRoots>;
 
-function changesIn(trx: Knex.Transaction, audit: AuditLog, roots: HostRoots): AccountChanges {
+function changesIn(trx: Transaction, audit: AuditLog, roots: HostRoots): AccountChanges {
   return {
     createAgent: (opts) => createAgent(trx, opts, roots),
     agentNamedForUpdate: (name) => agentNamedForUpdate(trx, name),
@@ -108,7 +108,7 @@ function changesIn(trx: Knex.Transaction, audit: AuditLog, roots: HostRoots): Ac
 }
 
 export function createAccountAdmin(
-  knex: Knex,
+  knex: Connection,
   audit: AuditLog,
   roots: Roots = () => hostRootsOf(knex),
 ): AccountAdmin {

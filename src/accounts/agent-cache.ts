@@ -1,4 +1,4 @@
-import type { Knex } from 'knex';
+import type { Connection } from '../db/knex.ts';
 import type { ClusterBus } from '../cluster/bus.ts';
 import { anyUntaggedToken, authenticate, hashToken } from './agents.ts';
 import { tokenShape, tokenTagKeys } from './token-tag.ts';
@@ -70,7 +70,7 @@ const UNTAGGED_RECHECK_MS = 60_000;
  * from the database once, and again after an agent changes or a minute: it can only go from yes to no
  * (every token issued now is tagged), so a stale answer costs a query, never a refusal.
  */
-function tokenScreen(knex: Knex, bus: ClusterBus, roots: () => Promise<HostRoots>) {
+function tokenScreen(knex: Connection, bus: ClusterBus, roots: () => Promise<HostRoots>) {
   let keys: Promise<Buffer[]> | undefined;
   let untagged: { any: Promise<boolean>; at: number } | undefined;
   bus.onAgentChanged(() => (untagged = undefined));
@@ -97,7 +97,7 @@ function tokenScreen(knex: Knex, bus: ClusterBus, roots: () => Promise<HostRoots
  * refused with no query. `roots` are the host's keys (by default those opened for `knex`).
  */
 export function createAgentAuth(
-  knex: Knex,
+  knex: Connection,
   bus: ClusterBus,
   roots: () => Promise<HostRoots> = () => hostRootsOf(knex),
 ): Authenticate {
@@ -118,7 +118,11 @@ export function createAgentAuth(
  * OAuth access tokens: the JWT is verified in process (no database), and the agent it maps to is read
  * through the same kind of cache by name, so a call costs no more round trips than a static token's.
  */
-export function createOAuthAgentAuth(knex: Knex, bus: ClusterBus, verifier: OAuthVerifier): OAuthAgents {
+export function createOAuthAgentAuth(
+  knex: Connection,
+  bus: ClusterBus,
+  verifier: OAuthVerifier,
+): OAuthAgents {
   const cached = agentCache(bus);
   return {
     verifier,

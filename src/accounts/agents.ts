@@ -1,12 +1,12 @@
 import { hash, randomUUID } from 'node:crypto';
-import type { Knex } from 'knex';
-import { toCount } from '../db/knex.ts';
+import type { Queryable, Transaction } from '../db/knex.ts';
 import { AppError } from '../core/errors.ts';
 import { AgentName, type Agent } from '../core/identity.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import { hostRootsOf } from '../db/host-roots.ts';
 import { newTaggedToken, tokenTagKey } from './token-tag.ts';
-import { AGENT_SUPERSEDED, agentSealed, sealAgent, sealedAgentOr, type AgentSealed } from './authority.ts';
+import { agentSealed, sealAgent, sealedAgentOr, type AgentSealed } from './authority.ts';
+import { agents, users, type AgentRecord } from './store/index.ts';
 
 /** An agent token: 256 random bits, recognisable by its prefix, with its tag (token-tag.ts). */
 const newToken = (roots: HostRoots) => newTaggedToken(tokenTagKey(roots));
@@ -25,8 +25,7 @@ export const hashToken = (token: string) => hash('sha256', token, 'hex');
 export const storedToken = (roots: HostRoots, token: string) => roots.mac('agent-token', token);
 
 /** The roots given, else those opened for `knex` (the host's keys: db/host-roots.ts). */
-const rootsFor = async (knex: Knex | Knex.Transaction, roots: HostRoots | undefined) =>
-  roots ?? (await hostRootsOf(knex));
+const rootsFor = async (knex: Queryable, roots: HostRoots | undefined) => roots ?? (await hostRootsOf(knex));
 
 /** `agent_record_tampered`: the token's agent has a record this server did not seal (authority.ts). */
 export type AuthFailure = 'missing_token' | 'unknown_token' | 'revoked_token' | 'agent_record_tampered';
@@ -35,18 +34,15 @@ export type AuthFailure = 'missing_token' | 'unknown_token' | 'revoked_token' | 
  * The user an agent's owner names, ignoring case as user names are unique so; an owner must be a user who
  * exists (NOT_FOUND, unknown_owner), so that the owner rule has a person to hold to.
  */
-export async function ownerNamed(knex: Knex, name: string): Promise<{ id: string; name: string }> {
-  const row = (await knex('users')
-    .select('id', 'name')
-    .whereRaw('lower(name) = lower(?)', [name])
-    .first()) as { id: string; name: string } | undefined;
+export async function ownerNamed(knex: Queryable, name: string): Promise<{ id: string; name: string }> {
+  const row = await users.idNamedIgnoringCase(knex, name);
   if (!row) throw new AppError('NOT_FOUND', `no user named "${name}" to own the agent`, 'unknown_owner');
   return row;
 }
 
 /** Creates an agent; `owner` names an existing user (ignoring case), recorded by id. */
 export async function createAgent(
-  knex: Knex,
+  knex: Queryable,
   opts: { name: string; profile?: string; owner?: string | null; rate_limit_per_min?: number | null },
   hostRoots?: HostRoots,
 ): Promise<{ agent: Agent; token: string; owner: string | null }> {
@@ -62,16 +58,12 @@ export async function createAgent(
     rate_limit_per_min: opts.rate_limit_per_min ?? null,
   };
   const token_hash = storedToken(roots, token);
-  const inserted = await knex('agents')
-    .insert({
-      ...agent,
-      token_hash,
-      token_tagged: true,
-      authority_mac: sealAgent(roots, { ...agent, token_hash, revoked_at: null }),
-    })
-    .onConflict('name')
-    .ignore()
-    .returning('id');
+  const inserted = await agents.insert(knex, {
+    ...agent,
+    token_hash,
+    token_tagged: true,
+    authority_mac: sealAgent(roots, { ...agent, token_hash, revoked_at: null }),
+  });
   if (inserted.length === 0)
     throw new AppError('CONFLICT', `an agent named "${name}" already exists`, 'agent_exists');
   return { agent, token, owner: owner?.name ?? null };
@@ -81,25 +73,8 @@ export async function createAgent(
  * Every agent, by name. `owner` is the owning user's name; `owner_unresolved` an owner name from before
  * owners were users that names no user (its requests can be decided by nobody until an owner is set).
  */
-export async function listAgents(knex: Knex, roots?: HostRoots) {
-  const rows = await knex('agents as a')
-    .leftJoin('users as u', 'u.id', 'a.owner_id')
-    .select(
-      'a.id',
-      'a.name',
-      'a.profile',
-      'a.owner_id',
-      'u.name as owner',
-      'a.owner_unresolved',
-      'a.rate_limit_per_min',
-      'a.created_at',
-      'a.revoked_at',
-      'a.token_hash',
-      'a.authority_mac',
-      'a.sealed_seq',
-      knex.raw(AGENT_SUPERSEDED('a')),
-    )
-    .orderBy('a.name');
+export async function listAgents(knex: Queryable, roots?: HostRoots) {
+  const rows = await agents.list(knex);
   return rows.map((r: Record<string, unknown>) => ({
     id: String(r.id),
     name: String(r.name),
@@ -119,29 +94,17 @@ export async function listAgents(knex: Knex, roots?: HostRoots) {
  * The active agent `name`, locked for a change and checked against its seal (TAMPERED when it does not
  * carry it: a change never seals what SQL made of it); undefined when no active agent has the name.
  */
-async function activeSealedForUpdate(knex: Knex | Knex.Transaction, roots: HostRoots, name: string) {
-  const row = (await knex('agents')
-    .select('*', knex.raw(AGENT_SUPERSEDED()))
-    .where({ name })
-    .whereNull('revoked_at')
-    .forUpdate()
-    .first()) as (AgentSealed & { id: string; name: string }) | undefined;
+async function activeSealedForUpdate(knex: Queryable, roots: HostRoots, name: string) {
+  const row = await agents.activeRecordNamedForUpdate(knex, name);
   return row && sealedAgentOr(roots, row);
 }
 
 /** Revokes by name; returns false when no active agent has that name. */
-export async function revokeAgent(
-  knex: Knex | Knex.Transaction,
-  name: string,
-  hostRoots?: HostRoots,
-): Promise<boolean> {
+export async function revokeAgent(knex: Queryable, name: string, hostRoots?: HostRoots): Promise<boolean> {
   const roots = await rootsFor(knex, hostRoots);
   const row = await activeSealedForUpdate(knex, roots, name);
   if (!row) return false;
-  const n = await knex('agents')
-    .where({ id: row.id })
-    .whereNull('revoked_at')
-    .update({ revoked_at: knex.fn.now(), authority_mac: sealAgent(roots, { ...row, revoked_at: true }) });
+  const n = await agents.revoke(knex, row.id, sealAgent(roots, { ...row, revoked_at: true }));
   return n > 0;
 }
 
@@ -151,7 +114,7 @@ export async function revokeAgent(
  * when no active agent has the name.
  */
 export async function rotateAgentToken(
-  knex: Knex | Knex.Transaction,
+  knex: Queryable,
   name: string,
   hostRoots?: HostRoots,
 ): Promise<{ agent_id: string; token: string } | undefined> {
@@ -160,50 +123,27 @@ export async function rotateAgentToken(
   if (!current) return undefined;
   const token = newToken(roots);
   const token_hash = storedToken(roots, token);
-  const [row] = (await knex('agents')
-    .where({ id: current.id })
-    .whereNull('revoked_at')
-    .update({ token_hash, token_tagged: true, authority_mac: sealAgent(roots, { ...current, token_hash }) })
-    .returning('id')) as { id: string }[];
+  const [row] = await agents.setToken(
+    knex,
+    current.id,
+    token_hash,
+    sealAgent(roots, { ...current, token_hash }),
+  );
   return row && { agent_id: row.id, token };
 }
-
-/**
- * A select-list item for a query over `agents` (by the (kind, seq) index: agentSupersededSql says why
- * `agent_id || ''`): whether the audit log holds an `agent.revoked` row of
- * this agent (rows the server appended, each with its row MAC: deleting one breaks the chain and its
- * MACs). Few such rows exist, found by the (kind, seq) index; part of the one statement.
- */
-const REVOKED_IN_LOG = `exists (select 1 from audit_events e where e.kind = 'agent.revoked'
-  and (e.agent_id || '') = agents.id::text) as revoked_in_log`;
 
 /**
  * The agent whose `column` is `value`, whether it is revoked, and whether its record carries its seal
  * (authority.ts; checked from the columns this one read): what authentication needs of its row.
  */
 export async function agentRow(
-  knex: Knex,
+  knex: Queryable,
   column: 'token_hash' | 'name',
   value: string,
   hostRoots?: HostRoots,
 ): Promise<{ agent: Agent; revoked: boolean; tampered: boolean; row: AgentSealed } | undefined> {
   const roots = await rootsFor(knex, hostRoots);
-  const row = (await knex('agents')
-    .select(
-      'id',
-      'name',
-      'profile',
-      'owner_id',
-      'rate_limit_per_min',
-      'revoked_at',
-      'token_hash',
-      'authority_mac',
-      'sealed_seq',
-      knex.raw(REVOKED_IN_LOG),
-      knex.raw(AGENT_SUPERSEDED()),
-    )
-    .where(column, value)
-    .first()) as (Agent & AgentSealed & { revoked_at: unknown; revoked_in_log: unknown }) | undefined;
+  const row = await agents.authRow(knex, column, value);
   if (!row) return undefined;
   const agent: Agent = {
     id: String(row.id),
@@ -219,17 +159,13 @@ export async function agentRow(
 }
 
 /** Whether an active agent still holds a token from before tags (token-tag.ts): then those are looked up. */
-export async function anyUntaggedToken(knex: Knex): Promise<boolean> {
-  const row = await knex('agents').where({ token_tagged: false }).whereNull('revoked_at').first('id');
-  return row !== undefined;
+export async function anyUntaggedToken(knex: Queryable): Promise<boolean> {
+  return agents.anyUntaggedToken(knex);
 }
 
 /** The token hashes of the active agents: what the host roots record at the upgrade to MACs. */
-export async function storedTokenHashes(knex: Knex): Promise<string[]> {
-  const rows = (await knex('agents').whereNull('revoked_at').select('token_hash')) as {
-    token_hash: string;
-  }[];
-  return rows.map((r) => r.token_hash);
+export async function storedTokenHashes(knex: Queryable): Promise<string[]> {
+  return agents.activeTokenHashes(knex);
 }
 
 /**
@@ -237,21 +173,25 @@ export async function storedTokenHashes(knex: Knex): Promise<string[]> {
  * hash at the upgrade (a SHA-256 written in later by SQL is not), and stored as its MAC on this first
  * use, so that it is looked up as every other token from then on.
  */
-async function legacyRow(knex: Knex, roots: HostRoots, token: string) {
+async function legacyRow(knex: Queryable, roots: HostRoots, token: string) {
   const sha256 = hashToken(token);
   if (!roots.legacyTokenHashes.has(sha256)) return undefined;
   const row = await agentRow(knex, 'token_hash', sha256, roots);
   if (row && !row.revoked && !row.tampered) {
     const token_hash = storedToken(roots, token);
-    await knex('agents')
-      .where({ id: row.agent.id, token_hash: sha256 })
-      .update({ token_hash, authority_mac: sealAgent(roots, { ...row.row, token_hash }) });
+    await agents.replaceLegacyToken(
+      knex,
+      row.agent.id,
+      sha256,
+      token_hash,
+      sealAgent(roots, { ...row.row, token_hash }),
+    );
   }
   return row;
 }
 
 export async function authenticate(
-  knex: Knex,
+  knex: Queryable,
   token: string | undefined,
   hostRoots?: HostRoots,
 ): Promise<{ agent: Agent } | { failure: AuthFailure; agent?: Agent }> {
@@ -271,7 +211,7 @@ export async function authenticate(
  * unresolved owner); returns false when no agent has that name.
  */
 export async function updateAgent(
-  knex: Knex | Knex.Transaction,
+  knex: Queryable,
   name: string,
   change: { profile?: string; rate_limit_per_min?: number | null; owner_id?: string | null },
   hostRoots?: HostRoots,
@@ -279,54 +219,45 @@ export async function updateAgent(
   const defined = Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined));
   if (Object.keys(defined).length === 0) return true;
   const roots = await rootsFor(knex, hostRoots);
-  const row = (await knex('agents')
-    .select('*', knex.raw(AGENT_SUPERSEDED()))
-    .where({ name })
-    .forUpdate()
-    .first()) as (AgentSealed & { id: string; name: string }) | undefined;
+  const row = await agents.recordNamedForUpdate(knex, name);
   if (!row) return false;
   sealedAgentOr(roots, row);
   const owner = 'owner_id' in defined ? { owner_unresolved: null } : {};
   return (
-    (await knex('agents')
-      .where({ id: row.id })
-      .update({ ...defined, ...owner, authority_mac: sealAgent(roots, { ...row, ...defined }) })) > 0
+    (await agents.update(knex, row.id, {
+      ...defined,
+      ...owner,
+      authority_mac: sealAgent(roots, { ...row, ...defined }),
+    })) > 0
   );
 }
 
-type Query = Knex | Knex.Transaction;
-
 /** The agent as its row holds it, with the owner it was given by a name that resolved to nobody. */
-export type AgentRecord = Agent & { owner_unresolved: string | null; revoked_at: Date | string | null };
+export type { AgentRecord };
 
 /** The agent named `name`, revoked or not; locked for update inside `trx` (a change to it follows). */
-export async function agentNamedForUpdate(trx: Knex.Transaction, name: string) {
-  return (await trx('agents').where({ name }).forUpdate().first()) as AgentRecord | undefined;
+export async function agentNamedForUpdate(trx: Transaction, name: string) {
+  return agents.namedForUpdate(trx, name);
 }
 
 /** The active (unrevoked) agent named `name`. */
-export async function activeAgentNamed(q: Query, name: string) {
-  return (await q('agents').where({ name }).whereNull('revoked_at').first()) as AgentRecord | undefined;
+export async function activeAgentNamed(q: Queryable, name: string) {
+  return agents.activeNamed(q, name);
 }
 
 /**
  * The agent with id `id`, revoked or not, with what checking its seal needs (`superseded`: agentSealed).
  */
-export async function agentById(q: Query, id: string) {
-  return (await q('agents').select('*', q.raw(AGENT_SUPERSEDED())).where({ id }).first()) as
-    (AgentRecord & { superseded: unknown }) | undefined;
+export async function agentById(q: Queryable, id: string) {
+  return agents.byId(q, id);
 }
 
 /** An agent's name with its owner's (null: none, or a name that resolved to nobody, kept as given). */
-export async function agentWithOwner(q: Query, id: string) {
-  return (await q('agents as a')
-    .leftJoin('users as u', 'u.id', 'a.owner_id')
-    .select('a.name', 'u.name as owner', 'a.owner_unresolved')
-    .where('a.id', id)
-    .first()) as { name: string; owner: string | null; owner_unresolved: string | null } | undefined;
+export async function agentWithOwner(q: Queryable, id: string) {
+  return agents.withOwner(q, id);
 }
 
 /** How many agents there are, revoked ones included. */
-export async function countAgents(q: Query): Promise<number> {
-  return toCount((await q('agents').count({ n: '*' }).first())?.n);
+export async function countAgents(q: Queryable): Promise<number> {
+  return agents.count(q);
 }

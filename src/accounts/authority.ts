@@ -1,8 +1,22 @@
 import canonicalize from 'canonicalize';
-import type { Knex } from 'knex';
+import type { Transaction } from '../db/knex.ts';
 import type { AuditLog } from '../audit/index.ts';
 import { AppError, isAppError } from '../core/errors.ts';
 import type { HostRoots } from '../core/host-roots.ts';
+import {
+  AGENT_CHANGE_KINDS,
+  AGENT_SEALED_COLUMNS,
+  AGENT_SUPERSEDED,
+  USER_CHANGE_KINDS,
+  USER_SEALED_COLUMNS,
+  USER_SUPERSEDED,
+  agentSupersededSql,
+  agents,
+  userSupersededSql,
+  users,
+  type AgentSealed,
+  type UserRecord,
+} from './store/index.ts';
 
 /**
  * Sealed records (docs/identity.md): each user's and agent's row carries `authority_mac`, an HMAC under
@@ -21,91 +35,22 @@ import type { HostRoots } from '../core/host-roots.ts';
  * memory; a tagless token is still looked up by its MAC).
  */
 
-/** The user columns the seal covers, with the seal: what a read that checks it selects. */
-export const USER_SEALED_COLUMNS = [
-  'id',
-  'name',
-  'roles',
-  'teams',
-  'email',
-  'password_hash',
-  'oidc_issuer',
-  'oidc_subject',
-  'disabled_at',
-  'authority_mac',
-  'sealed_seq',
-] as const;
-
-/** The agent columns the seal covers, with the seal. */
-export const AGENT_SEALED_COLUMNS = [
-  'id',
-  'name',
-  'profile',
-  'rate_limit_per_min',
-  'owner_id',
-  'token_hash',
-  'revoked_at',
-  'authority_mac',
-  'sealed_seq',
-] as const;
-
-/**
- * A record read to be checked: the sealed columns, and `superseded` (userSupersededSql,
- * agentSupersededSql), whether the log holds a change of it after the one its seal binds.
+/*
+ * The sealed columns, the audit kinds that change a record and the freshness SQL are the stores'
+ * (store/sql.ts): every read of a record selects them there. Named here too, beside the seal.
  */
-export type UserRecord = Record<(typeof USER_SEALED_COLUMNS)[number] | 'superseded', unknown>;
-export type AgentSealed = Record<(typeof AGENT_SEALED_COLUMNS)[number] | 'superseded', unknown>;
-
-/**
- * The audit rows that say a user's record changed (details.user names it), and an agent's (agent_id):
- * each is appended in the transaction of its change, and the record is sealed again after it with its
- * seq (sealAfterChange). Refusals (`*.record_tampered`) and sign-ins are not changes.
- */
-export const USER_CHANGE_KINDS = [
-  'user.created',
-  'user.role_changed',
-  'user.password_reset',
-  'user.disabled',
-  'user.linked',
-  'user.email_changed',
-  'user.teams_changed',
-  'user.resealed',
-] as const;
-export const AGENT_CHANGE_KINDS = [
-  'agent.created',
-  'agent.owner_changed',
-  'agent.profile_changed',
-  'agent.rate_limit_changed',
-  'agent.token_rotated',
-  'agent.revoked',
-  'agent.resealed',
-] as const;
-
-const kindList = (kinds: readonly string[]) => kinds.map((k) => `'${k}'`).join(', ');
-
-/**
- * SQL true when the log holds a change of the user `alias` after the one its seal binds (`sealed_seq`):
- * the row was put back as it stood before that change, seal and all. For a select list, as `superseded`;
- * the (kind, seq) index finds the few change rows after it.
- */
-export const userSupersededSql = (alias: string) => `exists (select 1 from audit_events e
-  where e.kind in (${kindList(USER_CHANGE_KINDS)}) and e.seq > coalesce(${alias}.sealed_seq, 0)
-    and e.details->>'user' = ${alias}.name)`;
-
-/**
- * The same for the agent `alias`, by its id. Found through the (kind, seq) index, which holds few rows
- * after `sealed_seq`: `agent_id || ''` keeps the planner off the (agent_id, seq) index, which it takes
- * without statistics (PGlite never analyzes) and which holds every call the agent ever made — a scan
- * that grew with the log (62 ms at 200,000 rows; 0.7 ms this way).
- */
-export const agentSupersededSql = (alias: string) => `exists (select 1 from audit_events e
-  where e.kind in (${kindList(AGENT_CHANGE_KINDS)}) and e.seq > coalesce(${alias}.sealed_seq, 0)
-    and (e.agent_id || '') = ${alias}.id::text)`;
-
-/** The select-list item of userSupersededSql over `alias`. */
-export const USER_SUPERSEDED = (alias = 'users') => `${userSupersededSql(alias)} as superseded`;
-/** The select-list item of agentSupersededSql over `alias`. */
-export const AGENT_SUPERSEDED = (alias = 'agents') => `${agentSupersededSql(alias)} as superseded`;
+export {
+  AGENT_CHANGE_KINDS,
+  AGENT_SEALED_COLUMNS,
+  AGENT_SUPERSEDED,
+  USER_CHANGE_KINDS,
+  USER_SEALED_COLUMNS,
+  USER_SUPERSEDED,
+  agentSupersededSql,
+  userSupersededSql,
+  type AgentSealed,
+  type UserRecord,
+};
 
 /** A jsonb column as PostgreSQL or PGlite hand it back (parsed, or text), as a sorted set of strings. */
 function setOf(raw: unknown): unknown {
@@ -216,7 +161,7 @@ export function sealedAgentOr<T extends Partial<AgentSealed>>(roots: HostRoots, 
  * the change itself checked the seal it had. Any other row: nothing to do.
  */
 export async function sealAfterChange(
-  trx: Knex.Transaction,
+  trx: Transaction,
   roots: HostRoots,
   row: { kind: string; seq: number | string; agent_id?: string | null; details?: unknown },
 ): Promise<void> {
@@ -224,20 +169,20 @@ export async function sealAfterChange(
   if ((USER_CHANGE_KINDS as readonly string[]).includes(row.kind)) {
     const name = (row.details as { user?: unknown } | undefined)?.user;
     if (typeof name !== 'string') throw new Error(`${row.kind} names no user: its record cannot be sealed`);
-    const user = (await trx('users').select(USER_SEALED_COLUMNS).where({ name }).first()) as
-      UserRecord | undefined;
+    const user = await users.sealedNamed(trx, name);
     if (!user) throw new Error(`${row.kind} names "${name}", who is not a user`);
-    await trx('users')
-      .where({ id: user.id as string })
-      .update({ sealed_seq: seq, authority_mac: sealUser(roots, { ...user, sealed_seq: seq }) });
+    await users.update(trx, user.id as string, {
+      sealed_seq: seq,
+      authority_mac: sealUser(roots, { ...user, sealed_seq: seq }),
+    });
   } else if ((AGENT_CHANGE_KINDS as readonly string[]).includes(row.kind)) {
     if (!row.agent_id) throw new Error(`${row.kind} names no agent: its record cannot be sealed`);
-    const agent = (await trx('agents').select(AGENT_SEALED_COLUMNS).where({ id: row.agent_id }).first()) as
-      AgentSealed | undefined;
+    const agent = await agents.sealedById(trx, row.agent_id);
     if (!agent) throw new Error(`${row.kind} names agent ${row.agent_id}, which does not exist`);
-    await trx('agents')
-      .where({ id: row.agent_id })
-      .update({ sealed_seq: seq, authority_mac: sealAgent(roots, { ...agent, sealed_seq: seq }) });
+    await agents.update(trx, row.agent_id, {
+      sealed_seq: seq,
+      authority_mac: sealAgent(roots, { ...agent, sealed_seq: seq }),
+    });
   }
 }
 
@@ -254,31 +199,27 @@ const v1Text = (text: string) => {
  * record with a wrong seal is left as it is: it stays TAMPERED. Returns how many of each were sealed.
  */
 export async function sealUnsealedRecords(
-  trx: Knex.Transaction,
+  trx: Transaction,
   roots: HostRoots,
   head: number,
 ): Promise<{ users: number; agents: number }> {
   const due = (mac: unknown, v1: string) =>
     (mac === null && !roots.recordsSealed) || roots.verify('authority', v1Text(v1), mac as string);
-  const users = (await trx('users')
-    .select(USER_SEALED_COLUMNS)
-    .whereNull('sealed_seq')
-    .forUpdate()) as UserRecord[];
-  const agents = (await trx('agents')
-    .select(AGENT_SEALED_COLUMNS)
-    .whereNull('sealed_seq')
-    .forUpdate()) as AgentSealed[];
+  const userRows = await users.unsealedForUpdate(trx);
+  const agentRows = await agents.unsealedForUpdate(trx);
   let counts = { users: 0, agents: 0 };
-  for (const u of users.filter((r) => due(r.authority_mac, userSealedText(r)))) {
-    await trx('users')
-      .where({ id: u.id as string })
-      .update({ sealed_seq: head, authority_mac: sealUser(roots, { ...u, sealed_seq: head }) });
+  for (const u of userRows.filter((r) => due(r.authority_mac, userSealedText(r)))) {
+    await users.update(trx, u.id as string, {
+      sealed_seq: head,
+      authority_mac: sealUser(roots, { ...u, sealed_seq: head }),
+    });
     counts = { ...counts, users: counts.users + 1 };
   }
-  for (const a of agents.filter((r) => due(r.authority_mac, agentSealedText(r)))) {
-    await trx('agents')
-      .where({ id: a.id as string })
-      .update({ sealed_seq: head, authority_mac: sealAgent(roots, { ...a, sealed_seq: head }) });
+  for (const a of agentRows.filter((r) => due(r.authority_mac, agentSealedText(r)))) {
+    await agents.update(trx, a.id as string, {
+      sealed_seq: head,
+      authority_mac: sealAgent(roots, { ...a, sealed_seq: head }),
+    });
     counts = { ...counts, agents: counts.agents + 1 };
   }
   return counts;
@@ -315,34 +256,22 @@ export async function auditTampered(
  * host): its seal is made again over the fields as stored, whatever made them so. Returns the fields it
  * sealed (never the password hash itself: whether there is one) and whether the record verified before.
  */
-export async function resealUser(trx: Knex.Transaction, roots: HostRoots, name: string) {
-  const row = (await trx('users')
-    .select([...USER_SEALED_COLUMNS, trx.raw(USER_SUPERSEDED())])
-    .where({ name })
-    .forUpdate()
-    .first()) as UserRecord | undefined;
+export async function resealUser(trx: Transaction, roots: HostRoots, name: string) {
+  const row = await users.sealedNamedForUpdate(trx, name);
   if (!row) throw new AppError('NOT_FOUND', `no user named "${name}"`, 'unknown_user');
   const was = userSealed(roots, row);
-  await trx('users')
-    .where({ id: row.id as string })
-    .update({ authority_mac: sealUser(roots, row) });
+  await users.update(trx, row.id as string, { authority_mac: sealUser(roots, row) });
   const text = JSON.parse(userSealedText(row)) as Record<string, unknown>;
   const { v: _v, record: _r, sealed_seq: _s, password_hash, ...fields } = text;
   return { sealed: { ...fields, password: password_hash !== null }, was_sealed: was };
 }
 
 /** The same for an agent (`countersign agent reseal NAME`); the token's MAC is named by its first 12 digits. */
-export async function resealAgent(trx: Knex.Transaction, roots: HostRoots, name: string) {
-  const row = (await trx('agents')
-    .select([...AGENT_SEALED_COLUMNS, trx.raw(AGENT_SUPERSEDED())])
-    .where({ name })
-    .forUpdate()
-    .first()) as AgentSealed | undefined;
+export async function resealAgent(trx: Transaction, roots: HostRoots, name: string) {
+  const row = await agents.sealedNamedForUpdate(trx, name);
   if (!row) throw new AppError('NOT_FOUND', `no agent named "${name}"`, 'unknown_agent');
   const was = agentSealed(roots, row);
-  await trx('agents')
-    .where({ id: row.id as string })
-    .update({ authority_mac: sealAgent(roots, row) });
+  await agents.update(trx, row.id as string, { authority_mac: sealAgent(roots, row) });
   const text = JSON.parse(agentSealedText(row)) as Record<string, unknown>;
   const { v: _v, record: _r, sealed_seq: _s, token_hash, ...fields } = text;
   return {

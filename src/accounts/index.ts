@@ -35,7 +35,7 @@ export {
   createUserDirectory,
   type UserDirectory,
 } from './users.ts';
-export { createAgentMemory } from './agent-memory.ts';
+export { createAgentMemory } from './store/memory.ts';
 export { createSessionStore, type SessionStore, type WebSession } from './sessions.ts';
 export {
   activeAgentNamed,
@@ -47,10 +47,5 @@ export {
 } from './agents.ts';
 export { countUsers, heldBy, setUserTeams, TeamName, userNameOf } from './users.ts';
 export { createAccountAdmin, type AccountAdmin, type AccountChanges, type AccountRow } from './admin.ts';
-export {
-  agentSealed,
-  sealUnsealedRecords,
-  tamperedRecord,
-  userSealed,
-  userSupersededSql,
-} from './authority.ts';
+export { agentSealed, sealUnsealedRecords, tamperedRecord, userSealed } from './authority.ts';
+export { userSupersededSql } from './store/index.ts';

@@ -1,4 +1,4 @@
-import type { Knex } from 'knex';
+import type { Queryable } from '../db/knex.ts';
 import { createRemoteJWKSet, decodeProtectedHeader, errors, jwtVerify, type JWTVerifyGetKey } from 'jose';
 import { z } from 'zod';
 import type { OAuthConfig } from '../config.ts';
@@ -191,7 +191,7 @@ function failureOf(err: unknown): OAuthFailure {
 
 /** The agent a verified token maps to, by name; unknown and revoked agents are refusals. */
 export async function findAgentByName(
-  knex: Knex,
+  knex: Queryable,
   name: string,
 ): Promise<
   { agent: Agent } | { failure: 'unknown_agent' | 'revoked_agent' | 'agent_record_tampered'; agent?: Agent }

@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { AuditLog } from '../audit/index.ts';
 import type { OidcConfig } from '../config.ts';
@@ -7,7 +6,9 @@ import { Role, UserName, type User } from '../core/identity.ts';
 import { claimAt, type OidcClaims, type OidcRefusal } from './oidc.ts';
 import type { AuditKind } from '../core/audit-kinds.ts';
 import type { HostRoots } from '../core/host-roots.ts';
-import { USER_SUPERSEDED, sealAfterChange, sealUser, userSealed, type UserRecord } from './authority.ts';
+import type { Connection, Transaction } from '../db/knex.ts';
+import { sealAfterChange, sealUser, userSealed, type UserRecord } from './authority.ts';
+import { sessions, users } from './store/index.ts';
 
 /** Who the verified claims say the person is, in countersign's terms. */
 export interface OidcIdentity {
@@ -63,17 +64,12 @@ interface UserRow extends Partial<UserRecord> {
  * has another identity (email_in_use) — never linked by a guess. Undefined: no user has the address.
  */
 async function userByEmail(
-  trx: Knex.Transaction,
+  trx: Transaction,
   identity: OidcIdentity,
 ): Promise<{ row: UserRow } | OidcRefusal | undefined> {
   const address = identity.email ?? identity.claimed_email;
   if (!address) return undefined;
-  const rows = (await trx('users')
-    .select('*', trx.raw(USER_SUPERSEDED()))
-    .whereRaw('lower(email) = lower(?)', [address])
-    .orderBy('id')
-    .forUpdate()
-    .limit(2)) as UserRow[];
+  const rows: UserRow[] = await users.withEmailForUpdate(trx, address);
   if (rows.length === 0) return undefined;
   if (!identity.email) return { failure: 'email_unverified' };
   const [row] = rows;
@@ -88,7 +84,7 @@ async function userByEmail(
  * A user whose record this server did not seal as it stands (an identity remapped, roles or an address
  * set by SQL: authority.ts) is refused like a disabled one, and the refusal recorded with the sign-in.
  */
-async function refuseTampered(audit: AuditLog, trx: Knex.Transaction, identity: OidcIdentity, row: UserRow) {
+async function refuseTampered(audit: AuditLog, trx: Transaction, identity: OidcIdentity, row: UserRow) {
   await audit.appendIn(trx, {
     kind: 'user.record_tampered',
     actor: `oidc:${identity.issuer}`,
@@ -105,7 +101,7 @@ async function refuseTampered(audit: AuditLog, trx: Knex.Transaction, identity: 
 }
 
 /** A new user for a first sign-in, sealed; any unique index may refuse it (then nothing is inserted). */
-function insertUser(trx: Knex.Transaction, roots: HostRoots, identity: OidcIdentity, user: User) {
+function insertUser(trx: Transaction, roots: HostRoots, identity: OidcIdentity, user: User) {
   const record = {
     ...user,
     password_hash: null,
@@ -114,15 +110,11 @@ function insertUser(trx: Knex.Transaction, roots: HostRoots, identity: OidcIdent
     email: identity.email ?? null,
   };
   // The name (taken), or this identity (created meanwhile by a racing sign-in).
-  return trx('users')
-    .insert({
-      ...record,
-      roles: JSON.stringify(user.roles),
-      authority_mac: sealUser(roots, { ...record, teams: [], disabled_at: null }),
-    })
-    .onConflict()
-    .ignore()
-    .returning('id');
+  return users.insert(trx, {
+    ...record,
+    roles: JSON.stringify(user.roles),
+    authority_mac: sealUser(roots, { ...record, teams: [], disabled_at: null }),
+  });
 }
 
 /**
@@ -135,24 +127,20 @@ function insertUser(trx: Knex.Transaction, roots: HostRoots, identity: OidcIdent
  * is one.
  */
 export async function signInWithOidc(
-  deps: { knex: Knex; audit: AuditLog; roots: HostRoots },
+  deps: { knex: Connection; audit: AuditLog; roots: HostRoots },
   identity: OidcIdentity,
 ): Promise<{ user: User } | (OidcRefusal & { name?: string })> {
   const { roots } = deps;
-  const tampered = (trx: Knex.Transaction, row: UserRow) => refuseTampered(deps.audit, trx, identity, row);
+  const tampered = (trx: Transaction, row: UserRow) => refuseTampered(deps.audit, trx, identity, row);
   const actor = `oidc:${identity.issuer}`;
   const facts = { via: 'oidc', issuer: identity.issuer, subject: identity.subject };
   // A change's row, committed with it; the user's record is sealed again binding its seq.
-  const changed = async (trx: Knex.Transaction, kind: AuditKind, details: Record<string, unknown>) => {
+  const changed = async (trx: Transaction, kind: AuditKind, details: Record<string, unknown>) => {
     const [row] = await deps.audit.appendIn(trx, { kind, actor, result: 'ok', details });
     await sealAfterChange(trx, roots, row!);
   };
-  const bySubject = (trx: Knex.Transaction) =>
-    trx('users')
-      .select('*', trx.raw(USER_SUPERSEDED()))
-      .where({ oidc_issuer: identity.issuer, oidc_subject: identity.subject })
-      .forUpdate()
-      .first() as Promise<UserRow | undefined>;
+  const bySubject = (trx: Transaction): Promise<UserRow | undefined> =>
+    users.withIdentityForUpdate(trx, identity.issuer, identity.subject);
 
   return deps.knex.transaction(async (trx) => {
     let row = await bySubject(trx);
@@ -168,9 +156,10 @@ export async function signInWithOidc(
         if (!userSealed(roots, row)) return tampered(trx, row);
         if (row.oidc_subject === null) {
           const linked = { oidc_issuer: identity.issuer, oidc_subject: identity.subject };
-          await trx('users')
-            .where({ id: row.id })
-            .update({ ...linked, authority_mac: sealUser(roots, { ...row, ...linked }) });
+          await users.update(trx, row.id, {
+            ...linked,
+            authority_mac: sealUser(roots, { ...row, ...linked }),
+          });
           row = { ...row, ...linked };
           const details = { user: row.name, email: identity.email ?? null, ...facts };
           await changed(trx, 'user.linked', details);
@@ -193,17 +182,15 @@ export async function signInWithOidc(
     if (row.disabled_at !== null) return { failure: 'disabled', name: row.name };
     if (identity.roles.length === 0) {
       // The provider no longer grants a role: whatever session the person still holds ends too.
-      await trx('web_sessions').where({ user_id: row.id }).delete();
+      await sessions.removeOfUser(trx, row.id);
       return { failure: 'no_role', name: row.name };
     }
     const before = rolesOf(row.roles);
     if (Role.options.filter((r) => before.includes(r)).join() !== identity.roles.join()) {
-      await trx('users')
-        .where({ id: row.id })
-        .update({
-          roles: JSON.stringify(identity.roles),
-          authority_mac: sealUser(roots, { ...row, roles: identity.roles }),
-        });
+      await users.update(trx, row.id, {
+        roles: JSON.stringify(identity.roles),
+        authority_mac: sealUser(roots, { ...row, roles: identity.roles }),
+      });
       await changed(trx, 'user.role_changed', {
         user: row.name,
         roles_before: before,

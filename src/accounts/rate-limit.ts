@@ -1,5 +1,6 @@
-import type { Knex } from 'knex';
+import type { Connection } from '../db/knex.ts';
 import { systemClock, type Clock } from '../core/clock.ts';
+import { rateWindows } from './store/index.ts';
 
 export interface RateLimiter {
   /** Counts the call and returns 0, or refuses it (uncounted) and returns the seconds until one is allowed. */
@@ -25,7 +26,7 @@ export const leaseSize = (limit: number) => Math.min(1000, Math.max(1, Math.floo
  * on the row of its current minute, so the limit holds under races, on any number of replicas. The
  * minute is the database's, so replicas with skewed clocks agree.
  */
-export function createRateLimiter(knex: Knex): RateLimiter {
+export function createRateLimiter(knex: Connection): RateLimiter {
   /** Calls taken from the database and not used yet, per agent, until the minute they count in ends. */
   const leases = new Map<string, { left: number; until: number }>();
   /** Per agent, until when it is refused: its calls past the limit are refused without a statement each. */
@@ -43,28 +44,7 @@ export function createRateLimiter(knex: Knex): RateLimiter {
   /** One statement: counts up to `lease` calls if the estimate allows; the first is this call's. */
   async function ask(agentId: string, limit: number, lease: number): Promise<number> {
     const asked = performance.now();
-    const { rows } = (await knex.raw(
-      `with t as (select extract(epoch from clock_timestamp())::float8 as e),
-            m as (select floor(e / 60)::bigint as minute, 1 - (e - floor(e / 60) * 60) / 60 as w from t),
-            p as (select coalesce((select calls from rate_windows
-                                    where agent_id = :agent and minute = (select minute from m) - 1), 0) as n),
-            c as (select coalesce((select calls from rate_windows
-                                    where agent_id = :agent and minute = (select minute from m)), 0) as n),
-            g as (select least(:lease, floor(:limit - p.n * m.w - c.n))::int as n from m, p, c),
-            ins as (
-              insert into rate_windows as r (agent_id, minute, calls)
-              select :agent, m.minute, g.n from m, g where g.n >= 1
-              on conflict (agent_id, minute) do update set calls = r.calls + excluded.calls
-                where r.calls + excluded.calls + (select n from p) * (select w from m) <= :limit
-              returning calls)
-       select (select calls from ins) is not null as admitted, g.n as granted, p.n as prev, m.w as weight,
-              c.n as current
-         from m, p, c, g`,
-      { agent: agentId, limit, lease },
-    )) as {
-      rows: { admitted: boolean; granted: number; prev: number; weight: number; current: number }[];
-    };
-    const row = rows[0]!;
+    const row = await rateWindows.lease(knex, agentId, limit, lease);
     if (!row.admitted) {
       const [current, prev, weight] = [Number(row.current), Number(row.prev), Number(row.weight)];
       // Timed from before the statement: the database's moment was later, so this is never too late.
@@ -103,9 +83,7 @@ export function createRateLimiter(knex: Knex): RateLimiter {
       }
     },
     async purge() {
-      await knex.raw(
-        `delete from rate_windows where minute < floor(extract(epoch from clock_timestamp()) / 60)::bigint - 1`,
-      );
+      await rateWindows.purge(knex);
     },
   };
 }

@@ -1,11 +1,11 @@
 import { createHmac, randomBytes } from 'node:crypto';
-import type { Knex } from 'knex';
 import { z } from 'zod';
-import { named } from '../db/knex.ts';
+import type { Queryable } from '../db/knex.ts';
 import { Role, type User } from '../core/identity.ts';
 import type { AuditLog } from '../audit/index.ts';
 import type { HostRoots } from '../core/host-roots.ts';
-import { USER_SUPERSEDED, auditTampered, userSealed } from './authority.ts';
+import { auditTampered, userSealed } from './authority.ts';
+import { sessions } from './store/index.ts';
 
 export interface WebSession {
   user: User;
@@ -20,7 +20,7 @@ export interface WebSession {
  * `idleMs` after it was last seen, or `absoluteMs` after it began.
  */
 export function createSessionStore(
-  knex: Knex,
+  knex: Queryable,
   lifetime: { idleMs: number; absoluteMs: number },
   key: Buffer,
   /**
@@ -40,7 +40,7 @@ export function createSessionStore(
       const id = `${user.id}.${randomBytes(32).toString('base64url')}`;
       const csrf = randomBytes(32).toString('base64url');
       const now = new Date().toISOString();
-      await knex('web_sessions').insert({
+      await sessions.insert(knex, {
         id_hash: hashId(id),
         user_id: user.id,
         csrf_token: csrf,
@@ -53,27 +53,7 @@ export function createSessionStore(
     /** The live session for a cookie value, touching its idle clock; expired sessions are deleted. */
     async load(id: string | undefined): Promise<WebSession | undefined> {
       if (!id || id.length > 100) return undefined;
-      const query = knex('web_sessions as s')
-        .join('users as u', 'u.id', 's.user_id')
-        .whereNull('u.disabled_at')
-        .where('s.id_hash', hashId(id))
-        .select(
-          's.*',
-          'u.name',
-          'u.roles',
-          'u.teams',
-          'u.email',
-          'u.password_hash',
-          'u.oidc_issuer',
-          'u.oidc_subject',
-          'u.disabled_at',
-          'u.authority_mac',
-          'u.sealed_seq',
-          knex.raw(USER_SUPERSEDED('u')),
-        )
-        .first();
-      const row = (await named(knex, 'countersign_web_session', query)) as
-        Record<string, unknown> | undefined;
+      const row = await sessions.withUser(knex, hashId(id));
       if (!row) return undefined;
       // A session row whose user is not the one its cookie names was re-pointed by SQL (or made before
       // cookies named their user: signed in again once).
@@ -91,13 +71,11 @@ export function createSessionStore(
       const created = new Date(row.created_at as string).getTime();
       const seen = new Date(row.last_seen_at as string).getTime();
       if (now - seen > idleMs || now - created > absoluteMs) {
-        await knex('web_sessions').where('id_hash', String(row.id_hash)).delete();
+        await sessions.remove(knex, String(row.id_hash));
         return undefined;
       }
       if (now - seen > 10_000) {
-        await knex('web_sessions')
-          .where('id_hash', String(row.id_hash))
-          .update({ last_seen_at: new Date(now).toISOString() });
+        await sessions.touch(knex, String(row.id_hash), new Date(now).toISOString());
       }
       const roles = z.array(Role).parse(typeof row.roles === 'string' ? JSON.parse(row.roles) : row.roles);
       return {
@@ -107,7 +85,7 @@ export function createSessionStore(
     },
 
     async destroy(id: string | undefined): Promise<void> {
-      if (id) await knex('web_sessions').where('id_hash', hashId(id)).delete();
+      if (id) await sessions.remove(knex, hashId(id));
     },
   };
 }

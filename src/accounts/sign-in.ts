@@ -1,26 +1,18 @@
-import type { Knex } from 'knex';
 import type { AuditLog } from '../audit/index.ts';
 import type { User } from '../core/identity.ts';
 import { limitConcurrency } from '../core/limit.ts';
-import { toCount } from '../db/knex.ts';
+import type { Connection } from '../db/knex.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import type { OidcRefusal } from './oidc.ts';
 import { signInWithOidc, type OidcIdentity } from './oidc-users.ts';
 import { checkCredentials } from './users.ts';
 import { auditTampered } from './authority.ts';
+import { attempts as store, type AttemptBucket } from './store/index.ts';
 
 /** How long a failed attempt counts towards the limits. */
 export const SIGN_IN_WINDOW_MINUTES = 15;
 
-/**
- * What attempts count together: passwords (the web form and the CLI's `--as USER`) per user name and per
- * origin, single sign-on callbacks per origin only. A flood of one never locks out the other.
- */
-export type AttemptBucket = 'password' | 'oidc_callback';
-
-/** Advisory lock classes (two-key form): one per kind of key, always taken origin first, then name. */
-const ORIGIN_LOCK = 0x5349_4f01;
-const NAME_LOCK = 0x5349_4e01;
+export type { AttemptBucket };
 
 /**
  * At most this many reservations of one process wait on their locks at once: attempts of one origin
@@ -41,7 +33,7 @@ type Reservation = { id: number } | { refused: 'origin' | 'name' };
  * is released, so tries still being checked count as well as failed ones.
  */
 export async function reserveAttempt(
-  knex: Knex,
+  knex: Connection,
   attempt: { bucket: AttemptBucket; name?: string; origin: string; perName?: number; perOrigin: number },
 ): Promise<Reservation> {
   const { bucket, origin } = attempt;
@@ -52,37 +44,26 @@ export async function reserveAttempt(
 const nameKey = (name: string | undefined) => name?.slice(0, 64) || null;
 
 async function reserve(
-  knex: Knex,
+  knex: Connection,
   bucket: AttemptBucket,
   origin: string,
   name: string | null,
   attempt: { perName?: number; perOrigin: number },
 ): Promise<Reservation> {
   return knex.transaction(async (trx) => {
-    await trx.raw('select pg_advisory_xact_lock(?, hashtext(?))', [ORIGIN_LOCK, origin]);
-    if (name !== null) await trx.raw('select pg_advisory_xact_lock(?, hashtext(?))', [NAME_LOCK, name]);
+    // Origin first, then name: every reservation takes the two locks in the same order.
+    await store.lockOrigin(trx, origin);
+    if (name !== null) await store.lockName(trx, name);
     const window = `${SIGN_IN_WINDOW_MINUTES} minutes`;
     // Expired attempts go; rows another attempt is deleting are skipped, so purges never wait on each other.
-    await trx.raw(
-      `delete from sign_in_attempts where id in
-         (select id from sign_in_attempts where at < now() - ?::interval for update skip locked)`,
-      [window],
-    );
+    await store.purgeOlderThan(trx, window);
     const counted = (column: 'origin' | 'name', value: string) =>
-      trx('sign_in_attempts')
-        .where({ bucket, [column]: value })
-        .where('at', '>=', trx.raw('now() - ?::interval', [window]))
-        .count({ n: '*' })
-        .first()
-        .then((row) => toCount(row?.n));
+      store.countWithin(trx, bucket, column, value, window);
     if ((await counted('origin', origin)) >= attempt.perOrigin) return { refused: 'origin' as const };
     if (name !== null && attempt.perName !== undefined && (await counted('name', name)) >= attempt.perName) {
       return { refused: 'name' as const };
     }
-    const [row] = (await trx('sign_in_attempts').insert({ bucket, name, origin }).returning('id')) as {
-      id: number | string;
-    }[];
-    return { id: Number(row!.id) };
+    return { id: await store.insert(trx, { bucket, name, origin }) };
   });
 }
 
@@ -91,18 +72,10 @@ async function reserve(
  * counts. What it was counted under, if it was still there.
  */
 export async function releaseAttempt(
-  knex: Knex,
+  knex: Connection,
   id: number,
 ): Promise<{ bucket: AttemptBucket; origin: string; name: string | null } | undefined> {
-  const [row] = (await knex('sign_in_attempts')
-    .where({ id })
-    .delete()
-    .returning(['bucket', 'origin', 'name'])) as {
-    bucket: AttemptBucket;
-    origin: string;
-    name: string | null;
-  }[];
-  return row;
+  return store.remove(knex, id);
 }
 
 /**
@@ -161,7 +134,7 @@ export interface SignInLimits {
  */
 async function signIn(
   deps: {
-    knex: Knex;
+    knex: Connection;
     audit: AuditLog;
     roots: () => Promise<HostRoots>;
     attempts: Pick<SignIn, 'reserve' | 'release'>;
@@ -224,7 +197,7 @@ export interface SignIn {
 }
 
 export function createSignIn(deps: {
-  knex: Knex;
+  knex: Connection;
   audit: AuditLog;
   limits: SignInLimits;
   roots: () => Promise<HostRoots>;

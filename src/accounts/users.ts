@@ -5,26 +5,18 @@ import {
   timingSafeEqual,
   type ScryptOptions,
 } from 'node:crypto';
-import type { Knex } from 'knex';
-import { toCount } from '../db/knex.ts';
+import type { Queryable, Transaction } from '../db/knex.ts';
 import { z } from 'zod';
 import { AppError } from '../core/errors.ts';
 import { Role, UserName, type User } from '../core/identity.ts';
 import { limitConcurrency } from '../core/limit.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import { hostRootsOf } from '../db/host-roots.ts';
-import {
-  USER_SEALED_COLUMNS,
-  USER_SUPERSEDED,
-  sealUser,
-  sealedUserOr,
-  userSealed,
-  type UserRecord,
-} from './authority.ts';
+import { sealUser, sealedUserOr, userSealed, type UserRecord } from './authority.ts';
+import { sessions, users } from './store/index.ts';
 
 /** The roots given, else those opened for `knex` (the host's keys: db/host-roots.ts). */
-const rootsFor = async (knex: Knex | Knex.Transaction, roots: HostRoots | undefined) =>
-  roots ?? (await hostRootsOf(knex));
+const rootsFor = async (knex: Queryable, roots: HostRoots | undefined) => roots ?? (await hostRootsOf(knex));
 
 const scrypt = (password: string, salt: Buffer, keylen: number, opts: ScryptOptions) =>
   new Promise<Buffer>((resolve, reject) =>
@@ -65,7 +57,7 @@ export async function verifyPassword(password: string, stored: string): Promise<
 }
 
 export async function createUser(
-  knex: Knex | Knex.Transaction,
+  knex: Queryable,
   opts: { name: string; roles: Role[]; password: string },
   hostRoots?: HostRoots,
 ): Promise<User> {
@@ -88,19 +80,14 @@ export async function createUser(
     oidc_issuer: null,
     oidc_subject: null,
   };
-  const inserted = await knex('users')
-    .insert({
-      ...user,
-      roles: JSON.stringify(roles),
-      password_hash,
-      authority_mac: sealUser(roots, { ...record, disabled_at: null }),
-    })
-    .onConflict()
-    .ignore()
-    .returning('id');
+  const inserted = await users.insert(knex, {
+    ...user,
+    roles: JSON.stringify(roles),
+    password_hash,
+    authority_mac: sealUser(roots, { ...record, disabled_at: null }),
+  });
   if (inserted.length === 0) {
-    const taken = (await knex('users').select('name').whereRaw('lower(name) = lower(?)', [name]).first()) as
-      { name: string } | undefined;
+    const taken = await users.nameIgnoringCase(knex, name);
     const same = taken && taken.name !== name ? ` (as "${taken.name}": names are unique ignoring case)` : '';
     throw new AppError('CONFLICT', `a user named "${name}" already exists${same}`, 'user_exists');
   }
@@ -119,35 +106,23 @@ export interface OidcSubject {
  * had (returned as `before`); refused when the identity is another user's (CONFLICT, identity_in_use).
  */
 export async function linkIdentity(
-  trx: Knex.Transaction,
+  trx: Transaction,
   name: string,
   identity: OidcSubject,
   hostRoots?: HostRoots,
 ): Promise<{ user: string; before?: OidcSubject; unchanged: boolean }> {
   const roots = await rootsFor(trx, hostRoots);
-  const row = (await trx('users')
-    .select('*', trx.raw(USER_SUPERSEDED()))
-    .whereRaw('lower(name) = lower(?)', [name])
-    .whereNull('disabled_at')
-    .forUpdate()
-    .first()) as
-    | (UserRecord & { id: string; name: string; oidc_issuer: string | null; oidc_subject: string | null })
-    | undefined;
+  const row = await users.activeNamedIgnoringCaseForUpdate(trx, name);
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
   sealedUserOr(roots, row);
   if (row.oidc_issuer === identity.issuer && row.oidc_subject === identity.subject)
     return { user: row.name, unchanged: true };
-  const holder = (await trx('users')
-    .select('name')
-    .where({ oidc_issuer: identity.issuer, oidc_subject: identity.subject })
-    .first()) as { name: string } | undefined;
+  const holder = await users.identityHolder(trx, identity.issuer, identity.subject);
   if (holder) {
     throw new AppError('CONFLICT', `that identity already signs in as "${holder.name}"`, 'identity_in_use');
   }
   const linked = { oidc_issuer: identity.issuer, oidc_subject: identity.subject };
-  await trx('users')
-    .where({ id: row.id })
-    .update({ ...linked, authority_mac: sealUser(roots, { ...row, ...linked }) });
+  await users.update(trx, row.id, { ...linked, authority_mac: sealUser(roots, { ...row, ...linked }) });
   const before =
     row.oidc_issuer !== null && row.oidc_subject !== null
       ? { issuer: row.oidc_issuer, subject: row.oidc_subject }
@@ -160,18 +135,13 @@ export async function linkIdentity(
  * user's record does not carry its seal (authority.ts), whatever the password. Always spends one scrypt.
  */
 export async function checkCredentials(
-  knex: Knex,
+  knex: Queryable,
   name: string,
   password: string,
   hostRoots?: HostRoots,
 ): Promise<User | { tampered: string } | undefined> {
   const roots = await rootsFor(knex, hostRoots);
-  const row = (await knex('users')
-    .select('*', knex.raw(USER_SUPERSEDED()))
-    .where({ name })
-    .whereNull('disabled_at')
-    .first()) as
-    (UserRecord & { id: string; name: string; roles: unknown; password_hash: string | null }) | undefined;
+  const row = await users.activeNamed(knex, name);
   // Hash even for an unknown name or a user without a password (single sign-on only), so timing does not
   // tell which names exist or how they sign in.
   const ok = await verifyPassword(
@@ -190,17 +160,8 @@ const rolesOf = (raw: unknown) => z.array(Role).parse(typeof raw === 'string' ? 
  * Every user, by name: roles, e-mail address, created, whether disabled (never a password hash), and,
  * with the host roots, whether the record carries its seal (authority.ts).
  */
-export async function listUsers(knex: Knex, roots?: HostRoots) {
-  const rows = (await knex('users')
-    .select([...USER_SEALED_COLUMNS, 'created_at', knex.raw(USER_SUPERSEDED())])
-    .orderBy('name')) as (UserRecord & {
-    name: string;
-    roles: unknown;
-    teams: unknown;
-    email: string | null;
-    created_at: Date | string;
-    disabled_at: Date | string | null;
-  })[];
+export async function listUsers(knex: Queryable, roots?: HostRoots) {
+  const rows = await users.list(knex);
   return rows.map((r) => ({
     name: r.name,
     roles: rolesOf(r.roles),
@@ -221,20 +182,13 @@ export type UserChange = { roles: Role[] } | { password: string } | { disable: t
  * (CONFLICT, last_admin). Returns the roles before and after.
  */
 export async function changeUser(
-  trx: Knex.Transaction,
+  trx: Transaction,
   name: string,
   change: UserChange,
   hostRoots?: HostRoots,
 ): Promise<{ id: string; before: Role[]; after: Role[] }> {
   const roots = await rootsFor(trx, hostRoots);
-  const row = (await trx('users')
-    .select('*', trx.raw(USER_SUPERSEDED()))
-    .where({ name })
-    .whereNull('disabled_at')
-    .forUpdate()
-    .first()) as
-    | (UserRecord & { id: string; roles: unknown; oidc_subject: string | null; password_hash: string | null })
-    | undefined;
+  const row = await users.activeNamed(trx, name, true);
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
   sealedUserOr(roots, row);
   if ('password' in change && row.oidc_subject !== null && row.password_hash === null) {
@@ -265,22 +219,18 @@ export async function changeUser(
   // One statement writes the change and the seal over the record as it then stands.
   const sealed = (fields: Partial<UserRecord>) => sealUser(roots, { ...row, ...fields });
   if ('roles' in change)
-    await trx('users')
-      .where({ id: row.id })
-      .update({ roles: JSON.stringify(after), authority_mac: sealed({ roles: after }) });
+    await users.update(trx, row.id, {
+      roles: JSON.stringify(after),
+      authority_mac: sealed({ roles: after }),
+    });
   if ('password' in change) {
     z.object({ password: z.string().min(8, 'at least 8 characters') }).parse(change);
     const password_hash = await hashPassword(change.password);
-    await trx('users')
-      .where({ id: row.id })
-      .update({ password_hash, authority_mac: sealed({ password_hash }) });
+    await users.update(trx, row.id, { password_hash, authority_mac: sealed({ password_hash }) });
     // Whoever signed in with the old password is signed out.
-    await trx('web_sessions').where({ user_id: row.id }).delete();
+    await sessions.removeOfUser(trx, row.id);
   }
-  if ('disable' in change)
-    await trx('users')
-      .where({ id: row.id })
-      .update({ disabled_at: trx.fn.now(), authority_mac: sealed({ disabled_at: true }) });
+  if ('disable' in change) await users.disable(trx, row.id, sealed({ disabled_at: true }));
   return { id: row.id, before, after };
 }
 
@@ -289,24 +239,17 @@ export async function changeUser(
  * requests reach chairs. Returns the address before and after; an unknown or disabled user is NOT_FOUND.
  */
 export async function setUserEmail(
-  trx: Knex.Transaction,
+  trx: Transaction,
   name: string,
   email: string | null,
   hostRoots?: HostRoots,
 ): Promise<{ before: string | null; after: string | null }> {
   const roots = await rootsFor(trx, hostRoots);
   const after = email === null ? null : z.email().parse(email.trim());
-  const row = (await trx('users')
-    .select('*', trx.raw(USER_SUPERSEDED()))
-    .where({ name })
-    .whereNull('disabled_at')
-    .forUpdate()
-    .first()) as (UserRecord & { id: string; email: string | null }) | undefined;
+  const row = await users.activeNamed(trx, name, true);
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
   sealedUserOr(roots, row);
-  await trx('users')
-    .where({ id: row.id })
-    .update({ email: after, authority_mac: sealUser(roots, { ...row, email: after }) });
+  await users.update(trx, row.id, { email: after, authority_mac: sealUser(roots, { ...row, email: after }) });
   return { before: row.email, after };
 }
 
@@ -320,24 +263,20 @@ const teamsOf = (raw: unknown) => z.array(z.string()).parse(typeof raw === 'stri
 
 /** Sets the teams of the active user `name` in `trx` (with the caller's audit row); before and after. */
 export async function setUserTeams(
-  trx: Knex.Transaction,
+  trx: Transaction,
   name: string,
   teams: string[],
   hostRoots?: HostRoots,
 ): Promise<{ before: string[]; after: string[] }> {
   const roots = await rootsFor(trx, hostRoots);
   const after = z.array(TeamName).parse([...new Set(teams)].sort());
-  const row = (await trx('users')
-    .select('*', trx.raw(USER_SUPERSEDED()))
-    .where({ name })
-    .whereNull('disabled_at')
-    .forUpdate()
-    .first()) as (UserRecord & { id: string; teams: unknown }) | undefined;
+  const row = await users.activeNamed(trx, name, true);
   if (!row) throw new AppError('NOT_FOUND', `no active user named "${name}"`, 'unknown_user');
   sealedUserOr(roots, row);
-  await trx('users')
-    .where({ id: row.id })
-    .update({ teams: JSON.stringify(after), authority_mac: sealUser(roots, { ...row, teams: after }) });
+  await users.update(trx, row.id, {
+    teams: JSON.stringify(after),
+    authority_mac: sealUser(roots, { ...row, teams: after }),
+  });
   return { before: teamsOf(row.teams), after };
 }
 
@@ -348,15 +287,12 @@ export async function setUserTeams(
  * paths always give them, checked from the columns this one query reads.
  */
 export async function heldBy(
-  q: Knex | Knex.Transaction,
+  q: Queryable,
   names: string[],
   roots?: HostRoots,
 ): Promise<Map<string, string[]>> {
   if (names.length === 0) return new Map();
-  const rows = (await q('users')
-    .select([...USER_SEALED_COLUMNS, q.raw(USER_SUPERSEDED())])
-    .whereIn('name', names)
-    .whereNull('disabled_at')) as (UserRecord & { name: string; roles: unknown; teams: unknown })[];
+  const rows = await users.activeSealedNamed(q, names);
   return new Map(
     rows
       .filter((r) => !roots || userSealed(roots, r))
@@ -364,10 +300,8 @@ export async function heldBy(
   );
 }
 
-async function otherActiveAdmins(trx: Knex.Transaction, id: string): Promise<number> {
-  const rows = (await trx('users').select('roles').whereNull('disabled_at').whereNot({ id }).forUpdate()) as {
-    roles: unknown;
-  }[];
+async function otherActiveAdmins(trx: Transaction, id: string): Promise<number> {
+  const rows = await users.otherActiveRolesForUpdate(trx, id);
   return rows.filter((r) => rolesOf(r.roles).includes('admin')).length;
 }
 
@@ -381,11 +315,7 @@ export interface UserDirectory {
   activeWithEmail(email: string, limit: number): Promise<User[]>;
 }
 
-export function createUserDirectory(knex: Knex, roots?: HostRoots): UserDirectory {
-  const active = () =>
-    knex('users')
-      .select([...USER_SEALED_COLUMNS, knex.raw(USER_SUPERSEDED())])
-      .whereNull('disabled_at');
+export function createUserDirectory(knex: Queryable, roots?: HostRoots): UserDirectory {
   // A user whose record does not carry its seal (authority.ts) is no one's to act as: not found.
   const sealed = (rows: UserRecord[]) => rows.filter((r) => !roots || userSealed(roots, r));
   const userOf = (r: UserRecord): User => ({
@@ -395,23 +325,22 @@ export function createUserDirectory(knex: Knex, roots?: HostRoots): UserDirector
   });
   return {
     async activeNamed(name) {
-      const rows = sealed((await active().whereRaw('lower(name) = lower(?)', [name])) as UserRecord[]);
+      const rows = sealed(await users.activeSealedNamedIgnoringCase(knex, name));
       return rows.length === 1 ? userOf(rows[0]!) : undefined;
     },
     async activeWithEmail(email, limit) {
-      const rows = (await active().whereRaw('lower(email) = lower(?)', [email]).limit(limit)) as UserRecord[];
+      const rows = await users.activeSealedWithEmail(knex, email, limit);
       return sealed(rows).map(userOf);
     },
   };
 }
 
 /** A user's name by id (disabled or not), or undefined. */
-export async function userNameOf(q: Knex | Knex.Transaction, id: string): Promise<string | undefined> {
-  const row = (await q('users').select('name').where({ id }).first()) as { name: string } | undefined;
-  return row?.name;
+export async function userNameOf(q: Queryable, id: string): Promise<string | undefined> {
+  return (await users.nameOf(q, id))?.name;
 }
 
 /** How many users there are, disabled ones included. */
-export async function countUsers(q: Knex | Knex.Transaction): Promise<number> {
-  return toCount((await q('users').count({ n: '*' }).first())?.n);
+export async function countUsers(q: Queryable): Promise<number> {
+  return users.count(q);
 }

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, it } from 'node:test';
 import { PGlite } from '@electric-sql/pglite';
-import { AGENT_SUPERSEDED, USER_SUPERSEDED } from '../../src/accounts/authority.ts';
+import { AGENT_SUPERSEDED, USER_SUPERSEDED } from '../../src/accounts/store/sql.ts';
 import { POLICY_LAST_CHANGE_SQL } from '../../src/approval/rules/store.ts';
 
 /**
