@@ -50,7 +50,7 @@ module.exports = {
     {
       name: 'no-database-above-the-data-floors',
       comment:
-        "tools, the MCP server, the web pages and the operator's commands are given stores, never the database (knex): each table is its owner folder's (test/table-owners.test.ts); db-copy moves every table, so it is the one exception",
+        "tools, the MCP server, the web pages and the operator's commands are given stores, never the database (knex): each table is its owner folder's (test/unit/table-owners.test.ts); db-copy moves every table, so it is the one exception",
       severity: 'error',
       from: { path: '^src/(tools|server|web|admin)/', pathNot: '^src/admin/db-copy\\.ts$' },
       to: { path: '^node_modules/knex/' },

@@ -57,10 +57,10 @@ interface Suite {
  * which countersign does not have: each such check fails as an unknown tool, and a check that builds on
  * its task as untestable. What they test without a fixture passes (tasks methods refused -32021 to a
  * request that does not declare the extension; the server's capability; routing headers). countersign's
- * own task tests (test/tasks*.test.ts) drive its write tools through the official requester instead.
+ * own task tests (test/e2e/tasks*.test.ts) drive its write tools through the official requester instead.
  * tasks-status-notifications runs too, though this version of the suite only files it as skipped
  * ("pending subscriptions/listen rewrite"): once it checks notifications/tasks on a listen stream, it
- * checks what countersign sends (docs/design.md, "Pushed"; test/tasks-listen.test.ts).
+ * checks what countersign sends (docs/design.md, "Pushed"; test/e2e/tasks-listen.test.ts).
  */
 const TASK_SCENARIOS = [
   'tasks-lifecycle',

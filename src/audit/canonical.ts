@@ -1,7 +1,7 @@
 /**
  * RFC 8785 canonical JSON (JCS), for the audit chain's hot paths: every append, export and verify
  * serialises each row once. It produces exactly what the `canonicalize` package produces, and throws
- * where it throws (NaN, Infinity, lone surrogates, cycles) — test/canonical.test.ts holds the two to
+ * where it throws (NaN, Infinity, lone surrogates, cycles) — test/unit/canonical.test.ts holds the two to
  * the same output on random values — at a fraction of the cost: strings are checked with the native
  * isWellFormed() instead of a loop over their characters, and a row's keys are sorted once, not per row.
  */

@@ -46,7 +46,7 @@ export const AuditBody = z.object({
   /**
    * Never message bodies or secrets. Copied by a spread, not key by key: a copy by assignment drops
    * an own `__proto__` key (z.record does), and the row would then hash otherwise than it was
-   * appended (test/audit-pages.test.ts found one).
+   * appended (test/store/audit-pages.test.ts found one).
    */
   details: z
     .custom<Record<string, unknown>>((v) => isPlainObject(v), { message: 'details: expected an object' })

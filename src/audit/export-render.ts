@@ -6,7 +6,7 @@ import { JsonbText } from './jsonb-text.ts';
 /**
  * toJsonLine over the binary COPY of a row's columns: each line written into a buffer field by field,
  * in JCS key order, straight from the bytes the database sent. The database does no more than a
- * plain COPY of the columns; this process writes the JSON. test/audit-export-lines.test.ts holds the
+ * plain COPY of the columns; this process writes the JSON. test/e2e/audit-export-lines.test.ts holds the
  * bytes to toJsonLine and to the canonicalize package for awkward values of every field.
  */
 

@@ -10,7 +10,7 @@ import { BACKSLASH, bytesOf, copyWords, QUOTE, type Bytes } from './bytes.ts';
  *
  * Anything else — a key with an escape or a non-ASCII byte, a number that is not a safe integer written
  * as JCS writes it (`1.50`, `1e21`, `-0`, 16 digits) — is refused (`write` returns -1) and the caller
- * takes the general path (JSON.parse, then the canonical writer). test/jsonb-text.test.ts holds the two
+ * takes the general path (JSON.parse, then the canonical writer). test/store/jsonb-text.test.ts holds the two
  * to the same bytes on jsonb written by PostgreSQL.
  */
 

@@ -7,7 +7,7 @@ import type { FetchLike } from '@modelcontextprotocol/client';
  * it per request, removed once that request is collected. Under load more than undici's limit of 1,500
  * are alive between two collections, and Node then prints a "possible EventTarget memory leak" warning
  * to stderr for every further request: 802 lines over 4,000 proxied calls, 8 at a time. The listeners
- * are bounded by the collector, not kept (test/upstream.test.ts counts them after a collection), so
+ * are bounded by the collector, not kept (test/e2e/upstream.test.ts counts them after a collection), so
  * that one signal is exempt from the count (0: no limit).
  */
 export const fetchUnwarned: FetchLike = (url, init) => {

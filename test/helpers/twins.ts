@@ -12,7 +12,7 @@ export interface Person extends User {
 }
 
 /**
- * The user directory's twin in memory (test/user-directory.test.ts holds it and the real one to the
+ * The user directory's twin in memory (test/store/user-directory.test.ts holds it and the real one to the
  * same answers), for tests of what maps an outside identity to a user, with no database.
  */
 export function inMemoryDirectory(people: Person[]): UserDirectory {
@@ -41,7 +41,7 @@ interface Held extends Person {
 
 /**
  * The accounts' twin in memory for the web pages: their session store and the `user.*` operator
- * commands the account pages run, over one set of people. test/people-twin.test.ts holds it and the real
+ * commands the account pages run, over one set of people. test/store/people-twin.test.ts holds it and the real
  * ones (accounts/sessions.ts, admin/commands.ts on a database) to the same answers and refusals.
  */
 export function inMemoryPeople(lifetime: { idleMs: number; absoluteMs: number }) {
@@ -145,7 +145,7 @@ export function inMemoryPeople(lifetime: { idleMs: number; absoluteMs: number })
 const pick = <T extends object, K extends keyof T>(o: T, ...keys: K[]) =>
   Object.fromEntries(keys.map((k) => [k, o[k]])) as Pick<T, K>;
 
-/** The store's twin in memory, on the clock `now`: the same contract (test/memory-store.test.ts holds both to it). */
+/** The store's twin in memory, on the clock `now`: the same contract (test/store/memory-store.test.ts holds both to it). */
 export function inMemoryNotes(now: () => Date = () => new Date()): MemoryStore {
   const notes = new Map<string, Note>();
   const keyOf = (agentId: string, sessionId: string, key: string) =>
