@@ -47,7 +47,7 @@ const ALLOWED: Record<string, string[]> = {
   'src/admin/db-copy.ts': ['*'],
   // audit/ is below accounts/: an export's filter names an agent, and the export refuses a name nobody
   // has in its own read (a signed export of zero rows would read as proof the agent did nothing).
-  'src/audit/export-file.ts': ['agents'],
+  'src/audit/store/agents.ts': ['agents'],
 };
 
 const SRC = path.resolve(import.meta.dirname, '../src');
@@ -110,7 +110,7 @@ const RAW_ACROSS_OWNERS: Record<string, string[]> = {
   // The log's last policy.changed, read with the stored policy (docs/policy.md, "The policy is sealed").
   'src/approval/rules/store.ts': ['audit_events'],
   // An agent's name beside its rows in the audit views.
-  'src/audit/query.ts': ['agents'],
+  'src/audit/store/events.ts': ['agents'],
 };
 
 /** A table named after from, join, update or into inside a string or template literal. */
