@@ -141,3 +141,68 @@ export function copySql(client: pg.Client, filter: ExportFilter, maxSeq: number,
     copy (select ${columns} from audit_events where ${where.join(' and ')} order by seq)
     to stdout (format binary)`;
 }
+
+// ---- The chain's head and its rows, as checkpoints, the signed head and anchors check them ------
+
+/** The last row's seq and hash, as stored; undefined for an empty log. */
+export async function headRow(knex: Queryable): Promise<unknown> {
+  return (await knex('audit_events').select('seq', 'hash').orderBy('seq', 'desc').first()) as unknown;
+}
+
+/** The last row's seq and kind; undefined for an empty log. */
+export async function headKind(knex: Queryable): Promise<{ seq: number | string; kind: string } | undefined> {
+  return knex('audit_events').select('seq', 'kind').orderBy('seq', 'desc').first() as Promise<
+    { seq: number | string; kind: string } | undefined
+  >;
+}
+
+/** Row `seq`'s seq and hash, as stored; undefined when there is none. */
+export async function hashAt(knex: Queryable, seq: number): Promise<unknown> {
+  return (await knex('audit_events').where('seq', seq).select('seq', 'hash').first()) as unknown;
+}
+
+/** The seq and hash of each of `seqs` that the log holds. */
+export async function hashesOf(
+  knex: Queryable,
+  seqs: number[],
+): Promise<{ seq: number | string; hash: string }[]> {
+  return (await knex('audit_events').whereIn('seq', seqs).select('seq', 'hash')) as {
+    seq: number | string;
+    hash: string;
+  }[];
+}
+
+/** When the first row at or after `seq` was written; undefined when there is none. */
+export async function firstTsFrom(knex: Queryable, seq: number): Promise<{ ts: Date } | undefined> {
+  return (await knex('audit_events').where('seq', '>=', seq).orderBy('seq').first('ts')) as
+    { ts: Date } | undefined;
+}
+
+/** The next `limit` rows after `after` up to `upto`, in seq order, every column. */
+export async function rowsUpTo(
+  knex: Queryable,
+  after: number,
+  upto: number,
+  limit: number,
+): Promise<unknown[]> {
+  return knex('audit_events')
+    .where('seq', '>', after)
+    .andWhere('seq', '<=', upto)
+    .orderBy('seq')
+    .limit(limit);
+}
+
+/** The next `limit` rows after `after` up to `upto`, in seq order: their seq, hash and row MAC. */
+export async function macsUpTo(
+  knex: Queryable,
+  after: number,
+  upto: number,
+  limit: number,
+): Promise<{ seq: unknown; hash: string; row_mac: unknown }[]> {
+  return knex('audit_events')
+    .where('seq', '>', after)
+    .andWhere('seq', '<=', upto)
+    .orderBy('seq')
+    .limit(limit)
+    .select('seq', 'hash', 'row_mac');
+}
