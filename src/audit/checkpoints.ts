@@ -1,11 +1,12 @@
-import type { Knex } from 'knex';
 import { z } from 'zod';
 import { ChainHeadFromDb, GENESIS_HASH, type ChainHead } from './chain.ts';
 import { trustOf, type CheckpointRowDetails } from './chain-checkpoints.ts';
-import { AUDIT_LOCK_KEY, type AuditLog } from './log.ts';
+import type { AuditLog } from './log.ts';
 import { verifySignature, type Signer } from './signing.ts';
 import { ChainVerifier } from './verify.ts';
 import { AppError } from '../core/errors.ts';
+import type { Connection, Queryable, Transaction } from '../db/knex.ts';
+import { checkpoints, events } from './store/index.ts';
 
 /**
  * A signed statement that the chain's row `seq` has hash `head_hash`, as stored in audit_checkpoints
@@ -36,12 +37,12 @@ export const checkpointSignatureValid = (c: Checkpoint, publicKey = c.public_key
 /** The chain does not extend the last signed checkpoint: never signed again, said as tampering. */
 const chainBroken = (message: string) => new AppError('TAMPERED', message, 'chain_broken');
 
-export async function latestCheckpoint(knex: Knex | Knex.Transaction): Promise<Checkpoint | undefined> {
-  return Checkpoint.optional().parse(await knex('audit_checkpoints').orderBy('id', 'desc').first());
+export async function latestCheckpoint(knex: Queryable): Promise<Checkpoint | undefined> {
+  return Checkpoint.optional().parse(await checkpoints.latest(knex));
 }
 
-export async function listCheckpoints(knex: Knex): Promise<Checkpoint[]> {
-  return Checkpoint.array().parse(await knex('audit_checkpoints').orderBy('id'));
+export async function listCheckpoints(knex: Queryable): Promise<Checkpoint[]> {
+  return Checkpoint.array().parse(await checkpoints.list(knex));
 }
 
 /**
@@ -51,7 +52,7 @@ export async function listCheckpoints(knex: Knex): Promise<Checkpoint[]> {
  */
 export interface SigningGuard {
   /** Under the chain's lock, before signing `head`: throws TAMPERED when the chain contradicts a signed head. */
-  check(trx: Knex.Transaction, head: ChainHead): Promise<void>;
+  check(trx: Transaction, head: ChainHead): Promise<void>;
   /** Inside the signing transaction: the checkpoint is now the last head signed. */
   signed(checkpoint: Checkpoint): void;
   /** Appends the audit row of a refusal not yet recorded, once appends succeed. */
@@ -64,7 +65,7 @@ export interface SigningGuard {
 export type Anchorer = (checkpoint: Checkpoint) => Promise<void>;
 
 export interface CheckpointDeps {
-  knex: Knex;
+  knex: Connection;
   audit: AuditLog;
   signer: Signer;
   origin: string;
@@ -92,10 +93,8 @@ export async function createCheckpoint(deps: CheckpointDeps): Promise<Checkpoint
 
 async function signHead(deps: CheckpointDeps, created: () => void): Promise<Checkpoint | undefined> {
   return deps.knex.transaction(async (trx) => {
-    await trx.raw('select pg_advisory_xact_lock(?)', [AUDIT_LOCK_KEY]);
-    const head = ChainHeadFromDb.optional().parse(
-      await trx('audit_events').select('seq', 'hash').orderBy('seq', 'desc').first(),
-    );
+    await checkpoints.lockChain(trx);
+    const head = ChainHeadFromDb.optional().parse(await events.headRow(trx));
     await deps.guard?.check(trx, head ?? { seq: 0, hash: GENESIS_HASH });
     if (!head) return undefined;
     const prev = await latestCheckpoint(trx);
@@ -109,7 +108,7 @@ async function signHead(deps: CheckpointDeps, created: () => void): Promise<Chec
       trustOf(prev ? [deps.signer.public_key, prev.public_key] : deps.signer.public_key, deps.origin),
     );
     for (let after = prev?.seq ?? 0; ;) {
-      const page: unknown[] = await trx('audit_events').where('seq', '>', after).orderBy('seq').limit(5000);
+      const page: unknown[] = await events.rowsAfter(trx, after, 5000);
       for (const raw of page) {
         if (!verifier.pushStored(raw)) {
           const bad = verifier.report.first_bad!;
@@ -132,7 +131,7 @@ async function signHead(deps: CheckpointDeps, created: () => void): Promise<Chec
       public_key: deps.signer.public_key,
       signature: deps.signer.sign(checkpointPayload(statement)),
     };
-    await trx('audit_checkpoints').insert(checkpoint);
+    await checkpoints.insert(trx, checkpoint);
     deps.guard?.signed(checkpoint);
     created();
     // The row records the signed statement and its signature, so the chain itself carries every
@@ -179,12 +178,7 @@ export async function checkpointTick(
   cadence: Cadence,
   now = Date.now(),
 ): Promise<{ checkpoint?: Checkpoint; due_at?: number }> {
-  const [head, prev] = await Promise.all([
-    deps.knex('audit_events').select('seq', 'kind').orderBy('seq', 'desc').first() as Promise<
-      { seq: number | string; kind: string } | undefined
-    >,
-    latestCheckpoint(deps.knex),
-  ]);
+  const [head, prev] = await Promise.all([events.headKind(deps.knex), latestCheckpoint(deps.knex)]);
   if (!head) return {};
   const headSeq = Number(head.seq);
   // The first row the last checkpoint does not cover, past the row that records it.
@@ -193,11 +187,7 @@ export async function checkpointTick(
     return {};
   }
   if (headSeq - firstSeq + 1 < cadence.rows) {
-    const first = (await deps
-      .knex('audit_events')
-      .where('seq', '>=', Math.min(firstSeq, headSeq))
-      .orderBy('seq')
-      .first('ts')) as { ts: Date } | undefined;
+    const first = await events.firstTsFrom(deps.knex, Math.min(firstSeq, headSeq));
     if (!first) return {};
     const due_at = first.ts.getTime() + cadence.interval_s * 1000;
     if (now < due_at) return { due_at };

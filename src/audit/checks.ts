@@ -1,5 +1,5 @@
-import type { Knex } from 'knex';
 import type { Config } from '../config.ts';
+import type { Connection } from '../db/knex.ts';
 import type { AnchorReport } from './anchors/check.ts';
 import { verifyDatabaseAnchors, type AnchorOptions } from './anchors/verify-anchors.ts';
 import { checkpointDeps, verifyDatabase, type DatabaseReport } from './context.ts';
@@ -21,7 +21,7 @@ export interface AuditChecks {
   acceptRestore(reason: string, actor: string): Promise<RestoreAccepted>;
 }
 
-export function createAuditChecks(knex: Knex, audit: AuditLog, config: Config): AuditChecks {
+export function createAuditChecks(knex: Connection, audit: AuditLog, config: Config): AuditChecks {
   return {
     exportToFile: async (req) => exportToFile(await checkpointDeps(knex, audit, config), req),
     verify: (keys) => verifyDatabase(knex, keys, config),

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Knex } from 'knex';
 import { configError, type Config } from '../config.ts';
+import type { Connection } from '../db/knex.ts';
 import type { Logger } from '../log.ts';
 import { createAnchorer } from './anchors/index.ts';
 import { createSignedHeadGuard } from './signed-head.ts';
@@ -33,7 +33,7 @@ import { ChainVerifier, verifyDatabaseChain, type ChainReport, type RowMacCheck 
  * time-stamping authority, when one is configured.
  */
 export async function checkpointDeps(
-  knex: Knex,
+  knex: Connection,
   audit: AuditLog,
   config: Config,
   log?: Logger,
@@ -112,7 +112,7 @@ const KEY_SOURCE_LINES: Record<KeySource, string> = {
  * the configured key's). Reports the rows after the last signed checkpoint.
  */
 export async function verifyDatabase(
-  knex: Knex,
+  knex: Connection,
   publicKeyPems: readonly string[] = [],
   config?: Config,
 ): Promise<DatabaseReport> {

@@ -1,11 +1,11 @@
-import type { Knex } from 'knex';
 import pg from 'pg';
-import { dialectOf } from '../db/knex.ts';
+import { dialectOf, type Connection as Pool } from '../db/knex.ts';
 import { copySocket } from './copy-socket.ts';
 import type { ExportFilter } from './export-filter.ts';
-import { exportLines, filterConditions } from './export-pages.ts';
+import { exportLines } from './export-pages.ts';
 import { bytesOf, copyWords, type Bytes } from './bytes.ts';
 import { int8, LineRenderer, RAW_COLUMNS } from './export-render.ts';
+import { events } from './store/index.ts';
 
 /** A run of exported rows: their bytes, each row's hash and a newline, and the run's first and last row. */
 export interface ExportChunk {
@@ -233,25 +233,6 @@ class CopyLines {
 const copyable = (filter: ExportFilter) => !Object.values(filter).some((v) => String(v).includes('\0'));
 
 /**
- * The COPY statement of the filter's rows up to `maxSeq`. COPY takes no parameters, so the filter's
- * values are written as literals with pg's escapeLiteral (quotes doubled, backslashes in an E'' string:
- * safe whatever standard_conforming_strings says).
- */
-function copySql(client: pg.Client, filter: ExportFilter, maxSeq: number): string {
-  const where = [`seq <= ${Math.trunc(maxSeq)}`];
-  for (const c of filterConditions(filter)) {
-    let i = 0;
-    where.push(c.sql.replace(/\?/g, () => client.escapeLiteral(c.values[i++]!)));
-  }
-  // No parallel workers on this connection (it is the export's own): rows would come back through a
-  // Gather Merge in seq order, and the workers compete with the exporter for the CPUs; the COPY alone
-  // ran about a third faster without them, on 300,000 rows. Sent with the COPY, in one round trip.
-  return `set max_parallel_workers_per_gather = 0;
-    copy (select ${RAW_COLUMNS.sql} from audit_events where ${where.join(' and ')} order by seq)
-    to stdout (format binary)`;
-}
-
-/**
  * The JSONL lines of the filter's rows up to `maxSeq` as chunks, streamed by one COPY on PostgreSQL:
  * the database sends the rows' columns as they are stored, in one statement (one snapshot) and one
  * stream, instead of a query per page, and LineRenderer writes each line from their bytes. The socket is paused while HIGH_WATER chunks wait, so a
@@ -264,13 +245,13 @@ function copySql(client: pg.Client, filter: ExportFilter, maxSeq: number): strin
  * non-enumerable property (so that it stays out of logs): a spread would drop it, and a server that asks
  * for a password would then refuse the export ("client password must be a string").
  */
-export function copyClientConfig(knex: Knex): pg.ClientConfig {
+export function copyClientConfig(knex: Pool): pg.ClientConfig {
   const connection = knex.client.config.connection as string | pg.ClientConfig;
   if (typeof connection === 'string') return { connectionString: connection, stream: copySocket };
   return { ...connection, password: connection.password, stream: copySocket };
 }
 
-async function* copyChunks(knex: Knex, filter: ExportFilter, maxSeq: number): AsyncGenerator<ExportChunk> {
+async function* copyChunks(knex: Pool, filter: ExportFilter, maxSeq: number): AsyncGenerator<ExportChunk> {
   const client = new pg.Client(copyClientConfig(knex));
   // Failures reach the COPY as handleError; the client's own 'error' event must not crash the process.
   client.on('error', () => {});
@@ -280,7 +261,7 @@ async function* copyChunks(knex: Knex, filter: ExportFilter, maxSeq: number): As
   let wake: (() => void) | undefined;
   let paused = false;
   const copy = new CopyLines(
-    copySql(client, filter, maxSeq),
+    events.copySql(client, filter, maxSeq, RAW_COLUMNS.sql),
     new LineChunks((chunk) => {
       queue.push(chunk);
       if (queue.length >= HIGH_WATER && !paused) {
@@ -321,7 +302,7 @@ async function* copyChunks(knex: Knex, filter: ExportFilter, maxSeq: number): As
  * value COPY cannot carry. The bytes are the same either way: toJsonLine's, which the tests hold
  * both paths to.
  */
-export function exportChunks(knex: Knex, filter: ExportFilter, maxSeq: number): AsyncGenerator<ExportChunk> {
+export function exportChunks(knex: Pool, filter: ExportFilter, maxSeq: number): AsyncGenerator<ExportChunk> {
   if (dialectOf(knex) === 'postgres' && copyable(filter)) return copyChunks(knex, filter, maxSeq);
   return pageChunks(exportLines(knex, filter, maxSeq));
 }

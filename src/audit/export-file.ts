@@ -1,11 +1,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Knex } from 'knex';
 import { AppError } from '../core/errors.ts';
 import type { CheckpointDeps } from './checkpoints.ts';
 import { exportAudit, ExportFilter, type Manifest } from './export.ts';
 import { isUuid } from '../core/ids.ts';
 import { writeAnchorsFile } from './anchors/index.ts';
+import type { Queryable } from '../db/knex.ts';
+import { agents } from './store/index.ts';
 
 /** Which rows to export; the agent by name (or id), as people know it, never an internal id alone. */
 export type ExportFileFilter = Omit<ExportFilter, 'agent_id'> & { agent?: string };
@@ -32,19 +33,15 @@ export interface ExportFileResult {
  * The id of the agent a filter names, by name or else by id. An agent nobody knows is refused: a signed
  * export of zero rows would read as proof that the agent did nothing, when the name was only mistyped.
  */
-async function agentId(knex: Knex, agent: string): Promise<string> {
-  const byName = (await knex('agents').where({ name: agent }).first('id')) as { id: string } | undefined;
-  const row =
-    byName ??
-    (isUuid(agent)
-      ? ((await knex('agents').where({ id: agent }).first('id')) as { id: string } | undefined)
-      : undefined);
+async function agentId(knex: Queryable, agent: string): Promise<string> {
+  const byName = await agents.idNamed(knex, agent);
+  const row = byName ?? (isUuid(agent) ? await agents.idOf(knex, agent) : undefined);
   if (!row) throw new AppError('NOT_FOUND', `no agent named "${agent}"`, 'unknown_agent');
   return row.id;
 }
 
 /** The filter exportAudit takes. Keys left empty are dropped: the manifest signs the filter as given. */
-async function exportFilter(knex: Knex, { agent, ...rest }: ExportFileFilter): Promise<ExportFilter> {
+async function exportFilter(knex: Queryable, { agent, ...rest }: ExportFileFilter): Promise<ExportFilter> {
   const filter: ExportFilter = { ...rest, ...(agent ? { agent_id: await agentId(knex, agent) } : {}) };
   for (const k of Object.keys(filter) as (keyof ExportFilter)[])
     if (filter[k] === undefined) delete filter[k];

@@ -1,57 +1,32 @@
-import type { Knex } from 'knex';
+import type { Queryable } from '../db/knex.ts';
 import { canonicalParsed } from './canonical.ts';
 import { AUDIT_FIELDS, rowFromDb, type AuditRow } from './chain.ts';
 import type { ExportFilter } from './export-filter.ts';
+import { events } from './store/index.ts';
 
 export const EXPORT_PAGE = 500;
 /** Pages read ahead while the rows are dense. */
 const PREFETCH = 2;
 
 /**
- * The filter as SQL conditions with `?` placeholders, one list for both ways of reading rows: bound
- * as parameters by the pages below, written as literals by the COPY of export-copy.ts.
- */
-export function filterConditions(filter: ExportFilter): { sql: string; values: string[] }[] {
-  const out: { sql: string; values: string[] }[] = [];
-  const equal = (column: string, value: string | undefined) => {
-    if (value !== undefined) out.push({ sql: `${column} = ?`, values: [value] });
-  };
-  if (filter.since) out.push({ sql: 'ts >= ?', values: [filter.since] });
-  if (filter.until) out.push({ sql: 'ts < ?', values: [filter.until] });
-  equal('agent_id', filter.agent_id);
-  equal('tool', filter.tool);
-  equal('kind', filter.kind);
-  equal('result', filter.result);
-  equal('target_ref', filter.target_ref);
-  const approval = filter.approval;
-  if (approval)
-    out.push({ sql: '(approval_id = ? or approval_request_id = ?)', values: [approval, approval] });
-  return out;
-}
-
-/**
  * Rows of the filter up to `maxSeq`, in seq order, a page at a time: memory stays flat at any size.
  * Each query reads a window of seq values (widened while a filter leaves pages sparse), so that the
  * primary key bounds every query whatever the planner believes about the table. The window doubles
  * without a fixed ceiling, so a gap in seq of any size (a log never has one; a table altered behind
- * its back may) is crossed in a few dozen queries, not walked a bounded window at a time. `select`
- * names the columns, `map` turns a database row into what the caller wants.
+ * its back may) is crossed in a few dozen queries, not walked a bounded window at a time. `columns`
+ * names the columns as SQL (all of them when absent), `map` turns a database row into what the caller
+ * wants.
  */
 async function* pages<T extends { seq: number }>(
-  knex: Knex,
+  knex: Queryable,
   filter: ExportFilter,
   maxSeq: number,
-  select: (q: Knex.QueryBuilder) => Knex.QueryBuilder,
+  columns: string | undefined,
   map: (raw: Record<string, unknown>) => T,
 ): AsyncGenerator<T[]> {
-  const conditions = filterConditions(filter);
+  const conditions = events.filterConditions(filter);
   const fetch = (after: number, upto: number) => {
-    const q = select(knex('audit_events'))
-      .where('seq', '>', after)
-      .where('seq', '<=', upto)
-      .orderBy('seq')
-      .limit(EXPORT_PAGE);
-    for (const c of conditions) q.whereRaw(c.sql, c.values);
+    const q = events.exportWindow(knex, { after, upto, limit: EXPORT_PAGE, conditions }, columns);
     const page = q.then((rows: Record<string, unknown>[]) => ({ rows: rows.map(map), upto }));
     page.catch(() => {}); // awaited below; a page nobody waits for any more must not go unhandled
     return page;
@@ -82,8 +57,12 @@ async function* pages<T extends { seq: number }>(
 }
 
 /** Audit rows of the filter up to `maxSeq`, page by page (see pages). */
-export function exportPages(knex: Knex, filter: ExportFilter, maxSeq: number): AsyncGenerator<AuditRow[]> {
-  return pages(knex, filter, maxSeq, (q) => q.select('*'), rowFromDb);
+export function exportPages(
+  knex: Queryable,
+  filter: ExportFilter,
+  maxSeq: number,
+): AsyncGenerator<AuditRow[]> {
+  return pages(knex, filter, maxSeq, undefined, rowFromDb);
 }
 
 /** Fields whose JSON the database cannot write canonically (nested keys, numbers): rendered here. */
@@ -132,24 +111,18 @@ export function canonicalText(): (json: unknown) => string {
  * JSON parse instead of decoding and re-serialising every field.
  */
 export function exportLines(
-  knex: Knex,
+  knex: Queryable,
   filter: ExportFilter,
   maxSeq: number,
 ): AsyncGenerator<{ seq: number; hash: string; line: string }[]> {
   const canonical = canonicalText();
-  return pages(
-    knex,
-    filter,
-    maxSeq,
-    (q) => q.select(knex.raw(LINE_COLUMNS.sql)),
-    (raw) => {
-      let line = '';
-      for (let i = 0; i < LINE_COLUMNS.pieces; i++) line += `${raw[`text${i}`]}${canonical(raw[`json${i}`])}`;
-      return {
-        seq: Number(raw.seq),
-        hash: String(raw.hash),
-        line: `${line}${raw[`text${LINE_COLUMNS.pieces}`]}\n`,
-      };
-    },
-  );
+  return pages(knex, filter, maxSeq, LINE_COLUMNS.sql, (raw) => {
+    let line = '';
+    for (let i = 0; i < LINE_COLUMNS.pieces; i++) line += `${raw[`text${i}`]}${canonical(raw[`json${i}`])}`;
+    return {
+      seq: Number(raw.seq),
+      hash: String(raw.hash),
+      line: `${line}${raw[`text${LINE_COLUMNS.pieces}`]}\n`,
+    };
+  });
 }

@@ -1,6 +1,7 @@
-import type { Knex } from 'knex';
 import { isUuid } from '../core/ids.ts';
+import type { Queryable } from '../db/knex.ts';
 import type { Manifest } from './export.ts';
+import { exportsMade } from './store/index.ts';
 
 /** An export made from the compliance pages, as audit_exports records it: its file and signed manifest. */
 export interface ExportRecord {
@@ -18,12 +19,10 @@ export interface ExportRecords {
   findExport(id: string): Promise<ExportRecord | undefined>;
 }
 
-type StoredExport = Omit<ExportRecord, 'manifest'> & { manifest: unknown };
-
-export function createExportRecords(knex: Knex): ExportRecords {
+export function createExportRecords(knex: Queryable): ExportRecords {
   return {
     async recordExport(row) {
-      await knex('audit_exports').insert({
+      await exportsMade.insert(knex, {
         id: row.id,
         actor: row.actor,
         format: row.format,
@@ -33,9 +32,7 @@ export function createExportRecords(knex: Knex): ExportRecords {
     },
     async findExport(id) {
       if (!isUuid(id)) return undefined;
-      const row = (await knex('audit_exports')
-        .where({ id })
-        .first('id', 'actor', 'format', 'file_path', 'manifest')) as StoredExport | undefined;
+      const row = await exportsMade.find(knex, id);
       if (!row) return undefined;
       // jsonb comes back parsed (pg, PGlite); as text on some paths.
       const manifest = (

@@ -1,7 +1,6 @@
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import type { Writable } from 'node:stream';
-import type { Knex } from 'knex';
 import { stringify } from 'csv-stringify/sync';
 import type { AuditRow } from './chain.ts';
 import { createCheckpoint, type Checkpoint, type CheckpointDeps } from './checkpoints.ts';
@@ -10,6 +9,8 @@ import { exportPages } from './export-pages.ts';
 import { EXPORT_COLUMNS, toCsvLine } from './format.ts';
 import { ExportFilter } from './export-filter.ts';
 import { AppError, isAppError } from '../core/errors.ts';
+import type { Queryable } from '../db/knex.ts';
+import { events } from './store/index.ts';
 
 export { ExportFilter };
 
@@ -54,13 +55,8 @@ export interface ChainCheckpoint {
 }
 
 /** The last checkpoint row at or before `seq`. */
-async function lastChainCheckpoint(knex: Knex, seq: number): Promise<ChainCheckpoint | null> {
-  const row = (await knex('audit_events')
-    .where('kind', 'checkpoint')
-    .andWhere('seq', '<=', seq)
-    .orderBy('seq', 'desc')
-    .first('seq', 'prev_hash', 'details')) as
-    { seq: number; prev_hash: string; details: unknown } | undefined;
+async function lastChainCheckpoint(knex: Queryable, seq: number): Promise<ChainCheckpoint | null> {
+  const row = await events.lastCheckpointRow(knex, seq);
   if (!row) return null;
   // jsonb comes back parsed (pg) or as text (some PGlite paths).
   const details = (typeof row.details === 'string' ? JSON.parse(row.details) : row.details) as Record<

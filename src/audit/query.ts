@@ -1,7 +1,8 @@
-import type { Knex } from 'knex';
 import { z } from 'zod';
 import { AuditRowFromDb, rowFromDb, type AuditRow } from './chain.ts';
 import { AuditKind, AuditResult } from '../core/audit-kinds.ts';
+import type { Queryable } from '../db/knex.ts';
+import { events } from './store/index.ts';
 
 export const AuditQuery = z.object({
   since: z.iso.datetime({ offset: true }).optional(),
@@ -24,34 +25,17 @@ export type ListedRow = z.infer<typeof ListedRowFromDb>[number];
 
 /** Rows matching `q`, newest first, `limit` at a time, before `beforeSeq` (paging by seq). */
 export async function queryAudit(
-  knex: Knex,
+  knex: Queryable,
   q: AuditQuery,
   page: { beforeSeq?: number; limit: number },
 ): Promise<ListedRow[]> {
-  const query = knex('audit_events as e')
-    .joinRaw('left join agents as a on a.id::text = e.agent_id')
-    .select('e.*', knex.raw("coalesce(e.details->>'agent_name', a.name) as agent_name"))
-    .orderBy('e.seq', 'desc')
-    .limit(page.limit);
-  if (page.beforeSeq) query.where('e.seq', '<', page.beforeSeq);
-  if (q.since) query.where('e.ts', '>=', q.since);
-  if (q.until) query.where('e.ts', '<', q.until);
-  if (q.agent) query.where((w) => w.where('a.name', q.agent!).orWhere('e.agent_id', q.agent!));
-  if (q.tool) query.where('e.tool', q.tool);
-  if (q.kind) query.where('e.kind', q.kind);
-  if (q.result) query.where('e.result', q.result);
-  if (q.target) query.where('e.target_ref', q.target);
-  if (q.approval)
-    query.where((w) => w.where('e.approval_id', q.approval!).orWhere('e.approval_request_id', q.approval!));
-  return ListedRowFromDb.parse(await query);
+  return ListedRowFromDb.parse(await events.listRows(knex, q, page));
 }
 
-export async function auditRow(knex: Knex, seq: number): Promise<AuditRow | undefined> {
-  const raw: unknown = await knex('audit_events').where('seq', seq).first();
+export async function auditRow(knex: Queryable, seq: number): Promise<AuditRow | undefined> {
+  const raw = await events.rowAt(knex, seq);
   return raw === undefined ? undefined : rowFromDb(raw);
 }
 
-export async function headSeq(knex: Knex | Knex.Transaction): Promise<number> {
-  const row = (await knex('audit_events').max({ m: 'seq' }).first()) as { m: unknown } | undefined;
-  return Number(row?.m ?? 0);
-}
+/** The seq of the newest committed row (0 for an empty log). */
+export const headSeq = (knex: Queryable): Promise<number> => events.headSeq(knex);

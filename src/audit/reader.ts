@@ -1,7 +1,7 @@
-import type { Knex } from 'knex';
 import type { AuditRow } from './chain.ts';
 import { latestCheckpoint, type Checkpoint } from './checkpoints.ts';
 import { verifyDatabase, type DatabaseReport } from './context.ts';
+import type { Connection } from '../db/knex.ts';
 import { auditRow, headSeq, queryAudit, type AuditQuery, type ListedRow } from './query.ts';
 
 /**
@@ -21,7 +21,7 @@ export interface AuditReader {
   verify(): Promise<DatabaseReport>;
 }
 
-export function createAuditReader(knex: Knex): AuditReader {
+export function createAuditReader(knex: Connection): AuditReader {
   return {
     query: (filter, page) => queryAudit(knex, filter, page),
     row: (seq) => auditRow(knex, seq),

@@ -1,8 +1,9 @@
-import type { Knex } from 'knex';
 import type { Logger } from '../log.ts';
 import type { AuditInput } from './chain.ts';
 import type { AuditLog } from './log.ts';
 import type { Pace } from './pace.ts';
+import type { Connection, Transaction } from '../db/knex.ts';
+import { refusals } from './store/index.ts';
 
 /** The kinds of refusal that anyone on the network can cause, before anyone is known: these are counted. */
 export type CountedRefusal = 'auth.denied' | 'slack.refused' | 'user.login_failed';
@@ -26,7 +27,7 @@ export interface Refusals {
 }
 
 export interface RefusalDeps {
-  knex: Knex;
+  knex: Connection;
   audit: AuditLog;
   log: Logger;
   /** Own rows per source address, kind and reason per minute (config audit.denied_rows_per_minute). */
@@ -205,23 +206,19 @@ export function createRefusals(deps: RefusalDeps): Refusals {
  * Adds what `counted` holds to the shared counters, in `trx`. What it held is taken at once (refusals
  * counted meanwhile wait for the next push) and given back if the transaction does not commit.
  */
-async function pushIn(trx: Knex.Transaction, counted: Over[]) {
+async function pushIn(trx: Transaction, counted: Over[]) {
   const taken = counted.filter((o) => o.n > 0).map((o) => ({ o, n: o.n, first: o.first }));
   if (taken.length === 0) return;
   for (const { o } of taken) o.n = 0;
   try {
-    await trx.raw(
-      `insert into refusal_counts as r
-         (kind, source, reason, minute, count, pushed, first_over_at, last_at, error_code)
-       values ${taken.map(() => '(?, ?, ?, ?, 0, ?, ?, ?, ?)').join(', ')}
-       on conflict (kind, source, reason, minute) do update
-         set pushed = r.pushed + excluded.pushed,
-             first_over_at = coalesce(r.first_over_at, excluded.first_over_at),
-             last_at = greatest(r.last_at, excluded.last_at)`,
-      taken.flatMap(({ o, n, first }) => [
-        ...[o.kind, o.source, o.reason, o.minute, n],
-        ...[new Date(first).toISOString(), new Date(o.last).toISOString(), o.error_code],
-      ]),
+    await refusals.addPushed(
+      trx,
+      taken.map(({ o, n, first }) => ({
+        ...{ kind: o.kind, source: o.source, reason: o.reason, minute: o.minute, pushed: n },
+        first_over_at: new Date(first).toISOString(),
+        last_at: new Date(o.last).toISOString(),
+        error_code: o.error_code,
+      })),
     );
   } catch (err) {
     for (const { o, n, first } of taken) {
@@ -243,12 +240,7 @@ async function takeMinutes(deps: RefusalDeps, over: Map<string, Over>, before: n
       trx,
       due.map(([, o]) => o),
     );
-    const taken = (await trx('refusal_counts')
-      .modify((q) => {
-        if (before !== Infinity) void q.where('minute', '<', before);
-      })
-      .delete()
-      .returning('*')) as CountRow[];
+    const taken = (await refusals.take(trx, before)) as CountRow[];
     const summed = taken
       .map((r) => ({ r, count: pastShare(r, deps.perMinute) }))
       .filter(({ count }) => count > 0)
@@ -274,25 +266,15 @@ async function countOne(
   minute: number,
   at: number,
 ): Promise<number> {
-  const { rows } = (await deps.knex.raw(
-    `insert into refusal_counts as r (kind, source, reason, minute, count, first_over_at, last_at, error_code)
-     values (:kind, :source, :reason, :minute, 1, null, :at, :code)
-     on conflict (kind, source, reason, minute) do update
-       set count = r.count + 1,
-           first_over_at = coalesce(r.first_over_at, case when r.count >= :n then excluded.last_at end),
-           last_at = excluded.last_at
-     returning count`,
-    {
-      kind: row.kind,
-      source,
-      reason: row.details.reason,
-      minute,
-      at: new Date(at).toISOString(),
-      code: row.error_code ?? null,
-      n: deps.perMinute,
-    },
-  )) as { rows: { count: number }[] };
-  return Number(rows[0]!.count);
+  return refusals.countOne(deps.knex, {
+    kind: row.kind,
+    source,
+    reason: row.details.reason,
+    minute,
+    at: new Date(at).toISOString(),
+    code: row.error_code ?? null,
+    n: deps.perMinute,
+  });
 }
 
 /** The row that stands for a minute's `count` refusals past the first `perMinute`. */

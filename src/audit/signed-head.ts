@@ -1,6 +1,5 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Knex } from 'knex';
 import { z } from 'zod';
 import { AppError } from '../core/errors.ts';
 import type { Logger } from '../log.ts';
@@ -10,6 +9,8 @@ import type { Checkpoint, SigningGuard } from './checkpoints.ts';
 import type { AuditLog } from './log.ts';
 import { ChainVerifier, rowMacFault, type RowMacCheck, type RowMacFault } from './verify.ts';
 import { recordedValue } from '../db/settings.ts';
+import type { Connection, Transaction } from '../db/knex.ts';
+import { events } from './store/index.ts';
 
 /**
  * The last head this process signed, kept outside the database: `<data dir>/audit-signed-head.json`, and
@@ -83,7 +84,7 @@ function readSignedHead(file: string): SignedHead | undefined | null {
 
 /** Verifies that the rows after a signed head extend it up to `head`; refuses at the first that does not. */
 async function linkFrom(
-  trx: Knex.Transaction,
+  trx: Transaction,
   from: SignedHead,
   head: ChainHead,
   refuse: (reason: TamperReason, seq: number, detail: string) => never,
@@ -91,11 +92,7 @@ async function linkFrom(
 ): Promise<void> {
   const verifier = new ChainVerifier({ seq: from.seq, hash: from.head_hash }, undefined, rowMacs);
   for (let after = from.seq; after < head.seq;) {
-    const page: unknown[] = await trx('audit_events')
-      .where('seq', '>', after)
-      .andWhere('seq', '<=', head.seq)
-      .orderBy('seq')
-      .limit(5000);
+    const page = await events.rowsUpTo(trx, after, head.seq, 5000);
     for (const raw of page)
       if (!verifier.pushStored(raw)) {
         const bad = verifier.report.first_bad!;
@@ -117,18 +114,13 @@ async function linkFrom(
  * pinned seq up to `head` (the rows since a signed head are checked as linkFrom walks them).
  */
 async function macsUpTo(
-  trx: Knex.Transaction,
+  trx: Transaction,
   check: RowMacCheck,
   head: ChainHead,
   refuse: (reason: TamperReason, seq: number, detail: string) => never,
 ): Promise<void> {
   for (let after = check.from - 1; after < head.seq;) {
-    const page: { seq: unknown; hash: string; row_mac: unknown }[] = await trx('audit_events')
-      .where('seq', '>', after)
-      .andWhere('seq', '<=', head.seq)
-      .orderBy('seq')
-      .limit(5000)
-      .select('seq', 'hash', 'row_mac');
+    const page = await events.macsUpTo(trx, after, head.seq, 5000);
     for (const raw of page) {
       const row = { seq: Number(raw.seq), hash: raw.hash };
       const bad = rowMacFault(check, row, raw.row_mac);
@@ -141,7 +133,7 @@ async function macsUpTo(
 
 /** Refuses unless the chain up to `head` still holds each of the heads signed before, at its seq. */
 async function holdsSignedHeads(
-  trx: Knex.Transaction,
+  trx: Transaction,
   head: ChainHead,
   known: readonly SignedHead[],
   refuse: (reason: TamperReason, seq: number, detail: string) => never,
@@ -153,9 +145,7 @@ async function holdsSignedHeads(
         signed.seq,
         `the log ends at seq ${head.seq}, before the head signed at seq ${signed.seq}`,
       );
-    const row = ChainHeadFromDb.optional().parse(
-      await trx('audit_events').where('seq', signed.seq).select('seq', 'hash').first(),
-    );
+    const row = ChainHeadFromDb.optional().parse(await events.hashAt(trx, signed.seq));
     if (row?.hash !== signed.head_hash)
       refuse('head_mismatch', signed.seq, `row ${signed.seq} is not the head signed at that seq`);
   }
@@ -166,7 +156,7 @@ async function holdsSignedHeads(
  * an agent with): a contradiction its appends already met, or that row gone or replaced.
  */
 async function holdsAppended(
-  trx: Knex.Transaction,
+  trx: Transaction,
   head: ChainHead,
   mine: ReturnType<AuditLog['appended']> | undefined,
   refuse: (reason: TamperReason, seq: number, detail: string) => never,
@@ -311,15 +301,13 @@ export interface RestoreAccepted {
  * chain holds every head signed (nothing to accept).
  */
 export async function acceptRestore(
-  deps: { knex: Knex; audit: AuditLog; dataDir: string; origin: string; witnessDir?: string },
+  deps: { knex: Connection; audit: AuditLog; dataDir: string; origin: string; witnessDir?: string },
   reason: string,
   actor: string,
 ): Promise<RestoreAccepted> {
   const file = path.join(deps.dataDir, SIGNED_HEAD_FILE);
   const own = readSignedHead(file);
-  const head = ChainHeadFromDb.optional().parse(
-    await deps.knex('audit_events').select('seq', 'hash').orderBy('seq', 'desc').first(),
-  );
+  const head = ChainHeadFromDb.optional().parse(await events.headRow(deps.knex));
   const heads: [RestoreAccepted['given_up'][number]['source'], SignedHead | undefined | null][] = [
     ['signed_head', own],
     ['witness', deps.witnessDir ? latestWitnessed(deps.witnessDir, deps.origin) : undefined],
@@ -328,9 +316,7 @@ export async function acceptRestore(
   for (const [source, h] of heads) {
     if (!h || h.origin !== deps.origin) continue;
     if (own?.given_up?.some((g) => g.seq === h.seq && g.head_hash === h.head_hash)) continue;
-    const row = ChainHeadFromDb.optional().parse(
-      await deps.knex('audit_events').where('seq', h.seq).select('seq', 'hash').first(),
-    );
+    const row = ChainHeadFromDb.optional().parse(await events.hashAt(deps.knex, h.seq));
     if (row?.hash !== h.head_hash) givenUp.push({ source, seq: h.seq, head_hash: h.head_hash });
   }
   if (givenUp.length === 0)

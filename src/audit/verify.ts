@@ -1,6 +1,7 @@
-import type { Knex } from 'knex';
+import type { Queryable } from '../db/knex.ts';
 import { AuditRowFromDb, chainHash, GENESIS_HASH, type AuditRow } from './chain.ts';
 import { CheckpointRows, type CheckpointTrust } from './chain-checkpoints.ts';
+import { events } from './store/index.ts';
 
 /**
  * malformed: a stored row that is not an audit row at all (a value no append writes). checkpoint: a
@@ -136,17 +137,14 @@ export class ChainVerifier {
  * (`verifier.checkpoints` then tells how far the chain is anchored).
  */
 export async function verifyDatabaseChain(
-  knex: Knex,
+  knex: Queryable,
   pageSize = 5000,
   verifier = new ChainVerifier(),
   onRow?: (row: { seq: number; hash: string; kind: unknown }) => void,
 ): Promise<ChainReport> {
   let after = 0;
   for (;;) {
-    const page: { seq: number; hash: string; kind: unknown }[] = await knex('audit_events')
-      .where('seq', '>', after)
-      .orderBy('seq')
-      .limit(pageSize);
+    const page = await events.rowsAfter(knex, after, pageSize);
     for (const raw of page) {
       if (!verifier.pushStored(raw)) return verifier.report;
       onRow?.(raw);

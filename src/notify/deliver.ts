@@ -1,8 +1,8 @@
-import type { Knex } from 'knex';
 import { z } from 'zod';
 import { claimDueNotices, settleNotice, type Notice } from '../approval/index.ts';
 import type { AuditLog } from '../audit/index.ts';
 import type { Config } from '../config.ts';
+import type { Connection } from '../db/knex.ts';
 import type { Logger } from '../log.ts';
 
 /** How many due notices one claim takes. */
@@ -32,7 +32,7 @@ export type OutboxRow = z.output<typeof OutboxRow>;
 export type Send = (recipient: string, notice: Notice) => Promise<void>;
 
 export interface DeliveryDeps {
-  knex: Knex;
+  knex: Connection;
   audit: AuditLog;
   config: Config;
   log: Logger;

@@ -2,10 +2,10 @@
  * The notices' front door: the only file of notify/ that modules outside it import
  * (.dependency-cruiser.cjs). The deliverer, and what the Slack pages need of the Slack channel.
  */
-import type { Knex } from 'knex';
 import type { AuditLog } from '../audit/index.ts';
 import type { Leadership } from '../cluster/leadership.ts';
 import type { Config } from '../config.ts';
+import type { Connection } from '../db/knex.ts';
 import type { Logger } from '../log.ts';
 import { CLAIM_BATCH, deliverDue, type DeliveryDeps } from './deliver.ts';
 import { createMailer } from './email.ts';
@@ -22,7 +22,7 @@ export interface Notifications {
 }
 
 /** The configured channels, with the values that must never be recorded. */
-function openChannels(config: Config, knex: Knex) {
+function openChannels(config: Config, knex: Connection) {
   const channels: DeliveryDeps['channels'] = {};
   const secrets: string[] = [];
   const closers: (() => void)[] = [];
@@ -59,7 +59,7 @@ function openChannels(config: Config, knex: Knex) {
  * call only queues rows, in the statement of its own change.
  */
 export function startNotifications(
-  base: { knex: Knex; audit: AuditLog; config: Config; log: Logger },
+  base: { knex: Connection; audit: AuditLog; config: Config; log: Logger },
   leadership: Leadership,
 ): Notifications | undefined {
   const opened = openChannels(base.config, base.knex);

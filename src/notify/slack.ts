@@ -1,7 +1,7 @@
-import type { Knex } from 'knex';
 import { z } from 'zod';
 import { requestedNoticeWaiting, type Notice } from '../approval/index.ts';
 import type { SlackConfig } from '../config.ts';
+import type { Queryable } from '../db/knex.ts';
 import type { Send } from './deliver.ts';
 import {
   fallbackText,
@@ -123,7 +123,7 @@ export async function updateWithOutcome(deps: SlackDeps, id: string, outcome: Ou
  * in the outbox, the update fails and is tried again after it; when it was never posted, there is
  * nothing to update.
  */
-export function createSlackChannel(deps: SlackDeps & { knex: Knex }): Send {
+export function createSlackChannel(deps: SlackDeps & { knex: Queryable }): Send {
   return async (channel: string, notice: Notice) => {
     const id = notice.approval_request_id;
     if (notice.event === 'requested') {

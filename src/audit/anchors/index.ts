@@ -1,8 +1,9 @@
 import fs from 'node:fs';
-import type { Knex } from 'knex';
 import { z } from 'zod';
 import type { Logger } from '../../log.ts';
 import { Checkpoint, type Anchorer } from '../checkpoints.ts';
+import type { Queryable } from '../../db/knex.ts';
+import { anchors } from '../store/index.ts';
 import { parseCertificates, requestTimeStamp } from './tsa.ts';
 import { statementBytes, writeWitness } from './witness.ts';
 
@@ -23,7 +24,11 @@ export interface AnchorSettings {
  * witness directory, writes it there too. An authority that cannot be reached or answers wrongly leaves the
  * checkpoint unanchored, logged; it never stops a checkpoint or an export.
  */
-export function createAnchorer(knex: Knex, settings: AnchorSettings, log?: Logger): Anchorer | undefined {
+export function createAnchorer(
+  knex: Queryable,
+  settings: AnchorSettings,
+  log?: Logger,
+): Anchorer | undefined {
   const url = settings.tsa_url;
   if (!url) return undefined;
   const trusted = settings.tsa_cert_path
@@ -37,7 +42,7 @@ export function createAnchorer(knex: Knex, settings: AnchorSettings, log?: Logge
         signedAt: new Date(checkpoint.ts),
         maxSkewS: settings.tsa_max_skew_s,
       });
-      await knex('audit_anchors').insert({ type: 'tsa', ...checkpoint, token });
+      await anchors.insert(knex, { type: 'tsa', ...checkpoint, token });
       if (settings.witness_dir) writeWitness(settings.witness_dir, { checkpoint, tsa_token: token });
     } catch (err) {
       log?.warn({ err, seq: checkpoint.seq }, 'checkpoint not time-stamped: it stays unanchored');
@@ -48,14 +53,13 @@ export function createAnchorer(knex: Knex, settings: AnchorSettings, log?: Logge
 const AnchorRow = Checkpoint.extend({ type: z.literal('tsa'), token: z.string() });
 
 /** The stored anchors of checkpoints from `fromSeq` to `toSeq`, by seq, page by page. */
-export async function* storedAnchors(knex: Knex, fromSeq: number, toSeq: number): AsyncGenerator<Anchor> {
+export async function* storedAnchors(
+  knex: Queryable,
+  fromSeq: number,
+  toSeq: number,
+): AsyncGenerator<Anchor> {
   for (let afterId = 0; ;) {
-    const rows: { id: number }[] = await knex('audit_anchors')
-      .where('id', '>', afterId)
-      .andWhere('seq', '>=', fromSeq)
-      .andWhere('seq', '<=', toSeq)
-      .orderBy('id')
-      .limit(1000);
+    const rows = await anchors.page(knex, afterId, fromSeq, toSeq, 1000);
     for (const raw of rows) {
       const { type, token, ...checkpoint } = AnchorRow.parse(raw);
       yield { type, checkpoint, token };
@@ -71,7 +75,7 @@ export async function* storedAnchors(knex: Knex, fromSeq: number, toSeq: number)
  * Returns the file, or undefined when there is no anchor to carry.
  */
 export async function writeAnchorsFile(
-  knex: Knex,
+  knex: Queryable,
   file: string,
   fromSeq: number,
   toSeq: number,

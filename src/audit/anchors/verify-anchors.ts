@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import type { Knex } from 'knex';
 import { AppError } from '../../core/errors.ts';
 import type { Manifest } from '../export.ts';
 import { readExport } from '../read-export.ts';
@@ -8,6 +7,8 @@ import { readAnchorsFile, storedAnchors, type Anchor } from './index.ts';
 import { parseCertificates } from './tsa.ts';
 import { readWitness } from './witness.ts';
 import { recordedValue } from '../../db/settings.ts';
+import type { Queryable } from '../../db/knex.ts';
+import { events } from '../store/index.ts';
 
 /** What to check a chain against: a TSA's certificate (PEM text), a witness directory, or both. */
 export interface AnchorOptions {
@@ -78,10 +79,9 @@ export async function verifyExportAnchors(
 }
 
 /** Checks the live table against the stored time-stamp tokens and a witness directory. */
-export async function verifyDatabaseAnchors(knex: Knex, opts: AnchorOptions): Promise<AnchorReport> {
+export async function verifyDatabaseAnchors(knex: Queryable, opts: AnchorOptions): Promise<AnchorReport> {
   const origin = opts.origin ?? (await recordedValue(knex, 'audit_origin'));
-  const end = (await knex('audit_events').max({ m: 'seq' }).first()) as { m: unknown } | undefined;
-  const endSeq = Number(end?.m ?? 0);
+  const endSeq = await events.headSeq(knex);
   const anchors: Anchor[] = [];
   if (opts.tsaCertPem) for await (const a of storedAnchors(knex, 1, Number.MAX_SAFE_INTEGER)) anchors.push(a);
   return checkAnchors({
@@ -94,9 +94,7 @@ export async function verifyDatabaseAnchors(knex: Knex, opts: AnchorOptions): Pr
     async hashesAt(seqs) {
       const found = new Map<number, string>();
       for (let i = 0; i < seqs.length; i += 1000) {
-        const rows = (await knex('audit_events')
-          .whereIn('seq', seqs.slice(i, i + 1000))
-          .select('seq', 'hash')) as { seq: number | string; hash: string }[];
+        const rows = await events.hashesOf(knex, seqs.slice(i, i + 1000));
         for (const r of rows) found.set(Number(r.seq), r.hash);
       }
       return found;
