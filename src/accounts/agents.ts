@@ -5,7 +5,8 @@ import { AgentName, type Agent } from '../core/identity.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import { hostRootsOf } from '../db/host-roots.ts';
 import { newTaggedToken, tokenTagKey } from './token-tag.ts';
-import { agentSealed, sealAgent, sealedAgentOr, type AgentSealed } from './authority.ts';
+import { agentSealed, sealAgent, sealedAgentOr } from './authority.ts';
+import type { AgentSealed } from './store/index.ts';
 import { agents, users, type AgentRecord } from './store/index.ts';
 
 /** An agent token: 256 random bits, recognisable by its prefix, with its tag (token-tag.ts). */

@@ -5,14 +5,8 @@ import { AppError, isAppError } from '../core/errors.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import {
   AGENT_CHANGE_KINDS,
-  AGENT_SEALED_COLUMNS,
-  AGENT_SUPERSEDED,
   USER_CHANGE_KINDS,
-  USER_SEALED_COLUMNS,
-  USER_SUPERSEDED,
-  agentSupersededSql,
   agents,
-  userSupersededSql,
   users,
   type AgentSealed,
   type UserRecord,
@@ -34,23 +28,6 @@ import {
  * (a name that resolved to nobody grants nothing), agents.token_tagged (which tokens are screened in
  * memory; a tagless token is still looked up by its MAC).
  */
-
-/*
- * The sealed columns, the audit kinds that change a record and the freshness SQL are the stores'
- * (store/sql.ts): every read of a record selects them there. Named here too, beside the seal.
- */
-export {
-  AGENT_CHANGE_KINDS,
-  AGENT_SEALED_COLUMNS,
-  AGENT_SUPERSEDED,
-  USER_CHANGE_KINDS,
-  USER_SEALED_COLUMNS,
-  USER_SUPERSEDED,
-  agentSupersededSql,
-  userSupersededSql,
-  type AgentSealed,
-  type UserRecord,
-};
 
 /** A jsonb column as PostgreSQL or PGlite hand it back (parsed, or text), as a sorted set of strings. */
 function setOf(raw: unknown): unknown {

@@ -7,7 +7,8 @@ import { claimAt, type OidcClaims, type OidcRefusal } from './oidc.ts';
 import type { AuditKind } from '../core/audit-kinds.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import type { Connection, Transaction } from '../db/knex.ts';
-import { sealAfterChange, sealUser, userSealed, type UserRecord } from './authority.ts';
+import { sealAfterChange, sealUser, userSealed } from './authority.ts';
+import type { UserRecord } from './store/index.ts';
 import { sessions, users } from './store/index.ts';
 
 /** Who the verified claims say the person is, in countersign's terms. */

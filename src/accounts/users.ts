@@ -12,7 +12,8 @@ import { Role, UserName, type User } from '../core/identity.ts';
 import { limitConcurrency } from '../core/limit.ts';
 import type { HostRoots } from '../core/host-roots.ts';
 import { hostRootsOf } from '../db/host-roots.ts';
-import { sealUser, sealedUserOr, userSealed, type UserRecord } from './authority.ts';
+import { sealUser, sealedUserOr, userSealed } from './authority.ts';
+import type { UserRecord } from './store/index.ts';
 import { sessions, users } from './store/index.ts';
 
 /** The roots given, else those opened for `knex` (the host's keys: db/host-roots.ts). */
