@@ -3,7 +3,8 @@ import canonicalize from 'canonicalize';
 import type { z } from 'zod';
 import { ANSWERS } from '../core/answers.ts';
 import type { AuditFacts } from '../core/audit-kinds.ts';
-import { AppError } from '../core/errors.ts';
+import { AppError, isAppError } from '../core/errors.ts';
+import { isConnectionError } from '../db/knex.ts';
 import { outageOf } from '../db/outage.ts';
 import type { Faults } from '../core/faults.ts';
 import { isUuid } from '../core/ids.ts';
@@ -109,7 +110,7 @@ export interface GateContext {
    * that cannot record its own row answers by how far the write got (server/answer.ts).
    */
   progress?: {
-    start(approval_id: string, approval_request_id: string): void;
+    start(approval_id: string, approval_request_id: string | null, inDoubt?: boolean): void;
     finish(status: 'succeeded' | 'failed', error_code?: string): void;
   };
   /** How the agent sees get_approval (config tools.prefix), for the next step of an unknown outcome. */
@@ -347,7 +348,16 @@ async function execute(
   if (ctx.dryRunOnly) throw dryRunOnly();
   if (!args.approval_id) throw approvalRequired('missing');
   const request = executionOf(write, args.approval_id, args, ctx);
-  const { row, replay } = await ctx.approvals.beginExecution(request, early);
+  const approval_id = args.approval_id;
+  const { row, replay } = await ctx.approvals.beginExecution(request, early).catch(async (err: unknown) => {
+    // The connection ended while the statement that spends the approval was out: it may have committed,
+    // so the call answers as a write that may have started, never as one that did nothing.
+    if (sentBeforeOutage(err)) {
+      const read = await early?.catch(() => undefined);
+      ctx.progress?.start(approval_id, typeof read?.id === 'string' ? read.id : null, true);
+    }
+    throw err;
+  });
   if (replay) return replayed(write, row);
   ctx.progress?.start(row.approval_id!, row.id);
 
@@ -464,5 +474,21 @@ function replayed(write: Write, row: ExecutingRow): GateOutcome {
     'IDEMPOTENCY_CONFLICT',
     `the write with this idempotency_key is ${row.status}`,
     'in_progress',
+  );
+}
+
+/**
+ * Whether a failure of the database may have come after a statement reached it: a connection that
+ * ended or a server that shut down mid-statement. A connection that could not be made, or a pool that
+ * gave none, sent nothing.
+ */
+function sentBeforeOutage(err: unknown): boolean {
+  // The audit log names the outage (audit_unavailable) with the connection's error as its cause.
+  const cause = isAppError(err, 'SOURCE_UNAVAILABLE', 'audit_unavailable') ? err.cause : err;
+  if (!isConnectionError(cause)) return false;
+  const e = cause as { code?: unknown; name?: unknown };
+  return !(
+    e.name === 'KnexTimeoutError' ||
+    ['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', '57P03', '08001', '08004'].includes(String(e.code))
   );
 }

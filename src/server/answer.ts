@@ -52,23 +52,31 @@ export function problemOf(failure: NamedFailure, title: string, detail?: string)
 
 /** How far a call's write got, as committed: filled in by the approval gate while the call runs. */
 export interface WriteProgress {
-  /** write.started committed: the approval is spent and the write may be made. */
-  started?: { approval_id: string; approval_request_id: string };
+  /**
+   * write.started committed: the approval is spent and the write may be made. `in_doubt`: the
+   * database went away while the statement that commits it was out, so whether it committed is not
+   * known (approval_request_id null when the request was not read yet).
+   */
+  started?: { approval_id: string; approval_request_id: string | null; in_doubt?: true };
   /** Its outcome committed (write.succeeded, write.failed), with the failure's code when it failed. */
   finished?: { status: 'succeeded' | 'failed'; error_code?: string };
 }
 
 /** The recorder the gate is handed (GateContext.progress) and the seam reads. */
 export function createProgress(): WriteProgress & {
-  start(approval_id: string, approval_request_id: string): void;
+  start(approval_id: string, approval_request_id: string | null, inDoubt?: boolean): void;
   finish(status: 'succeeded' | 'failed', error_code?: string): void;
 } {
   const progress: WriteProgress & {
-    start(approval_id: string, approval_request_id: string): void;
+    start(approval_id: string, approval_request_id: string | null, inDoubt?: boolean): void;
     finish(status: 'succeeded' | 'failed', error_code?: string): void;
   } = {
-    start(approval_id, approval_request_id) {
-      progress.started = { approval_id, approval_request_id };
+    start(approval_id, approval_request_id, inDoubt) {
+      progress.started = {
+        approval_id,
+        approval_request_id,
+        ...(inDoubt ? { in_doubt: true as const } : {}),
+      };
     },
     finish(status, error_code) {
       progress.finished = error_code === undefined ? { status } : { status, error_code };
@@ -90,13 +98,22 @@ export function outageAnswer(
 ): ProtocolError {
   const stage = stageOf(progress);
   if (stage === 'not_started') return nothingDone(trace_id);
-  const { approval_id, approval_request_id } = progress!.started!;
+  const { approval_id, approval_request_id, in_doubt } = progress!.started!;
   const where = {
     approval_id,
     approval_request_id,
     next_step: { tool: getApprovalTool, arguments: { approval_id } },
     trace_id,
   };
+  if (stage === 'started' && in_doubt) {
+    // Never "nothing was done": the statement that spends the approval may have committed.
+    return wireError(
+      outageAt(stage),
+      'The database became unavailable while this write was starting: whether it started is not known; ' +
+        `do not repeat it before ${getApprovalTool} shows its approval (still approved: it did not start)`,
+      { in_doubt: true, ...where },
+    );
+  }
   if (stage === 'started') {
     return wireError(
       outageAt(stage),

@@ -476,6 +476,36 @@ describe('the call seam over twins: the audit log', () => {
     assert.equal(envelopeOf(await seam.call('isphere_search_contacts', { query: 'a' })).audit.audit_seq, 1);
   });
 
+  it('answers an execution whose start lost its connection as a write that may have started, never as nothing done', async () => {
+    for (const [lost, answer] of [
+      [new Error('Connection terminated unexpectedly'), 'OUTCOME_UNKNOWN'],
+      [
+        Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' }),
+        'SOURCE_UNAVAILABLE',
+      ],
+    ] as const) {
+      const seam = seamOnTwins();
+      const dry = envelopeOf(await seam.call('isphere_send_message', SEND));
+      const approval_id = seam.approvals.approve(
+        (dry.approval as { approval_request_id: string }).approval_request_id,
+      );
+      // The database goes away while the statement that spends the approval is out (or before it could
+      // be sent): the call's own row cannot be written either.
+      seam.approvals.beginExecution = () => {
+        seam.audit.outage();
+        return Promise.reject(lost);
+      };
+      const { code, data } = await protocolError(
+        seam.call('isphere_send_message', { ...SEND, dry_run: false, approval_id }),
+      );
+      assert.equal(code, -32003);
+      assert.equal(data.code, answer);
+      if (answer === 'OUTCOME_UNKNOWN')
+        assert.deepEqual([data.in_doubt, data.approval_id], [true, approval_id]);
+      assert.equal(seam.connector.sent.length, 0);
+    }
+  });
+
   it('answers a write whose outcome committed but whose call row did not by that outcome', async () => {
     // The log goes down between the write's outcome and the call's own row.
     let cut = false;
