@@ -6,7 +6,7 @@ import knexFactory, { type Knex } from 'knex';
 import pg from 'pg';
 import type { Logger } from '../log.ts';
 import { lockDataDir, type DirLock } from './lock.ts';
-import { findTemplate, pgliteConnection, pgliteFromTemplate } from './template.ts';
+import { findTemplate, openPglite, pgliteConnection } from './template.ts';
 
 // bigint (seq) and numeric as JS numbers: every value we store fits in 2^53.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
@@ -99,12 +99,12 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
     const { default: ClientPgLite } = await import('knex-pglite');
     // A fresh data directory is loaded from the build's template when there is one (src/db/template.ts).
     const template = fresh ? await findTemplate() : undefined;
-    pglite = template ? await pgliteFromTemplate(opts.pgliteDir, template) : undefined;
+    pglite = await openPglite(opts.pgliteDir, template);
     if (template) opts.log?.debug({ template }, 'the embedded database loaded from its template');
     const knex = knexFactory({
       client: ClientPgLite,
       dialect: 'postgres',
-      connection: pglite ? pgliteConnection(pglite) : { filename: opts.pgliteDir },
+      connection: pgliteConnection(pglite),
       // PGlite has one connection: anything waiting longer than this is a bug (a query outside `trx`).
       acquireConnectionTimeout: 20_000,
       log: knexLog(opts.log),

@@ -7,7 +7,7 @@ import knexFactory from 'knex';
 import { openHostRoots } from '../../src/db/host-roots.ts';
 import { openDatabase } from '../../src/db/knex.ts';
 import { MigrationSource, upToDate } from '../../src/db/migrations.ts';
-import { buildTemplate, findTemplate, pgliteConnection, pgliteFromTemplate } from '../../src/db/template.ts';
+import { buildTemplate, findTemplate, pgliteConnection, openPglite, PGLITE_SETTINGS } from '../../src/db/template.ts';
 import type { Logger } from '../../src/log.ts';
 import { ROOT } from '../helpers/server.ts';
 
@@ -27,7 +27,7 @@ describe('the embedded database template', () => {
   after(() => fs.rmSync(dir, { recursive: true, force: true }));
 
   const opened = async (name: string) => {
-    const pglite = await pgliteFromTemplate(path.join(dir, name), template);
+    const pglite = await openPglite(path.join(dir, name), template);
     const { default: ClientPgLite } = await import('knex-pglite');
     const knex = knexFactory({
       client: ClientPgLite,
@@ -96,6 +96,13 @@ describe('the embedded database template', () => {
     const db = await openDatabase({ pgliteDir: path.join(dir, 'plain'), command: 'test' });
     try {
       assert.equal(await upToDate(db.knex), true);
+      // Opened with the embedded database's own settings, whichever way it was made.
+      for (const [name, value] of Object.entries(PGLITE_SETTINGS)) {
+        const { rows } = (await db.knex.raw(`select current_setting('${name}') as v`)) as {
+          rows: { v: string }[];
+        };
+        assert.equal(rows[0]!.v, value, name);
+      }
     } finally {
       await db.close();
     }
