@@ -94,7 +94,7 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
   let pglite: PGlite | undefined;
   try {
     const fresh = !fs.existsSync(path.join(opts.pgliteDir, 'PG_VERSION'));
-    ownerOnly(opts.pgliteDir);
+    closedToOthers(opts.pgliteDir);
     // Loaded only here: PGlite's module alone adds tens of MB to a process that talks to PostgreSQL.
     const { default: ClientPgLite } = await import('knex-pglite');
     // A fresh data directory is loaded from the build's template when there is one (src/db/template.ts).
@@ -110,7 +110,6 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
       log: knexLog(opts.log),
     });
     await knex.raw('select 1');
-    ownerOnly(opts.pgliteDir);
     return {
       knex,
       dialect: 'pglite',
@@ -132,10 +131,20 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
 }
 
 /**
+ * The embedded database's directory, made or kept 0700 before PGlite opens it: no other user can enter
+ * it, whatever the modes of the files inside (PGlite writes its files as 0666, its Emscripten file
+ * system knowing no umask). What is inside is set to its owner's alone when the database closes
+ * (ownerOnly); walking its thousand-odd files at each open as well cost a command 40-90 ms.
+ */
+function closedToOthers(dir: string): void {
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  fs.chmodSync(dir, 0o700);
+}
+
+/**
  * The embedded database's files are its owner's alone, whatever the umask: every directory 0700, every
- * file 0600. PGlite writes its files as 0666 (its umask-free Emscripten file system), so this runs when
- * the database opens and when it closes; a file it creates in between lies inside the 0700 directory,
- * which no other user can enter.
+ * file 0600. Run when the database closes; a file PGlite creates while it is open lies inside the 0700
+ * directory (closedToOthers), which no other user can enter.
  */
 export function ownerOnly(dir: string): void {
   fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
