@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import v8 from 'node:v8';
 import type { AdminCommand, AdminDeps, AdminResult } from '../admin/commands.ts';
 import type { FirstRun } from '../admin/first-run.ts';
 import { postgresProblem } from '../admin/pg-errors.ts';
@@ -13,6 +14,15 @@ import { err, errFlushed } from './io.ts';
  * running server that holds the embedded one; and the first run's banner, which a command that makes
  * the database shows as `serve` does.
  */
+
+/**
+ * Commands that may run long in the embedded database (a whole log read or verified, a file loaded):
+ * they keep V8's optimising compiler for PGlite's WebAssembly. Every other command runs a few
+ * statements, for which that compiler's work is wasted: V8 compiles only with its baseline compiler
+ * (Liftoff) for them, and a command such as `agent list` took 1.2 s of CPU and 192 MB instead of 1.7 s
+ * and 268 MB (docs/performance.md, "CLI commands").
+ */
+const LONG_RUNNING = new Set<AdminCommand['command']>(['audit.export', 'audit.verify_db', 'import']);
 
 /** Commands that need data already there: on a missing data directory they must not create one. */
 const NEEDS_EXISTING = new Set<AdminCommand['command']>([
@@ -96,6 +106,8 @@ export async function runData<C extends AdminCommand>(cfg: Config, command: C): 
   // run happens here as it would in `serve` — demo data, the demo agent, the chair and the admin — and its
   // banner goes to stderr. Claude Desktop's way in begins with `agent add`, before any serve.
   const fresh = !cfg.database_url && command.command !== 'migrate' && !fs.existsSync(cfg.pglite_dir);
+  // Set before PGlite's module is compiled, which is when it takes effect; this process serves nothing.
+  if (!cfg.database_url && !LONG_RUNNING.has(command.command)) v8.setFlagsFromString('--liftoff-only');
   const { openDatabase } = await import('../db/knex.ts');
   let db;
   try {
