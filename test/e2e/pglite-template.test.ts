@@ -7,7 +7,13 @@ import knexFactory from 'knex';
 import { openHostRoots } from '../../src/db/host-roots.ts';
 import { openDatabase } from '../../src/db/knex.ts';
 import { MigrationSource, upToDate } from '../../src/db/migrations.ts';
-import { buildTemplate, findTemplate, pgliteConnection, openPglite, PGLITE_SETTINGS } from '../../src/db/template.ts';
+import {
+  buildTemplate,
+  findTemplate,
+  pgliteConnection,
+  openPglite,
+  PGLITE_SETTINGS,
+} from '../../src/db/template.ts';
 import type { Logger } from '../../src/log.ts';
 import { ROOT } from '../helpers/server.ts';
 
