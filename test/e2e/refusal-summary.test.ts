@@ -213,8 +213,9 @@ for (const kind of databaseKinds()) {
       }
     }
 
-    it('2,000 bad bearer tokens from one client: N rows a minute, the rest summed', async () => {
-      await send(2000, 20, (i) =>
+    // 500 refusals are a hundred times the rows a minute allows (2,000 took this file's longest 19 s).
+    it('500 bad bearer tokens from one client: N rows a minute, the rest summed', async () => {
+      await send(500, 20, (i) =>
         fetch(new URL('/mcp', server.url), {
           method: 'POST',
           headers: {
@@ -231,7 +232,7 @@ for (const kind of databaseKinds()) {
       const reason = detailsOf(own[0] as Row).reason as string;
       const t = await tally(server.sql, 'auth.denied', reason);
       assert.equal(t.own.length, own.length, 'every refusal had one reason');
-      assert.equal(t.own.length + t.summed, 2000, 'every refusal counted');
+      assert.equal(t.own.length + t.summed, 500, 'every refusal counted');
       assertBounded(t, PER_MINUTE);
     });
 
