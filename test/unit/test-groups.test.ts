@@ -23,6 +23,13 @@ describe('the test files dealt into processes', () => {
     }
   });
 
+  it('finds no hook at the top of a file, where it would run around every file of its group', () => {
+    const hooked = files.filter((f) =>
+      /^(before|after|beforeEach|afterEach)\(/m.test(fs.readFileSync(path.join(ROOT, f), 'utf8')),
+    );
+    assert.deepEqual(hooked, [], 'put the hooks inside a describe');
+  });
+
   it('runs a file that measures its own process alone, first', () => {
     for (const file of ALONE) assert.ok(files.includes(file), `${file} exists`);
     const dealt = deal(files, 8);
