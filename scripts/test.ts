@@ -1,15 +1,16 @@
 /**
- * npm test: Node's test runner, through tsx, with the TAP reporter, over test files gathered into a few
- * processes rather than one process each.
+ * npm test: Node's test runner, through tsx, over test files gathered into a few processes rather than
+ * one process each.
  *
- *   node --import tsx scripts/test.ts [--groups N] [--concurrency C] PATH… [-- runner options]
+ *   node --import tsx scripts/test.ts [--groups N] [--test-…=VALUE …] PATH…
  *
  * Each PATH is a test file or a folder of them (`*.test.ts`). The files are dealt into N groups (8 by
  * default); each group is one entry file that imports its test files, so they run one after another in
- * one process, and the runner runs C groups at a time (3 by default). A test file run alone loaded the
- * program through tsx first: 2.4–2.9 s of CPU before its first test, a third of the whole suite's CPU on
- * a 2-core machine (CONTRIBUTING.md, "Running tests"). Files that measure their own process run alone
- * (scripts/test-groups.ts). Options after `--` go to the runner (e.g. `--test-name-pattern`).
+ * one process. Node's own `--test-…` options go to its runner as given: `--test-concurrency=3` runs three
+ * groups at a time, `--test-reporter=tap` (every npm script's) prints TAP, `--test-name-pattern=…`
+ * picks tests. A test file run alone loaded the program through tsx first: 2.4–2.9 s of CPU before its
+ * first test, a third of the whole suite's CPU on a 2-core machine (CONTRIBUTING.md, "Running tests").
+ * Files that measure their own process run alone (scripts/test-groups.ts).
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -22,25 +23,24 @@ const ROOT = path.resolve(import.meta.dirname, '..');
 
 interface Options {
   groups: number;
-  concurrency: number;
   paths: string[];
+  /** Node's own test options (`--test-reporter=tap`, `--test-concurrency=3`, …), handed to it as given. */
   runner: string[];
 }
 
 function parse(argv: string[]): Options {
-  const options: Options = { groups: 8, concurrency: 3, paths: [], runner: [] };
+  const options: Options = { groups: 8, paths: [], runner: [] };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
-    if (arg === '--') {
-      options.runner = argv.slice(i + 1);
-      break;
-    }
-    if (arg === '--groups' || arg === '--concurrency') {
+    if (arg === '--groups') {
       const n = Number(argv[++i]);
-      if (!Number.isInteger(n) || n < 1) throw new Error(`${arg} takes a whole number ≥ 1`);
-      if (arg === '--groups') options.groups = n;
-      else options.concurrency = n;
-    } else options.paths.push(arg);
+      if (!Number.isInteger(n) || n < 1) throw new Error('--groups takes a whole number ≥ 1');
+      options.groups = n;
+    } else if (arg.startsWith('--test-')) {
+      if (!arg.includes('=')) throw new Error(`give ${arg} its value after "=" (${arg}=…)`);
+      options.runner.push(arg);
+    } else if (arg.startsWith('-')) throw new Error(`unknown option ${arg}`);
+    else options.paths.push(arg);
   }
   if (options.paths.length === 0) throw new Error('name test files or folders of them');
   return options;
@@ -72,19 +72,10 @@ async function main(): Promise<number> {
       fs.writeFileSync(entry, `// ${group.join(', ')}\n${lines.join('\n')}\n`);
       return entry;
     });
-    const child = spawn(
-      process.execPath,
-      [
-        '--import',
-        'tsx',
-        '--test',
-        `--test-concurrency=${options.concurrency}`,
-        '--test-reporter=tap',
-        ...options.runner,
-        ...entries,
-      ],
-      { cwd: ROOT, stdio: 'inherit' },
-    );
+    const child = spawn(process.execPath, ['--import', 'tsx', '--test', ...options.runner, ...entries], {
+      cwd: ROOT,
+      stdio: 'inherit',
+    });
     const forward = (signal: NodeJS.Signals) => child.kill(signal);
     process.on('SIGINT', forward).on('SIGTERM', forward);
     return await new Promise<number>((resolve) =>
@@ -95,4 +86,10 @@ async function main(): Promise<number> {
   }
 }
 
-process.exitCode = await main();
+try {
+  process.exitCode = await main();
+} catch (err) {
+  // A wrong command line: one line saying what, and nothing run.
+  process.stderr.write(`scripts/test.ts: ${(err as Error).message}\n`);
+  process.exitCode = 2;
+}
