@@ -20,7 +20,7 @@ import { err, errFlushed } from './io.ts';
  * they keep V8's optimising compiler for PGlite's WebAssembly. Every other command runs a few
  * statements, for which that compiler's work is wasted: V8 compiles only with its baseline compiler
  * (Liftoff) for them, and a command such as `agent list` took 1.2 s of CPU and 192 MB instead of 1.7 s
- * and 268 MB (docs/performance.md, "CLI commands").
+ * and 268 MB (docs/performance.md, "8 December").
  */
 const LONG_RUNNING = new Set<AdminCommand['command']>(['audit.export', 'audit.verify_db', 'import']);
 

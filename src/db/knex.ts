@@ -147,13 +147,14 @@ function closedToOthers(dir: string): void {
  * directory (closedToOthers), which no other user can enter.
  */
 export function ownerOnly(dir: string): void {
-  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  closedToOthers(dir);
   const walk = (at: string) => {
-    fs.chmodSync(at, 0o700);
     for (const entry of fs.readdirSync(at, { withFileTypes: true })) {
       const full = path.join(at, entry.name);
-      if (entry.isDirectory()) walk(full);
-      else if (entry.isFile()) fs.chmodSync(full, 0o600);
+      if (entry.isDirectory()) {
+        fs.chmodSync(full, 0o700);
+        walk(full);
+      } else if (entry.isFile()) fs.chmodSync(full, 0o600);
     }
   };
   walk(dir);
